@@ -1,0 +1,56 @@
+package testenv
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// Versions of the control plane this package expects; hack/testenv.sh builds
+// exactly these.
+const (
+	KubeVersion = "v1.37.2"
+	EtcdVersion = "v3.6.16"
+)
+
+// Binary names, as hack/testenv.sh and envtest's asset folders lay them out.
+const (
+	etcdBinary              = "etcd"
+	apiServerBinary         = "kube-apiserver"
+	controllerManagerBinary = "kube-controller-manager"
+)
+
+// CacheDir is the folder hack/testenv.sh builds the binaries into:
+// $SYNCLOOP_TESTENV_DIR when set, else
+// ${XDG_CACHE_HOME:-$HOME/.cache}/syncloop/testenv/kube-<v>_etcd-<v>.
+func CacheDir() string {
+	if d := os.Getenv("SYNCLOOP_TESTENV_DIR"); d != "" {
+		return d
+	}
+	base := os.Getenv("XDG_CACHE_HOME")
+	if base == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			home = os.TempDir()
+		}
+		base = filepath.Join(home, ".cache")
+	}
+	return filepath.Join(base, "syncloop", "testenv", "kube-"+KubeVersion+"_etcd-"+EtcdVersion)
+}
+
+// findBinary returns the path of the named control plane binary: in
+// $KUBEBUILDER_ASSETS when it holds it, else in CacheDir.
+func findBinary(name string) (string, error) {
+	var tried []string
+	if d := os.Getenv("KUBEBUILDER_ASSETS"); d != "" {
+		tried = append(tried, d)
+	}
+	tried = append(tried, CacheDir())
+	for _, d := range tried {
+		p := filepath.Join(d, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s not found in %v: run hack/testenv.sh (or make test) to build the local control plane", name, tried)
+}
