@@ -245,7 +245,7 @@ func TestHelperStartAndHang(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fmt.Printf("pids %d %d %d\n", env.etcd.cmd.Process.Pid, env.apiServer.cmd.Process.Pid, env.kcm.cmd.Process.Pid)
+	fmt.Printf("pids %d %d %d %s\n", env.etcd.cmd.Process.Pid, env.apiServer.cmd.Process.Pid, env.kcm.cmd.Process.Pid, env.Dir())
 	select {} // until killed
 }
 
@@ -268,10 +268,13 @@ func TestNoProcessOutlivesKilledTestBinary(t *testing.T) {
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
 		if rest, ok := strings.CutPrefix(sc.Text(), "pids "); ok {
-			for _, f := range strings.Fields(rest) {
+			fields := strings.Fields(rest)
+			for _, f := range fields[:len(fields)-1] {
 				pid, _ := strconv.Atoi(f)
 				pids = append(pids, pid)
 			}
+			// The killed helper cannot remove its scratch directory.
+			t.Cleanup(func() { os.RemoveAll(fields[len(fields)-1]) })
 			break
 		}
 	}
