@@ -1,0 +1,370 @@
+package expr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/common/ast"
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
+	"github.com/google/cel-go/ext"
+	"github.com/google/cel-go/interpreter"
+)
+
+// DefaultCostLimit is the cost one evaluation may spend unless
+// Options.CostLimit says otherwise (--cel-cost-limit).
+const DefaultCostLimit = 1_000_000
+
+// ErrCostLimit is wrapped by evaluation errors that ran out of cost budget.
+var ErrCostLimit = errors.New("CEL cost limit exceeded")
+
+// Names of the variables expressions see.
+const (
+	varObject    = "object"
+	varVariables = "variables"
+	varRule      = "rule"
+	varItem      = "item"
+	varIndex     = "index"
+	varChildren  = "children"
+)
+
+// Options configure a Compiler.
+type Options struct {
+	// CostLimit bounds each evaluation; 0 means DefaultCostLimit.
+	CostLimit uint64
+}
+
+// Compiler compiles expressions and templates. It is safe for concurrent use.
+type Compiler struct {
+	base      *cel.Env // object, variables, rule
+	forEach   *cel.Env // base + item, index
+	status    *cel.Env // base + children
+	costLimit uint64
+}
+
+// NewCompiler builds the CEL environments.
+func NewCompiler(opts Options) (*Compiler, error) {
+	c := &Compiler{costLimit: opts.CostLimit}
+	if c.costLimit == 0 {
+		c.costLimit = DefaultCostLimit
+	}
+	dynMap := cel.MapType(cel.StringType, cel.DynType)
+	base, err := cel.NewEnv(append(libraries(),
+		cel.Variable(varObject, dynMap),
+		cel.Variable(varVariables, dynMap),
+		cel.Variable(varRule, cel.StringType),
+	)...)
+	if err != nil {
+		return nil, fmt.Errorf("building CEL environment: %w", err)
+	}
+	if c.forEach, err = base.Extend(cel.Variable(varItem, cel.DynType), cel.Variable(varIndex, cel.IntType)); err != nil {
+		return nil, err
+	}
+	if c.status, err = base.Extend(cel.Variable(varChildren, dynMap)); err != nil {
+		return nil, err
+	}
+	c.base = base
+	return c, nil
+}
+
+// libraries are the CEL extensions rules may use: cel-go's strings, lists,
+// sets, math, encoders, two-variable comprehensions and optional types.
+func libraries() []cel.EnvOption {
+	return []cel.EnvOption{
+		cel.OptionalTypes(),
+		ext.Strings(),
+		ext.Lists(),
+		ext.Sets(),
+		ext.Math(),
+		ext.Encoders(),
+		ext.TwoVarComprehensions(),
+		cel.CrossTypeNumericComparisons(true),
+		cel.DefaultUTCTimeZone(true),
+	}
+}
+
+// Scope says which names an expression may refer to.
+type Scope struct {
+	// Variables are the variables declared before this expression.
+	Variables []string
+	// ForEach makes item and index available.
+	ForEach bool
+	// Children, when not nil, makes children available with these ids (status).
+	Children []string
+}
+
+// Result says what type an expression must produce.
+type Result int
+
+const (
+	// AnyResult accepts every type.
+	AnyResult Result = iota
+	// BoolResult requires bool (or dyn, checked when evaluated).
+	BoolResult
+	// ListResult requires a list (or dyn, checked when evaluated).
+	ListResult
+	// StringResult requires a string (or dyn, checked when evaluated).
+	StringResult
+)
+
+func (r Result) String() string {
+	switch r {
+	case BoolResult:
+		return "bool"
+	case ListResult:
+		return "list"
+	case StringResult:
+		return "string"
+	}
+	return "any"
+}
+
+// Error is a compile error. Offset is the byte offset in the compiled source
+// where the problem is, or -1 when it is the source as a whole.
+type Error struct {
+	Offset int
+	Msg    string
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+// Program is a compiled expression. It is immutable and safe for concurrent
+// use.
+type Program struct {
+	src       string
+	result    Result
+	prog      cel.Program
+	costLimit uint64
+}
+
+// Source is the expression as written.
+func (p *Program) Source() string { return p.src }
+
+// Compile compiles src in scope and checks that it can produce want.
+func (c *Compiler) Compile(src string, scope Scope, want Result) (*Program, error) {
+	env := c.base
+	switch {
+	case scope.ForEach && scope.Children != nil:
+		return nil, &Error{Offset: -1, Msg: "internal: forEach and children scopes are exclusive"}
+	case scope.ForEach:
+		env = c.forEach
+	case scope.Children != nil:
+		env = c.status
+	}
+	if strings.TrimSpace(src) == "" {
+		return nil, &Error{Offset: -1, Msg: "empty expression"}
+	}
+	checked, iss := env.Compile(src)
+	if iss != nil && iss.Err() != nil {
+		e := iss.Errors()[0]
+		return nil, &Error{Offset: offsetOf(src, e.Location.Line(), e.Location.Column()), Msg: e.Message}
+	}
+	if err := checkReferences(checked, src, varVariables, "variable", scope.Variables); err != nil {
+		return nil, err
+	}
+	if scope.Children != nil {
+		if err := checkReferences(checked, src, varChildren, "resource id", scope.Children); err != nil {
+			return nil, err
+		}
+	}
+	if err := checkResult(checked.OutputType(), want); err != nil {
+		return nil, err
+	}
+	prog, err := env.Program(checked,
+		cel.CostLimit(c.costLimit),
+		cel.InterruptCheckFrequency(100),
+	)
+	if err != nil {
+		return nil, &Error{Offset: -1, Msg: err.Error()}
+	}
+	return &Program{src: src, result: want, prog: prog, costLimit: c.costLimit}, nil
+}
+
+func checkResult(t *types.Type, want Result) error {
+	k := t.Kind()
+	if k == types.DynKind || k == types.AnyKind || want == AnyResult {
+		return nil
+	}
+	ok := false
+	switch want {
+	case BoolResult:
+		ok = k == types.BoolKind
+	case ListResult:
+		ok = k == types.ListKind
+	case StringResult:
+		ok = k == types.StringKind
+	}
+	if !ok {
+		return &Error{Offset: -1, Msg: fmt.Sprintf("must produce a %s, but produces %s", want, t)}
+	}
+	return nil
+}
+
+// checkReferences rejects `name.x`, `name['x']` and `has(name.x)` where x is
+// not one of declared: the names inside `variables` and `children` are known
+// when the rule loads, so a typo is a load error, not a reconcile error.
+func checkReferences(checked *cel.Ast, src, name, what string, declared []string) error {
+	known := make(map[string]bool, len(declared))
+	for _, d := range declared {
+		known[d] = true
+	}
+	a := checked.NativeRep()
+	var found error
+	ast.PreOrderVisit(ast.NavigateAST(a), ast.NewExprVisitor(func(e ast.Expr) {
+		if found != nil {
+			return
+		}
+		var operand ast.Expr
+		var field string
+		switch e.Kind() {
+		case ast.SelectKind:
+			operand, field = e.AsSelect().Operand(), e.AsSelect().FieldName()
+		case ast.CallKind:
+			call := e.AsCall()
+			if call.FunctionName() != "_[_]" || len(call.Args()) != 2 || call.Args()[1].Kind() != ast.LiteralKind {
+				return
+			}
+			s, ok := call.Args()[1].AsLiteral().(types.String)
+			if !ok {
+				return
+			}
+			operand, field = call.Args()[0], string(s)
+		default:
+			return
+		}
+		if operand.Kind() != ast.IdentKind || operand.AsIdent() != name || known[field] {
+			return
+		}
+		loc := a.SourceInfo().GetStartLocation(e.ID())
+		off := offsetOf(src, loc.Line(), loc.Column())
+		// CEL places a select at its dot, and macros such as has() at their
+		// start: point at the field name itself where the text shows it.
+		for _, form := range []string{name + ".", name + "['", name + "[\""} {
+			if i := strings.Index(src, form+field); i >= 0 {
+				off = i + len(form)
+				break
+			}
+		}
+		msg := fmt.Sprintf("undeclared %s %q", what, field)
+		if len(declared) > 0 {
+			sorted := append([]string(nil), declared...)
+			sort.Strings(sorted)
+			msg += fmt.Sprintf(" (declared: %s)", strings.Join(sorted, ", "))
+		} else {
+			msg += fmt.Sprintf(" (no %ss are declared here)", what)
+		}
+		found = &Error{Offset: off, Msg: msg}
+	}))
+	return found
+}
+
+// offsetOf converts CEL's 1-based line and 0-based column (in code points)
+// into a byte offset into src; -1 if out of range.
+func offsetOf(src string, line, col int) int {
+	if line < 1 {
+		return -1
+	}
+	off := 0
+	for l := 1; l < line; l++ {
+		i := strings.IndexByte(src[off:], '\n')
+		if i < 0 {
+			return -1
+		}
+		off += i + 1
+	}
+	for _, r := range src[off:] {
+		if col == 0 || r == '\n' {
+			break
+		}
+		off += len(string(r))
+		col--
+	}
+	return off
+}
+
+// Activation holds the values one evaluation sees. Build it once per trigger
+// and reuse it for every expression of that render.
+type Activation struct {
+	Object    map[string]any
+	Variables map[string]any
+	Rule      string
+	// Item and Index are set inside forEach.
+	Item  any
+	Index int64
+	// Children are the live (or rendered) children by id, for status.
+	Children map[string]any
+}
+
+func (a *Activation) vars() map[string]any {
+	variables, children := a.Variables, a.Children
+	if variables == nil {
+		variables = map[string]any{}
+	}
+	if children == nil {
+		children = map[string]any{}
+	}
+	return map[string]any{
+		varObject:    a.Object,
+		varVariables: variables,
+		varRule:      a.Rule,
+		varItem:      a.Item,
+		varIndex:     a.Index,
+		varChildren:  children,
+	}
+}
+
+// Eval evaluates the program and returns its value as a JSON-compatible Go
+// value (map[string]any, []any, string, int64, float64, bool or nil).
+func (p *Program) Eval(ctx context.Context, a *Activation) (any, error) {
+	v, err := p.eval(ctx, a.vars())
+	if err != nil {
+		return nil, err
+	}
+	return toNative(v)
+}
+
+// EvalBool evaluates a BoolResult program.
+func (p *Program) EvalBool(ctx context.Context, a *Activation) (bool, error) {
+	v, err := p.eval(ctx, a.vars())
+	if err != nil {
+		return false, err
+	}
+	b, ok := v.(types.Bool)
+	if !ok {
+		return false, fmt.Errorf("must produce a bool, produced %s", v.Type())
+	}
+	return bool(b), nil
+}
+
+// EvalList evaluates a ListResult program.
+func (p *Program) EvalList(ctx context.Context, a *Activation) ([]any, error) {
+	v, err := p.Eval(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	l, ok := v.([]any)
+	if !ok && v != nil {
+		return nil, fmt.Errorf("must produce a list, produced %T", v)
+	}
+	return l, nil
+}
+
+func (p *Program) eval(ctx context.Context, vars map[string]any) (ref.Val, error) {
+	act, err := interpreter.NewActivation(vars)
+	if err != nil {
+		return nil, err
+	}
+	v, _, err := p.prog.ContextEval(ctx, act)
+	if err != nil {
+		var cancelled interpreter.EvalCancelledError
+		if errors.As(err, &cancelled) && cancelled.Cause == interpreter.CostLimitExceeded {
+			return nil, fmt.Errorf("%w (limit %d)", ErrCostLimit, p.costLimit)
+		}
+		return nil, err
+	}
+	return v, nil
+}

@@ -1,0 +1,432 @@
+package expr
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Template is a compiled ${} template: a tree of maps, lists and scalars in
+// which strings may hold CEL expressions. It is immutable and safe for
+// concurrent use; each Render builds a new tree.
+//
+// The semantics, for every string in the tree:
+//   - exactly "${expr}": the expression's value, of any type; nil removes the
+//     map field or list item it stands for;
+//   - text around ${...} parts: string interpolation, each part a string,
+//     number or bool;
+//   - "$${" is a literal "${";
+//   - map keys may hold ${...} too and must give strings.
+//
+// A null written literally in the template also removes its field.
+type Template struct {
+	root node
+	n    int // expressions compiled
+}
+
+// Path locates a value in a template tree: map keys (string) and list
+// indexes (int), outermost first.
+type Path []any
+
+func (p Path) String() string {
+	var b strings.Builder
+	for _, e := range p {
+		switch e := e.(type) {
+		case int:
+			fmt.Fprintf(&b, "[%d]", e)
+		case string:
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(e)
+		}
+	}
+	return b.String()
+}
+
+func (p Path) with(e any) Path { return append(append(Path(nil), p...), e) }
+
+// TemplateError is a compile error at Path. Key is true when the error is in
+// the map key at Path rather than its value; Offset is the byte offset in
+// that string, or -1.
+type TemplateError struct {
+	Path   Path
+	Key    bool
+	Offset int
+	Msg    string
+}
+
+func (e *TemplateError) Error() string {
+	if len(e.Path) == 0 {
+		return e.Msg
+	}
+	return e.Path.String() + ": " + e.Msg
+}
+
+// RenderError is an evaluation error at Path, from the expression Expr.
+type RenderError struct {
+	Path Path
+	Expr string
+	Err  error
+}
+
+func (e *RenderError) Error() string {
+	where := e.Path.String()
+	if where != "" {
+		where += ": "
+	}
+	return fmt.Sprintf("%s${%s}: %v", where, e.Expr, e.Err)
+}
+
+func (e *RenderError) Unwrap() error { return e.Err }
+
+// CompileTemplate compiles a tree of Go values as decoded from YAML. It
+// returns every error found, not only the first.
+func (c *Compiler) CompileTemplate(v any, scope Scope) (*Template, []*TemplateError) {
+	t := &Template{}
+	var errs []*TemplateError
+	t.root = c.compileNode(v, nil, scope, t, &errs)
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return t, nil
+}
+
+// Expressions is how many CEL expressions the template holds.
+func (t *Template) Expressions() int { return t.n }
+
+// Render evaluates the template. A nil result means the whole template
+// evaluated to null.
+func (t *Template) Render(ctx context.Context, a *Activation) (any, error) {
+	vars := a.vars()
+	return t.root.render(ctx, vars)
+}
+
+type node interface {
+	render(ctx context.Context, vars map[string]any) (any, error)
+}
+
+func (c *Compiler) compileNode(v any, path Path, scope Scope, t *Template, errs *[]*TemplateError) node {
+	switch v := v.(type) {
+	case map[string]any:
+		keys := make([]string, 0, len(v))
+		for k := range v {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		m := &mapNode{entries: make([]mapEntry, 0, len(v)), path: path}
+		for _, k := range keys {
+			p := path.with(k)
+			key, err := c.compileString(k, p, scope, t)
+			if err != nil {
+				err.Key = true
+				*errs = append(*errs, err)
+				continue
+			}
+			switch key.(type) {
+			case constNode, *interpNode:
+			default:
+				key = &interpNode{parts: []part{{prog: key.(*exprNode).prog}}, path: p}
+			}
+			m.entries = append(m.entries, mapEntry{key: key, val: c.compileNode(v[k], p, scope, t, errs)})
+		}
+		return m
+	case []any:
+		l := &listNode{items: make([]node, 0, len(v))}
+		for i, e := range v {
+			l.items = append(l.items, c.compileNode(e, path.with(i), scope, t, errs))
+		}
+		return l
+	case string:
+		n, err := c.compileString(v, path, scope, t)
+		if err != nil {
+			*errs = append(*errs, err)
+			return constNode{}
+		}
+		return n
+	case nil, bool, int64, float64:
+		return constNode{v: v}
+	case int:
+		return constNode{v: int64(v)}
+	default:
+		*errs = append(*errs, &TemplateError{Path: path, Offset: -1, Msg: fmt.Sprintf("unsupported value of type %T", v)})
+		return constNode{}
+	}
+}
+
+// compileString compiles one string: a constant, a whole ${expr}, or an
+// interpolation.
+func (c *Compiler) compileString(s string, path Path, scope Scope, t *Template) (node, *TemplateError) {
+	segs, err := splitTemplate(s)
+	if err != nil {
+		return nil, &TemplateError{Path: path, Offset: err.Offset, Msg: err.Msg}
+	}
+	if len(segs) == 1 && !segs[0].isExpr {
+		return constNode{v: segs[0].text}, nil
+	}
+	parts := make([]part, 0, len(segs))
+	for _, sg := range segs {
+		if !sg.isExpr {
+			parts = append(parts, part{lit: sg.text})
+			continue
+		}
+		prog, err := c.Compile(sg.text, scope, AnyResult)
+		if err != nil {
+			ce := err.(*Error)
+			off := sg.offset
+			if ce.Offset >= 0 {
+				off += ce.Offset
+			}
+			return nil, &TemplateError{Path: path, Offset: off, Msg: fmt.Sprintf("${%s}: %s", sg.text, ce.Msg)}
+		}
+		t.n++
+		parts = append(parts, part{prog: prog})
+	}
+	if len(parts) == 1 {
+		return &exprNode{prog: parts[0].prog, path: path}, nil
+	}
+	return &interpNode{parts: parts, path: path}, nil
+}
+
+// segment is a piece of a template string: literal text or an expression
+// found at byte offset in the string.
+type segment struct {
+	text   string
+	isExpr bool
+	offset int
+}
+
+// splitTemplate cuts s into literal and ${...} segments. The end of an
+// expression is the first "}" that closes it, skipping braces inside CEL map
+// literals and string literals.
+func splitTemplate(s string) ([]segment, *Error) {
+	var segs []segment
+	var lit strings.Builder
+	flush := func() {
+		if lit.Len() > 0 {
+			segs = append(segs, segment{text: lit.String()})
+			lit.Reset()
+		}
+	}
+	for i := 0; i < len(s); {
+		switch {
+		case strings.HasPrefix(s[i:], "$${"):
+			lit.WriteString("${")
+			i += 3
+		case strings.HasPrefix(s[i:], "${"):
+			end, err := scanExpression(s, i+2)
+			if err != nil {
+				return nil, err
+			}
+			if strings.TrimSpace(s[i+2:end]) == "" {
+				return nil, &Error{Offset: i, Msg: "empty ${}"}
+			}
+			flush()
+			segs = append(segs, segment{text: s[i+2 : end], isExpr: true, offset: i + 2})
+			i = end + 1
+		default:
+			lit.WriteByte(s[i])
+			i++
+		}
+	}
+	flush()
+	if len(segs) == 0 {
+		segs = append(segs, segment{})
+	}
+	return segs, nil
+}
+
+// scanExpression returns the index of the "}" that ends the expression
+// starting at start.
+func scanExpression(s string, start int) (int, *Error) {
+	depth := 0
+	for j := start; j < len(s); j++ {
+		switch c := s[j]; c {
+		case '\'', '"':
+			end, ok := skipStringLiteral(s, start, j)
+			if !ok {
+				return 0, &Error{Offset: j, Msg: "unterminated string literal in ${}"}
+			}
+			j = end
+		case '{':
+			depth++
+		case '}':
+			if depth == 0 {
+				return j, nil
+			}
+			depth--
+		}
+	}
+	return 0, &Error{Offset: start - 2, Msg: "unterminated ${: missing }"}
+}
+
+// skipStringLiteral returns the index of the closing quote of the CEL string
+// literal whose opening quote is at q: single, double or triple quoted, raw
+// when prefixed with r or R.
+func skipStringLiteral(s string, exprStart, q int) (int, bool) {
+	raw := false
+	for k := q - 1; k >= exprStart && k >= q-2; k-- {
+		c := s[k]
+		if c == 'r' || c == 'R' {
+			raw = true
+		}
+		if !strings.ContainsRune("rRbB", rune(c)) {
+			break
+		}
+	}
+	quote := s[q : q+1]
+	if strings.HasPrefix(s[q:], strings.Repeat(quote, 3)) {
+		quote = strings.Repeat(quote, 3)
+	}
+	for j := q + len(quote); j < len(s); j++ {
+		if !raw && s[j] == '\\' {
+			j++
+			continue
+		}
+		if strings.HasPrefix(s[j:], quote) {
+			return j + len(quote) - 1, true
+		}
+		if len(quote) == 1 && s[j] == '\n' {
+			return 0, false
+		}
+	}
+	return 0, false
+}
+
+type constNode struct{ v any }
+
+func (n constNode) render(context.Context, map[string]any) (any, error) { return n.v, nil }
+
+type exprNode struct {
+	prog *Program
+	path Path
+}
+
+func (n *exprNode) render(ctx context.Context, vars map[string]any) (any, error) {
+	v, err := n.prog.eval(ctx, vars)
+	if err != nil {
+		return nil, &RenderError{Path: n.path, Expr: n.prog.src, Err: err}
+	}
+	out, err := toNative(v)
+	if err != nil {
+		return nil, &RenderError{Path: n.path, Expr: n.prog.src, Err: err}
+	}
+	return out, nil
+}
+
+type part struct {
+	lit  string
+	prog *Program // nil for literal text
+}
+
+type interpNode struct {
+	parts []part
+	path  Path
+}
+
+func (n *interpNode) render(ctx context.Context, vars map[string]any) (any, error) {
+	var b strings.Builder
+	for _, p := range n.parts {
+		if p.prog == nil {
+			b.WriteString(p.lit)
+			continue
+		}
+		v, err := p.prog.eval(ctx, vars)
+		if err != nil {
+			return nil, &RenderError{Path: n.path, Expr: p.prog.src, Err: err}
+		}
+		native, err := toNative(v)
+		if err != nil {
+			return nil, &RenderError{Path: n.path, Expr: p.prog.src, Err: err}
+		}
+		switch x := native.(type) {
+		case string:
+			b.WriteString(x)
+		case bool:
+			b.WriteString(strconv.FormatBool(x))
+		case int64:
+			b.WriteString(strconv.FormatInt(x, 10))
+		case float64:
+			b.WriteString(strconv.FormatFloat(x, 'g', -1, 64))
+		default:
+			return nil, &RenderError{Path: n.path, Expr: p.prog.src,
+				Err: fmt.Errorf("interpolated into a string, must give a string, number or bool, gave %s", describe(native))}
+		}
+	}
+	return b.String(), nil
+}
+
+type mapEntry struct {
+	key node // constNode or *interpNode: always a string
+	val node
+}
+
+type mapNode struct {
+	entries []mapEntry
+	path    Path
+}
+
+func (n *mapNode) render(ctx context.Context, vars map[string]any) (any, error) {
+	out := make(map[string]any, len(n.entries))
+	for _, e := range n.entries {
+		k, err := e.key.render(ctx, vars)
+		if err != nil {
+			return nil, err
+		}
+		v, err := e.val.render(ctx, vars)
+		if err != nil {
+			return nil, err
+		}
+		if v == nil {
+			continue
+		}
+		ks := k.(string)
+		if _, dup := out[ks]; dup {
+			return nil, &RenderError{Path: n.path.with(ks), Expr: keyExpr(e.key), Err: fmt.Errorf("key %q rendered twice", ks)}
+		}
+		out[ks] = v
+	}
+	return out, nil
+}
+
+type listNode struct{ items []node }
+
+func (n *listNode) render(ctx context.Context, vars map[string]any) (any, error) {
+	out := make([]any, 0, len(n.items))
+	for _, it := range n.items {
+		v, err := it.render(ctx, vars)
+		if err != nil {
+			return nil, err
+		}
+		if v != nil {
+			out = append(out, v)
+		}
+	}
+	return out, nil
+}
+
+// keyExpr is the first expression of a templated key, for error messages.
+func keyExpr(n node) string {
+	if in, ok := n.(*interpNode); ok {
+		for _, p := range in.parts {
+			if p.prog != nil {
+				return p.prog.src
+			}
+		}
+	}
+	return ""
+}
+
+func describe(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case map[string]any:
+		return "a map"
+	case []any:
+		return "a list"
+	}
+	return fmt.Sprintf("%T", v)
+}
