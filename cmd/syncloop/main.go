@@ -4,6 +4,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -11,11 +12,31 @@ import (
 )
 
 func main() {
-	if err := newRootCommand().Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "Error:", err)
-		os.Exit(1)
+	os.Exit(run(os.Args[1:]))
+}
+
+// run executes the command line and returns the process exit code.
+func run(args []string) int {
+	root := newRootCommand()
+	root.SetArgs(args)
+	err := root.Execute()
+	var ec exitCode
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ec):
+		return int(ec) // the command has reported what went wrong
+	default:
+		fmt.Fprintln(root.ErrOrStderr(), "Error:", err)
+		return 1
 	}
 }
+
+// exitCode is returned by a command that has already printed its errors
+// and wants the process to exit with this code.
+type exitCode int
+
+func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
 
 func newRootCommand() *cobra.Command {
 	root := &cobra.Command{
@@ -27,6 +48,6 @@ pruned when no longer desired, with status written back.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCommand())
+	root.AddCommand(newVersionCommand(), newValidateCommand(), newRenderCommand())
 	return root
 }

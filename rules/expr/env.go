@@ -161,7 +161,8 @@ func (c *Compiler) Compile(src string, scope Scope, want Result) (*Program, erro
 	checked, iss := env.Compile(src)
 	if iss != nil && iss.Err() != nil {
 		e := iss.Errors()[0]
-		return nil, &Error{Offset: offsetOf(src, e.Location.Line(), e.Location.Column()), Msg: e.Message}
+		msg := strings.TrimSuffix(e.Message, " (in container '')")
+		return nil, &Error{Offset: offsetOf(src, e.Location.Line(), e.Location.Column()), Msg: msg}
 	}
 	if err := checkReferences(checked, src, varVariables, "variable", scope.Variables); err != nil {
 		return nil, err

@@ -46,7 +46,8 @@ func (p Path) String() string {
 	return b.String()
 }
 
-func (p Path) with(e any) Path { return append(append(Path(nil), p...), e) }
+// With returns a new path one element deeper.
+func (p Path) With(e any) Path { return append(append(Path(nil), p...), e) }
 
 // TemplateError is a compile error at Path. Key is true when the error is in
 // the map key at Path rather than its value; Offset is the byte offset in
@@ -118,7 +119,7 @@ func (c *Compiler) compileNode(v any, path Path, scope Scope, t *Template, errs 
 		sort.Strings(keys)
 		m := &mapNode{entries: make([]mapEntry, 0, len(v)), path: path}
 		for _, k := range keys {
-			p := path.with(k)
+			p := path.With(k)
 			key, err := c.compileString(k, p, scope, t)
 			if err != nil {
 				err.Key = true
@@ -136,7 +137,7 @@ func (c *Compiler) compileNode(v any, path Path, scope Scope, t *Template, errs 
 	case []any:
 		l := &listNode{items: make([]node, 0, len(v))}
 		for i, e := range v {
-			l.items = append(l.items, c.compileNode(e, path.with(i), scope, t, errs))
+			l.items = append(l.items, c.compileNode(e, path.With(i), scope, t, errs))
 		}
 		return l
 	case string:
@@ -384,7 +385,7 @@ func (n *mapNode) render(ctx context.Context, vars map[string]any) (any, error) 
 		}
 		ks := k.(string)
 		if _, dup := out[ks]; dup {
-			return nil, &RenderError{Path: n.path.with(ks), Expr: keyExpr(e.key), Err: fmt.Errorf("key %q rendered twice", ks)}
+			return nil, &RenderError{Path: n.path.With(ks), Expr: keyExpr(e.key), Err: fmt.Errorf("key %q rendered twice", ks)}
 		}
 		out[ks] = v
 	}

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/syncloop/syncloop/rules"
+	"github.com/syncloop/syncloop/rules/expr"
+)
+
+// ruleFlags are the flags of every command that loads rules.
+type ruleFlags struct {
+	paths     []string
+	costLimit uint64
+}
+
+func (f *ruleFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringArrayVarP(&f.paths, "rules", "f", nil,
+		"rule file or directory (repeatable); directories are walked for *.yaml and *.yml, dotfiles skipped")
+	cmd.Flags().Uint64Var(&f.costLimit, "cel-cost-limit", expr.DefaultCostLimit, "CEL cost limit of one expression evaluation")
+	_ = cmd.MarkFlagRequired("rules")
+}
+
+// load loads the rule set; on error it prints every problem, one per line,
+// to stderr and returns exitCode 1.
+func (f *ruleFlags) load(stderr io.Writer) (*rules.Set, error) {
+	l, err := rules.NewLoader(expr.Options{CostLimit: f.costLimit})
+	if err != nil {
+		return nil, err
+	}
+	set, err := l.Load(f.paths...)
+	if err != nil {
+		var list rules.ErrorList
+		if errors.As(err, &list) {
+			for _, e := range list {
+				fmt.Fprintln(stderr, e)
+			}
+			fmt.Fprintf(stderr, "%d error(s)\n", len(list))
+			return nil, exitCode(1)
+		}
+		return nil, err
+	}
+	return set, nil
+}

@@ -1,0 +1,384 @@
+package rules
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/syncloop/syncloop/rules/expr"
+)
+
+// maxNodes bounds the values one rule document may expand to, aliases
+// included, so a "billion laughs" document is an error, not an outage.
+const maxNodes = 200_000
+
+// decoder walks the YAML nodes of one rule document against the schema,
+// collecting every error with its position rather than stopping at the first.
+type decoder struct {
+	file  string
+	lines []string // the file's source lines, for positions inside block scalars
+	rule  string   // the rule's name once known
+	errs  ErrorList
+	nodes int // values produced so far, aliases expanded
+}
+
+func (d *decoder) pos(n *yaml.Node) Pos {
+	return Pos{File: d.file, Line: n.Line, Column: n.Column}
+}
+
+func (d *decoder) errorAt(p Pos, field, format string, args ...any) {
+	d.errs = append(d.errs, &Error{Pos: p, Rule: d.rule, Field: field, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (d *decoder) errorf(n *yaml.Node, field, format string, args ...any) {
+	d.errorAt(d.pos(n), field, format, args...)
+}
+
+// resolve follows an alias to the node it names.
+func resolve(n *yaml.Node) *yaml.Node {
+	for n != nil && n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	return n
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		switch n.ShortTag() {
+		case "!!null":
+			return "null"
+		case "!!str":
+			return "a string"
+		case "!!int", "!!float":
+			return "a number"
+		case "!!bool":
+			return "a bool"
+		}
+		return "a scalar"
+	}
+	return "an unknown node"
+}
+
+// fields checks that n is a mapping whose keys are all in known (strict
+// decoding: an unknown or repeated key is an error at the key) and returns
+// the value node of each key present.
+func (d *decoder) fields(n *yaml.Node, field string, known ...string) map[string]*yaml.Node {
+	n = resolve(n)
+	if n.Kind != yaml.MappingNode {
+		d.errorf(n, field, "must be a mapping, not %s", kindName(n))
+		return nil
+	}
+	out := make(map[string]*yaml.Node, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := resolve(n.Content[i]), n.Content[i+1]
+		if k.Kind != yaml.ScalarNode {
+			d.errorf(k, field, "keys must be strings")
+			continue
+		}
+		name := k.Value
+		if _, dup := out[name]; dup {
+			continue // reported when the document was read (decoder.value)
+		}
+		if !contains(known, name) {
+			msg := fmt.Sprintf("unknown field %q", name)
+			if s := suggest(name, known); s != "" {
+				msg += fmt.Sprintf(" (did you mean %q?)", s)
+			}
+			d.errorf(k, field, "%s", msg)
+			continue
+		}
+		out[name] = v
+	}
+	return out
+}
+
+// str decodes a string scalar. A number or bool where a string belongs is an
+// error (quote it), as is null.
+func (d *decoder) str(n *yaml.Node, field string) (string, bool) {
+	n = resolve(n)
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
+		d.errorf(n, field, "must be a string, not %s", kindName(n))
+		return "", false
+	}
+	return n.Value, true
+}
+
+func (d *decoder) integer(n *yaml.Node, field string) (int64, bool) {
+	n = resolve(n)
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!int" {
+		var v int64
+		if err := n.Decode(&v); err == nil {
+			return v, true
+		}
+	}
+	d.errorf(n, field, "must be an integer, not %s", describeScalar(n))
+	return 0, false
+}
+
+func (d *decoder) number(n *yaml.Node, field string) (float64, bool) {
+	n = resolve(n)
+	if n.Kind == yaml.ScalarNode && (n.ShortTag() == "!!int" || n.ShortTag() == "!!float") {
+		var v float64
+		if err := n.Decode(&v); err == nil && !math.IsNaN(v) && !math.IsInf(v, 0) {
+			return v, true
+		}
+	}
+	d.errorf(n, field, "must be a number, not %s", describeScalar(n))
+	return 0, false
+}
+
+func (d *decoder) boolean(n *yaml.Node, field string) (bool, bool) {
+	n = resolve(n)
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!bool" {
+		var v bool
+		if err := n.Decode(&v); err == nil {
+			return v, true
+		}
+	}
+	d.errorf(n, field, "must be true or false, not %s", describeScalar(n))
+	return false, false
+}
+
+func (d *decoder) seq(n *yaml.Node, field string) []*yaml.Node {
+	n = resolve(n)
+	if n.Kind != yaml.SequenceNode {
+		d.errorf(n, field, "must be a list, not %s", kindName(n))
+		return nil
+	}
+	return n.Content
+}
+
+func describeScalar(n *yaml.Node) string {
+	if n.Kind == yaml.ScalarNode {
+		return strconv.Quote(n.Value)
+	}
+	return kindName(n)
+}
+
+// value converts a node into a template tree: map[string]any, []any,
+// string, int64, float64, bool, nil. Positions of strings that hold "${"
+// (values and keys) are recorded under their path, for errors.
+func (d *decoder) value(n *yaml.Node, path expr.Path, field string, pos positions) (any, bool) {
+	d.nodes++
+	if d.nodes > maxNodes {
+		if d.nodes == maxNodes+1 {
+			d.errorf(n, field, "document too large: more than %d values (aliases expanded)", maxNodes)
+		}
+		return nil, false
+	}
+	n = resolve(n)
+	switch n.Kind {
+	case yaml.MappingNode:
+		m := make(map[string]any, len(n.Content)/2)
+		ok := true
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := resolve(n.Content[i])
+			if k.Kind != yaml.ScalarNode {
+				d.errorf(k, pathField(field, path), "keys must be strings")
+				ok = false
+				continue
+			}
+			if k.Tag == "!!merge" || (k.Value == "<<" && k.Style == 0) {
+				d.errorf(k, pathField(field, path), "YAML merge keys (<<) are not supported")
+				ok = false
+				continue
+			}
+			if _, dup := m[k.Value]; dup {
+				d.errorf(k, pathField(field, path.With(k.Value)), "key given twice")
+				ok = false
+				continue
+			}
+			p := path.With(k.Value)
+			if strings.Contains(k.Value, "${") {
+				pos.add(p, true, d.pos(k), k)
+			}
+			v, vok := d.value(n.Content[i+1], p, field, pos)
+			ok = ok && vok
+			m[k.Value] = v
+		}
+		return m, ok
+	case yaml.SequenceNode:
+		l := make([]any, 0, len(n.Content))
+		ok := true
+		for i, e := range n.Content {
+			v, eok := d.value(e, path.With(i), field, pos)
+			ok = ok && eok
+			l = append(l, v)
+		}
+		return l, ok
+	case yaml.ScalarNode:
+		switch n.ShortTag() {
+		case "!!null":
+			return nil, true
+		case "!!bool":
+			var b bool
+			if err := n.Decode(&b); err == nil {
+				return b, true
+			}
+		case "!!int":
+			var i int64
+			if err := n.Decode(&i); err == nil {
+				return i, true
+			}
+			d.errorf(n, pathField(field, path), "integer %s does not fit 64 bits", n.Value)
+			return nil, false
+		case "!!float":
+			var f float64
+			if err := n.Decode(&f); err == nil && !math.IsNaN(f) && !math.IsInf(f, 0) {
+				return f, true
+			}
+			d.errorf(n, pathField(field, path), "%s is not a JSON number", n.Value)
+			return nil, false
+		}
+		if strings.Contains(n.Value, "${") {
+			pos.add(path, false, d.pos(n), n)
+		}
+		return n.Value, true
+	}
+	d.errorf(n, pathField(field, path), "unsupported YAML node")
+	return nil, false
+}
+
+// positions maps template paths to where their strings stand in the file,
+// so that errors found later — compiling ${} or rendering — name the line.
+type positions map[string]scalarPos
+
+type scalarPos struct {
+	pos  Pos
+	node *yaml.Node // for offsets inside the string; dropped after load
+}
+
+func posKey(p expr.Path, key bool) string {
+	if key {
+		return p.String() + "\x00key"
+	}
+	return p.String()
+}
+
+func (ps positions) add(p expr.Path, key bool, pos Pos, n *yaml.Node) {
+	ps[posKey(p, key)] = scalarPos{pos: pos, node: n}
+}
+
+// pathField joins a schema field and a template path:
+// spec.resources[0].template + metadata.name.
+func pathField(field string, p expr.Path) string {
+	s := p.String()
+	if s == "" {
+		return field
+	}
+	if strings.HasPrefix(s, "[") {
+		return field + s
+	}
+	return join(field, s)
+}
+
+func join(field, name string) string {
+	if field == "" {
+		return name
+	}
+	return field + "." + name
+}
+
+// offsetPos returns the position of byte offset off inside the string value
+// of scalar n: exact for plain and quoted single-line strings and for literal
+// block scalars (|); the scalar's own position otherwise.
+func (d *decoder) offsetPos(n *yaml.Node, off int) Pos {
+	p := d.pos(n)
+	if off < 0 || off > len(n.Value) {
+		return p
+	}
+	before := n.Value[:off]
+	switch n.Style {
+	case 0, yaml.SingleQuotedStyle, yaml.DoubleQuotedStyle:
+		if strings.Contains(before, "\n") {
+			return p
+		}
+		switch n.Style {
+		case yaml.SingleQuotedStyle:
+			if strings.Contains(before, "'") {
+				return p // '' in the source is ' in the value
+			}
+			p.Column++
+		case yaml.DoubleQuotedStyle:
+			if strings.ContainsAny(before, "\"\\\t") || !isPrintable(before) {
+				return p // escapes in the source are shorter in the value
+			}
+			p.Column++
+		}
+		p.Column += utf8.RuneCountInString(before)
+		return p
+	case yaml.LiteralStyle:
+		k := strings.Count(before, "\n")
+		lineInValue := before[strings.LastIndexByte(before, '\n')+1:]
+		srcLine := n.Line + 1 + k
+		if srcLine-1 >= len(d.lines) {
+			return p
+		}
+		src := d.lines[srcLine-1]
+		full := strings.SplitN(n.Value, "\n", k+2)[k]
+		indent := utf8.RuneCountInString(src) - utf8.RuneCountInString(full)
+		if indent < 0 {
+			return p
+		}
+		return Pos{File: d.file, Line: srcLine, Column: indent + utf8.RuneCountInString(lineInValue) + 1}
+	}
+	return p
+}
+
+func isPrintable(s string) bool {
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+func contains(list []string, s string) bool {
+	for _, e := range list {
+		if e == s {
+			return true
+		}
+	}
+	return false
+}
+
+// suggest returns the known field closest to name when it is a likely typo.
+func suggest(name string, known []string) string {
+	best, bestDist := "", 3
+	for _, k := range known {
+		if d := editDistance(strings.ToLower(name), strings.ToLower(k)); d < bestDist {
+			best, bestDist = k, d
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

@@ -1,0 +1,281 @@
+package rules
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/syncloop/syncloop/rules/expr"
+)
+
+// File is one parsed rule file: its rules, or the errors that keep it out.
+type File struct {
+	Path  string
+	Rules []*Rule
+	// Skipped counts documents that are not rules (sample objects, CRDs).
+	Skipped int
+}
+
+// Set is a loaded rule set: every rule of every file, names unique. It is
+// immutable.
+type Set struct {
+	files  []*File
+	rules  []*Rule // sorted by name
+	byName map[string]*Rule
+}
+
+// Rules returns the rules sorted by name. The caller must not modify the
+// slice.
+func (s *Set) Rules() []*Rule { return s.rules }
+
+// Get returns the named rule, or nil.
+func (s *Set) Get(name string) *Rule { return s.byName[name] }
+
+// Len is the number of rules.
+func (s *Set) Len() int { return len(s.rules) }
+
+// Files returns the files the set was built from, in the order given.
+func (s *Set) Files() []*File { return s.files }
+
+// Loader parses rule files with one CEL compiler.
+type Loader struct {
+	compiler *expr.Compiler
+}
+
+// NewLoader returns a Loader whose expressions evaluate under opts.
+func NewLoader(opts expr.Options) (*Loader, error) {
+	c, err := expr.NewCompiler(opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Loader{compiler: c}, nil
+}
+
+// Load finds the rule files under paths (see FindFiles), parses them all and
+// builds a Set. The error, if any, is an ErrorList naming every problem in
+// every file; no Set is returned then.
+func (l *Loader) Load(paths ...string) (*Set, error) {
+	files, err := FindFiles(paths...)
+	if err != nil {
+		return nil, err
+	}
+	var parsed []*File
+	var errs ErrorList
+	for _, f := range files {
+		pf, err := l.ParseFile(f)
+		if err != nil {
+			errs = append(errs, asErrorList(err)...)
+			continue
+		}
+		parsed = append(parsed, pf)
+	}
+	if len(errs) > 0 {
+		return nil, errs.errOrNil()
+	}
+	return NewSet(parsed...)
+}
+
+func asErrorList(err error) ErrorList {
+	var el ErrorList
+	if errors.As(err, &el) {
+		return el
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return ErrorList{e}
+	}
+	return ErrorList{{Msg: err.Error()}}
+}
+
+// ParseFile reads and parses one rule file. Any error in any of its rules
+// fails the whole file (an ErrorList): a file is in force entirely or not at
+// all.
+func (l *Loader) ParseFile(path string) (*File, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, ErrorList{{Pos: Pos{File: path}, Msg: err.Error()}}
+	}
+	return l.Parse(path, data)
+}
+
+// maxFileSize bounds one rule file; a ConfigMap holds at most 1 MiB anyway.
+const maxFileSize = 4 << 20
+
+// Parse parses rule documents from data, named path in errors.
+func (l *Loader) Parse(path string, data []byte) (*File, error) {
+	if len(data) > maxFileSize {
+		return nil, ErrorList{{Pos: Pos{File: path}, Msg: fmt.Sprintf("file too large: %d bytes, the limit is %d", len(data), maxFileSize)}}
+	}
+	f := &File{Path: path}
+	lines := strings.Split(string(data), "\n")
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var errs ErrorList
+	names := map[string]Pos{}
+	for {
+		var doc yaml.Node
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			errs = append(errs, syntaxError(path, err))
+			break // the parser cannot resume after a syntax error
+		}
+		if len(doc.Content) == 0 || isNull(doc.Content[0]) {
+			continue // an empty document, e.g. after a trailing ---
+		}
+		root := doc.Content[0]
+		if !isRuleDocument(root) {
+			f.Skipped++
+			continue
+		}
+		d := &decoder{file: path, lines: lines}
+		r := d.decodeRule(root, l.compiler)
+		errs = append(errs, d.errs...)
+		if r == nil {
+			continue
+		}
+		if prev, dup := names[r.Name]; dup {
+			errs = append(errs, &Error{Pos: r.Pos, Rule: r.Name, Field: "metadata.name",
+				Msg: fmt.Sprintf("rule name used twice: also at %s", prev)})
+			continue
+		}
+		names[r.Name] = r.Pos
+		f.Rules = append(f.Rules, r)
+	}
+	if len(errs) > 0 {
+		return nil, errs.errOrNil()
+	}
+	return f, nil
+}
+
+func isNull(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
+}
+
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): `)
+
+// syntaxError turns a YAML parser error into an Error at its line (the
+// parser does not report a column).
+func syntaxError(path string, err error) *Error {
+	msg := err.Error()
+	p := Pos{File: path}
+	if m := yamlLine.FindStringSubmatch(msg); m != nil {
+		p.Line, _ = strconv.Atoi(m[1])
+		msg = msg[len(m[0]):]
+	} else {
+		msg = strings.TrimPrefix(msg, "yaml: ")
+	}
+	return &Error{Pos: p, Msg: "YAML: " + msg}
+}
+
+// NewSet combines parsed files into a Set; rule names must be unique across
+// them (the error names both places).
+func NewSet(files ...*File) (*Set, error) {
+	s := &Set{files: files, byName: map[string]*Rule{}}
+	var errs ErrorList
+	for _, f := range files {
+		for _, r := range f.Rules {
+			if prev, dup := s.byName[r.Name]; dup {
+				errs = append(errs, &Error{Pos: r.Pos, Rule: r.Name, Field: "metadata.name",
+					Msg: fmt.Sprintf("rule name used twice: also at %s", prev.Pos)})
+				continue
+			}
+			s.byName[r.Name] = r
+			s.rules = append(s.rules, r)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errs.errOrNil()
+	}
+	sort.Slice(s.rules, func(i, j int) bool { return s.rules[i].Name < s.rules[j].Name })
+	return s, nil
+}
+
+// FindFiles expands paths into rule files. A file named directly is read
+// whatever its name. A directory is walked: *.yaml and *.yml files, in
+// subdirectories too; names starting with "." are skipped — which is what
+// makes a ConfigMap volume work: its "..data" directory and "..2026_…"
+// versions are skipped, and the visible files, symlinks into "..data", are
+// followed. Symlinked directories are followed once.
+func FindFiles(paths ...string) ([]string, error) {
+	var out []string
+	seen := map[string]bool{}
+	for _, p := range paths {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return nil, err
+		}
+		if !fi.IsDir() {
+			if !seen[p] {
+				seen[p] = true
+				out = append(out, p)
+			}
+			continue
+		}
+		found, err := walk(p, map[string]bool{})
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range found {
+			if !seen[f] {
+				seen[f] = true
+				out = append(out, f)
+			}
+		}
+	}
+	return out, nil
+}
+
+// walk lists rule files under dir; visited holds real directory paths, so
+// symlink cycles end.
+func walk(dir string, visited map[string]bool) ([]string, error) {
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return nil, err
+	}
+	if visited[real] {
+		return nil, nil
+	}
+	visited[real] = true
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, ".") {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		fi, err := os.Stat(p) // follows symlinks
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				continue // a dangling symlink, e.g. mid ConfigMap update
+			}
+			return nil, err
+		}
+		if fi.IsDir() {
+			sub, err := walk(p, visited)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, sub...)
+			continue
+		}
+		if ext := filepath.Ext(name); ext == ".yaml" || ext == ".yml" {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}

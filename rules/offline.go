@@ -1,0 +1,172 @@
+package rules
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+)
+
+// ObjectRef names an object in render and plan output.
+type ObjectRef struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Namespace  string `json:"namespace"`
+	Name       string `json:"name"`
+}
+
+// RefOf returns obj's reference.
+func RefOf(obj *unstructured.Unstructured) ObjectRef {
+	return ObjectRef{APIVersion: obj.GetAPIVersion(), Kind: obj.GetKind(), Namespace: obj.GetNamespace(), Name: obj.GetName()}
+}
+
+// String is "<apiVersion> <Kind> <namespace/name>".
+func (r ObjectRef) String() string {
+	name := r.Name
+	if r.Namespace != "" {
+		name = r.Namespace + "/" + name
+	}
+	return r.APIVersion + " " + r.Kind + " " + name
+}
+
+// Result is one (rule, trigger) pair of an offline render.
+type Result struct {
+	Rule     string           `json:"rule"`
+	Trigger  ObjectRef        `json:"trigger"`
+	Skipped  bool             `json:"skipped,omitempty"`
+	Children []map[string]any `json:"children,omitempty"`
+	Status   map[string]any   `json:"status,omitempty"`
+	Error    string           `json:"error,omitempty"`
+}
+
+// Offline is the result of rendering rules against objects without a
+// cluster.
+type Offline struct {
+	Results []Result `json:"results"`
+	// NotEvaluated lists, per rule, field selector requirements that could
+	// not be evaluated offline (objects were matched without them).
+	NotEvaluated map[string][]string `json:"-"`
+}
+
+// Failed reports whether any result has an error.
+func (o *Offline) Failed() bool {
+	for _, r := range o.Results {
+		if r.Error != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// RenderOffline renders every rule of set (or only the one named only)
+// against every object its watch matches, as `syncloop render` does.
+// Results come in rule-name order, then in object order.
+func RenderOffline(ctx context.Context, set *Set, objects []*unstructured.Unstructured, only string) (*Offline, error) {
+	if only != "" && set.Get(only) == nil {
+		return nil, fmt.Errorf("no rule named %q", only)
+	}
+	scope := NewOfflineScope(objects)
+	out := &Offline{NotEvaluated: map[string][]string{}}
+	for _, r := range set.Rules() {
+		if only != "" && r.Name != only {
+			continue
+		}
+		for _, obj := range objects {
+			ok, notEval := r.Watch.MatchesOffline(obj)
+			if len(notEval) > 0 && len(out.NotEvaluated[r.Name]) == 0 {
+				out.NotEvaluated[r.Name] = notEval
+			}
+			if !ok {
+				continue
+			}
+			out.Results = append(out.Results, renderOne(ctx, r, obj, scope))
+		}
+	}
+	return out, nil
+}
+
+func renderOne(ctx context.Context, r *Rule, obj *unstructured.Unstructured, scope Scoper) Result {
+	res := Result{Rule: r.Name, Trigger: RefOf(obj)}
+	rd, err := r.Render(ctx, obj, scope)
+	if err != nil {
+		res.Error = err.Error()
+		return res
+	}
+	if rd.Skipped {
+		res.Skipped = true
+		return res
+	}
+	for _, c := range rd.Children {
+		res.Children = append(res.Children, c.Object.Object)
+	}
+	res.Status, err = rd.Status(ctx, RenderedObject)
+	if err != nil {
+		res.Error = err.Error()
+	}
+	return res
+}
+
+// WriteJSON writes the §5 JSON document: {"results":[…]}.
+func (o *Offline) WriteJSON(w io.Writer) error {
+	if o.Results == nil {
+		o.Results = []Result{}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(o)
+}
+
+// WriteYAML writes a YAML stream: every child as a document preceded by a
+// "# rule: …, trigger: …" comment, every status as a document of the
+// trigger preceded by "# status of …". Skipped triggers and errors are
+// comments (errors are also the caller's to report).
+func (o *Offline) WriteYAML(w io.Writer) error {
+	var b bytes.Buffer
+	for _, r := range o.Results {
+		switch {
+		case r.Error != "":
+			fmt.Fprintf(&b, "# rule: %s, trigger: %s: error: %s\n", r.Rule, r.Trigger, oneLine(r.Error))
+			continue
+		case r.Skipped:
+			fmt.Fprintf(&b, "# rule: %s, trigger: %s: skipped (when is false)\n", r.Rule, r.Trigger)
+			continue
+		}
+		for _, c := range r.Children {
+			if err := writeDoc(&b, fmt.Sprintf("# rule: %s, trigger: %s", r.Rule, r.Trigger), c); err != nil {
+				return err
+			}
+		}
+		if r.Status != nil {
+			md := map[string]any{"name": r.Trigger.Name}
+			if r.Trigger.Namespace != "" {
+				md["namespace"] = r.Trigger.Namespace
+			}
+			doc := map[string]any{"apiVersion": r.Trigger.APIVersion, "kind": r.Trigger.Kind, "metadata": md, "status": r.Status}
+			if err := writeDoc(&b, fmt.Sprintf("# status of %s (rule %s)", r.Trigger, r.Rule), doc); err != nil {
+				return err
+			}
+		}
+	}
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+func writeDoc(b *bytes.Buffer, comment string, v any) error {
+	y, err := yaml.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b.WriteString("---\n")
+	b.WriteString(comment)
+	b.WriteByte('\n')
+	b.Write(y)
+	return nil
+}
+
+func oneLine(s string) string {
+	return string(bytes.ReplaceAll([]byte(s), []byte("\n"), []byte(" ")))
+}

@@ -1,0 +1,579 @@
+package rules
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/syncloop/syncloop/rules/expr"
+)
+
+// Labels and annotations syncloop puts on every child (DESIGN §4). A
+// template may not set them.
+const (
+	LabelManagedBy        = "app.kubernetes.io/managed-by"
+	LabelRule             = Group + "/rule"
+	LabelOwnerUID         = Group + "/owner-uid"
+	AnnotationOwner       = Group + "/owner"
+	AnnotationResourceID  = Group + "/resource-id"
+	ManagedByValue        = "syncloop"
+	FieldManagerPrefix    = "syncloop/"
+	minResyncPeriod       = time.Second
+	maxWorkers            = 64
+	reservedLabelPrefix   = Group + "/"
+	reservedManagedByNote = "syncloop sets it on every child"
+)
+
+var (
+	celIdentifier = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
+	celReserved   = map[string]bool{
+		"in": true, "as": true, "break": true, "const": true, "continue": true, "else": true,
+		"for": true, "function": true, "if": true, "import": true, "let": true, "loop": true,
+		"package": true, "namespace": true, "return": true, "var": true, "void": true,
+		"while": true, "true": true, "false": true, "null": true,
+	}
+)
+
+// isRuleDocument tells rule documents from others (sample objects, CRDs)
+// that may share a directory: a document is a rule when its kind is Rule or
+// its apiVersion is in the syncloop.dev group. Anything else is skipped.
+func isRuleDocument(root *yaml.Node) bool {
+	root = resolve(root)
+	if root.Kind != yaml.MappingNode {
+		return true // not an object at all: decoding reports it
+	}
+	var apiVersion, kind string
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		switch resolve(root.Content[i]).Value {
+		case "apiVersion":
+			apiVersion = resolve(root.Content[i+1]).Value
+		case "kind":
+			kind = resolve(root.Content[i+1]).Value
+		}
+	}
+	if apiVersion == "" && kind == "" {
+		return true
+	}
+	return kind == Kind || strings.HasPrefix(apiVersion, Group+"/") || apiVersion == Group
+}
+
+// peekName returns the document's metadata.name when it is a valid rule
+// name, so that every error of the document can name its rule.
+func peekName(root *yaml.Node) string {
+	root = resolve(root)
+	if root.Kind != yaml.MappingNode {
+		return ""
+	}
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		if resolve(root.Content[i]).Value != "metadata" {
+			continue
+		}
+		md := resolve(root.Content[i+1])
+		if md.Kind != yaml.MappingNode {
+			return ""
+		}
+		for j := 0; j+1 < len(md.Content); j += 2 {
+			if resolve(md.Content[j]).Value == "name" {
+				if v := resolve(md.Content[j+1]); v.Kind == yaml.ScalarNode && len(validation.IsDNS1123Label(v.Value)) == 0 {
+					return v.Value
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// decodeRule decodes, validates and compiles one rule document. It returns
+// nil when the document has errors (all of them are in d.errs).
+func (d *decoder) decodeRule(root *yaml.Node, c *expr.Compiler) *Rule {
+	errsBefore := len(d.errs)
+	d.rule = peekName(root)
+	pos := positions{}
+	docVal, _ := d.value(root, nil, "", pos)
+	top := d.fields(root, "", "apiVersion", "kind", "metadata", "spec")
+	if top == nil {
+		return nil
+	}
+	r := &Rule{Pos: d.pos(resolve(root))}
+
+	if n, ok := top["apiVersion"]; !ok {
+		d.errorf(root, "apiVersion", "required: %s", APIVersion)
+	} else if v, ok := d.str(n, "apiVersion"); ok && v != APIVersion {
+		d.errorf(n, "apiVersion", "must be %s, not %q", APIVersion, v)
+	}
+	if n, ok := top["kind"]; !ok {
+		d.errorf(root, "kind", "required: %s", Kind)
+	} else if v, ok := d.str(n, "kind"); ok && v != Kind {
+		d.errorf(n, "kind", "must be %s, not %q", Kind, v)
+	}
+
+	if n, ok := top["metadata"]; !ok {
+		d.errorf(root, "metadata.name", "required")
+	} else if md := d.fields(n, "metadata", "name", "labels", "annotations"); md != nil {
+		if nn, ok := md["name"]; !ok {
+			d.errorf(n, "metadata.name", "required")
+		} else if name, ok := d.str(nn, "metadata.name"); ok {
+			if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+				d.errorf(nn, "metadata.name", "%q is not a valid rule name: %s", name, strings.Join(errs, "; "))
+			} else {
+				r.Name = name
+			}
+		}
+	}
+
+	spec, ok := top["spec"]
+	if !ok {
+		d.errorf(root, "spec", "required")
+		return nil
+	}
+	d.decodeSpec(r, spec, docVal, pos, c)
+	if len(d.errs) > errsBefore {
+		return nil
+	}
+	sum, err := json.Marshal(docVal)
+	if err != nil {
+		d.errorf(root, "", "internal: hashing the rule: %v", err)
+		return nil
+	}
+	h := sha256.Sum256(sum)
+	r.Hash = hex.EncodeToString(h[:])
+	return r
+}
+
+func (d *decoder) decodeSpec(r *Rule, spec *yaml.Node, docVal any, pos positions, c *expr.Compiler) {
+	f := d.fields(spec, "spec", "watch", "when", "variables", "resources", "status", "deletionPolicy",
+		"forceConflicts", "workers", "resyncPeriod", "rateLimit", "maxRetries")
+	if f == nil {
+		return
+	}
+	if n, ok := f["watch"]; ok {
+		d.decodeWatch(&r.Watch, n)
+	} else {
+		d.errorf(spec, "spec.watch", "required")
+	}
+
+	var varNames []string
+	if n, ok := f["variables"]; ok {
+		for i, vn := range d.seq(n, "spec.variables") {
+			field := fmt.Sprintf("spec.variables[%d]", i)
+			vf := d.fields(vn, field, "name", "expression")
+			if vf == nil {
+				continue
+			}
+			name, nameOK := "", false
+			if nn, ok := vf["name"]; !ok {
+				d.errorf(vn, field+".name", "required")
+			} else if name, nameOK = d.str(nn, field+".name"); nameOK {
+				switch {
+				case !celIdentifier.MatchString(name) || celReserved[name]:
+					d.errorf(nn, field+".name", "%q is not a CEL identifier (letters, digits, _; not a reserved word)", name)
+					nameOK = false
+				case contains(varNames, name):
+					d.errorf(nn, field+".name", "variable %q declared twice", name)
+					nameOK = false
+				}
+			}
+			en, ok := vf["expression"]
+			if !ok {
+				d.errorf(vn, field+".expression", "required")
+				continue
+			}
+			// A variable sees the variables declared before it.
+			e := d.expression(en, field+".expression", c, expr.Scope{Variables: varNames}, expr.AnyResult)
+			if nameOK {
+				varNames = append(varNames, name)
+				r.Variables = append(r.Variables, Variable{Name: name, Expr: e})
+			}
+		}
+	}
+	if n, ok := f["when"]; ok {
+		r.When = d.expression(n, "spec.when", c, expr.Scope{Variables: varNames}, expr.BoolResult)
+	}
+
+	var ids []string
+	if n, ok := f["resources"]; ok {
+		for i, rn := range d.seq(n, "spec.resources") {
+			if res := d.decodeResource(i, rn, docVal, pos, c, varNames, ids); res != nil {
+				r.Resources = append(r.Resources, res)
+				ids = append(ids, res.ID)
+			}
+		}
+	}
+	if n, ok := f["status"]; ok {
+		if resolve(n).Kind != yaml.MappingNode {
+			d.errorf(n, "spec.status", "must be a mapping, not %s", kindName(resolve(n)))
+		} else {
+			prefix := expr.Path{"spec", "status"}
+			r.Status = d.template(n, prefix, docVal, pos, c, expr.Scope{Variables: varNames, Children: nonNil(ids)})
+		}
+	}
+	if _, hasRes := f["resources"]; !hasRes && r.Status == nil {
+		if _, hasStatus := f["status"]; !hasStatus {
+			d.errorf(spec, "spec", "a rule needs resources, status, or both")
+		}
+	}
+
+	r.DeletionPolicy = DeletionDelete
+	if n, ok := f["deletionPolicy"]; ok {
+		if v, ok := d.str(n, "spec.deletionPolicy"); ok {
+			switch DeletionPolicy(v) {
+			case DeletionDelete, DeletionOrphan:
+				r.DeletionPolicy = DeletionPolicy(v)
+			default:
+				d.errorf(n, "spec.deletionPolicy", "must be Delete or Orphan, not %q", v)
+			}
+		}
+	}
+	r.ForceConflicts = true
+	if n, ok := f["forceConflicts"]; ok {
+		r.ForceConflicts, _ = d.boolean(n, "spec.forceConflicts")
+	}
+	r.Workers = DefaultWorkers
+	if n, ok := f["workers"]; ok {
+		if v, ok := d.integer(n, "spec.workers"); ok {
+			if v < 1 || v > maxWorkers {
+				d.errorf(n, "spec.workers", "must be between 1 and %d, not %d", maxWorkers, v)
+			}
+			r.Workers = int(v)
+		}
+	}
+	r.ResyncPeriod = DefaultResyncPeriod
+	if n, ok := f["resyncPeriod"]; ok {
+		if v, ok := d.duration(n, "spec.resyncPeriod"); ok {
+			if v != 0 && v < minResyncPeriod {
+				d.errorf(n, "spec.resyncPeriod", "must be 0 (off) or at least %v, not %v", minResyncPeriod, v)
+			}
+			r.ResyncPeriod = v
+		}
+	}
+	r.RateLimit = RateLimit{BaseDelay: DefaultBaseDelay, MaxDelay: DefaultMaxDelay, QPS: DefaultQPS, Burst: DefaultBurst}
+	if n, ok := f["rateLimit"]; ok {
+		d.decodeRateLimit(&r.RateLimit, n)
+	}
+	if n, ok := f["maxRetries"]; ok {
+		if v, ok := d.integer(n, "spec.maxRetries"); ok {
+			if v < 0 {
+				d.errorf(n, "spec.maxRetries", "must be 0 (retry forever) or more, not %d", v)
+			}
+			r.MaxRetries = int(v)
+		}
+	}
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func (d *decoder) decodeWatch(w *Watch, n *yaml.Node) {
+	f := d.fields(n, "spec.watch", "apiVersion", "kind", "namespace", "labelSelector", "fieldSelector")
+	if f == nil {
+		return
+	}
+	w.APIVersion, w.Kind = d.apiVersionKind(n, f, "spec.watch")
+	if nn, ok := f["namespace"]; ok {
+		if v, ok := d.str(nn, "spec.watch.namespace"); ok {
+			if errs := validation.IsDNS1123Label(v); v != "" && len(errs) > 0 {
+				d.errorf(nn, "spec.watch.namespace", "%q is not a valid namespace: %s", v, strings.Join(errs, "; "))
+			}
+			w.Namespace = v
+		}
+	}
+	w.LabelSelector = labels.Everything()
+	if nn, ok := f["labelSelector"]; ok {
+		if v, ok := d.str(nn, "spec.watch.labelSelector"); ok {
+			sel, err := labels.Parse(v)
+			if err != nil {
+				d.errorf(nn, "spec.watch.labelSelector", "%v", err)
+			} else {
+				w.LabelSelector = sel
+			}
+		}
+	}
+	w.FieldSelector = fields.Everything()
+	if nn, ok := f["fieldSelector"]; ok {
+		if v, ok := d.str(nn, "spec.watch.fieldSelector"); ok {
+			sel, err := fields.ParseSelector(v)
+			if err != nil {
+				d.errorf(nn, "spec.watch.fieldSelector", "%v", err)
+			} else {
+				w.FieldSelector = sel
+			}
+		}
+	}
+	if gv, err := schema.ParseGroupVersion(w.APIVersion); err == nil {
+		w.GVK = gv.WithKind(w.Kind)
+	}
+}
+
+// apiVersionKind decodes the required, literal apiVersion and kind of a
+// watch or a template.
+func (d *decoder) apiVersionKind(parent *yaml.Node, f map[string]*yaml.Node, field string) (string, string) {
+	var apiVersion, kind string
+	if n, ok := f["apiVersion"]; !ok {
+		d.errorf(parent, join(field, "apiVersion"), "required")
+	} else if v, ok := d.str(n, join(field, "apiVersion")); ok {
+		if strings.Contains(v, "${") {
+			d.errorf(n, join(field, "apiVersion"), "must be literal (no ${}): the kinds a rule touches are known when it loads")
+		} else if _, err := schema.ParseGroupVersion(v); err != nil || v == "" {
+			d.errorf(n, join(field, "apiVersion"), "%q is not a group/version", v)
+		} else {
+			apiVersion = v
+		}
+	}
+	if n, ok := f["kind"]; !ok {
+		d.errorf(parent, join(field, "kind"), "required")
+	} else if v, ok := d.str(n, join(field, "kind")); ok {
+		if strings.Contains(v, "${") {
+			d.errorf(n, join(field, "kind"), "must be literal (no ${}): the kinds a rule touches are known when it loads")
+		} else if v == "" {
+			d.errorf(n, join(field, "kind"), "must not be empty")
+		} else {
+			kind = v
+		}
+	}
+	return apiVersion, kind
+}
+
+func (d *decoder) decodeResource(i int, n *yaml.Node, docVal any, pos positions, c *expr.Compiler, vars, ids []string) *Resource {
+	field := fmt.Sprintf("spec.resources[%d]", i)
+	f := d.fields(n, field, "id", "when", "forEach", "template")
+	if f == nil {
+		return nil
+	}
+	errsBefore := len(d.errs)
+	res := &Resource{Index: i}
+	if nn, ok := f["id"]; !ok {
+		d.errorf(n, field+".id", "required")
+	} else if id, ok := d.str(nn, field+".id"); ok {
+		if errs := validation.IsDNS1123Label(id); len(errs) > 0 {
+			d.errorf(nn, field+".id", "%q is not a valid resource id: %s", id, strings.Join(errs, "; "))
+		} else if contains(ids, id) {
+			d.errorf(nn, field+".id", "resource id %q used twice in this rule", id)
+		} else {
+			res.ID = id
+		}
+	}
+	scope := expr.Scope{Variables: vars}
+	if nn, ok := f["when"]; ok {
+		res.When = d.expression(nn, field+".when", c, scope, expr.BoolResult)
+	}
+	if nn, ok := f["forEach"]; ok {
+		res.ForEach = d.expression(nn, field+".forEach", c, scope, expr.ListResult)
+		scope.ForEach = true
+	}
+	tn, ok := f["template"]
+	if !ok {
+		d.errorf(n, field+".template", "required")
+		return nil
+	}
+	tf := d.fields(tn, field+".template", templateTopFields(tn)...)
+	if tf == nil {
+		return nil
+	}
+	res.APIVersion, res.Kind = d.apiVersionKind(tn, tf, field+".template")
+	if gv, err := schema.ParseGroupVersion(res.APIVersion); err == nil {
+		res.GVK = gv.WithKind(res.Kind)
+	}
+	d.checkMetadata(tn, tf, field+".template")
+	res.Template = d.template(tn, expr.Path{"spec", "resources", i, "template"}, docVal, pos, c, scope)
+	if len(d.errs) > errsBefore {
+		return nil
+	}
+	return res
+}
+
+// templateTopFields accepts every top-level key of a template (any kind's
+// body is allowed); fields() is used only to get the mapping checks.
+func templateTopFields(n *yaml.Node) []string {
+	n = resolve(n)
+	var keys []string
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		keys = append(keys, resolve(n.Content[i]).Value)
+	}
+	return keys
+}
+
+// checkMetadata validates what must hold of every child's metadata before
+// rendering: a name (literal or templated), no generateName, no labels or
+// annotations that syncloop owns.
+func (d *decoder) checkMetadata(tn *yaml.Node, tf map[string]*yaml.Node, field string) {
+	mn, ok := tf["metadata"]
+	if !ok {
+		d.errorf(tn, field+".metadata.name", "required")
+		return
+	}
+	mf := d.fields(mn, field+".metadata", templateTopFields(mn)...)
+	if mf == nil {
+		return
+	}
+	if n, ok := mf["generateName"]; ok {
+		d.errorf(n, field+".metadata.generateName", "not supported: syncloop finds its children again by name; set metadata.name")
+	}
+	if n, ok := mf["name"]; !ok {
+		d.errorf(mn, field+".metadata.name", "required")
+	} else if v, ok := d.str(n, field+".metadata.name"); ok && v == "" {
+		d.errorf(n, field+".metadata.name", "must not be empty")
+	}
+	if n, ok := mf["namespace"]; ok {
+		if v, ok := d.str(n, field+".metadata.namespace"); ok && !strings.Contains(v, "${") {
+			if errs := validation.IsDNS1123Label(v); len(errs) > 0 {
+				d.errorf(n, field+".metadata.namespace", "%q is not a valid namespace: %s", v, strings.Join(errs, "; "))
+			}
+		}
+	}
+	for _, section := range []string{"labels", "annotations"} {
+		sn, ok := mf[section]
+		if !ok || resolve(sn).Kind != yaml.MappingNode {
+			continue
+		}
+		sn = resolve(sn)
+		for i := 0; i+1 < len(sn.Content); i += 2 {
+			k := resolve(sn.Content[i])
+			if strings.HasPrefix(k.Value, reservedLabelPrefix) || k.Value == LabelManagedBy {
+				d.errorf(k, field+".metadata."+section, "%q is reserved: %s", k.Value, reservedManagedByNote)
+			}
+		}
+	}
+	if n, ok := mf["ownerReferences"]; ok {
+		d.errorf(n, field+".metadata.ownerReferences", "not supported: syncloop sets the controller reference to the trigger")
+	}
+}
+
+// expression compiles a CEL expression written as a YAML string.
+func (d *decoder) expression(n *yaml.Node, field string, c *expr.Compiler, scope expr.Scope, want expr.Result) *Expression {
+	src, ok := d.str(n, field)
+	if !ok {
+		return nil
+	}
+	n = resolve(n)
+	prog, err := c.Compile(src, scope, want)
+	if err != nil {
+		ce, _ := err.(*expr.Error)
+		off := -1
+		msg := err.Error()
+		if ce != nil {
+			off, msg = ce.Offset, ce.Msg
+		}
+		d.errorAt(d.offsetPos(n, off), field, "%s", msg)
+		return nil
+	}
+	return &Expression{Program: prog, Pos: d.pos(n), Field: field}
+}
+
+// template compiles the template at prefix in the document. Its strings'
+// positions come from the document-wide positions map.
+func (d *decoder) template(n *yaml.Node, prefix expr.Path, docVal any, pos positions, c *expr.Compiler, scope expr.Scope) *Template {
+	val := lookup(docVal, prefix)
+	t, errs := c.CompileTemplate(val, scope)
+	field := pathField("", prefix)
+	for _, e := range errs {
+		full := append(append(expr.Path(nil), prefix...), e.Path...)
+		p := d.pos(resolve(n))
+		if sp, ok := pos[posKey(full, e.Key)]; ok {
+			p = d.offsetPos(sp.node, e.Offset)
+		}
+		d.errorAt(p, pathField("", full), "%s", e.Msg)
+	}
+	if errs != nil {
+		return nil
+	}
+	kept := make(map[string]Pos)
+	for k, sp := range pos {
+		if strings.HasPrefix(k, field) {
+			kept[k] = sp.pos
+		}
+	}
+	return &Template{Template: t, Pos: d.pos(resolve(n)), Field: field, prefix: prefix, positions: kept}
+}
+
+// lookup walks a decoded document along p.
+func lookup(v any, p expr.Path) any {
+	for _, e := range p {
+		switch e := e.(type) {
+		case string:
+			m, _ := v.(map[string]any)
+			v = m[e]
+		case int:
+			l, _ := v.([]any)
+			if e >= len(l) {
+				return nil
+			}
+			v = l[e]
+		}
+	}
+	return v
+}
+
+func (d *decoder) duration(n *yaml.Node, field string) (time.Duration, bool) {
+	s, ok := d.str(n, field)
+	if !ok {
+		return 0, false
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		d.errorf(n, field, "%q is not a duration (like 30s, 10m, 1h)", s)
+		return 0, false
+	}
+	if v < 0 {
+		d.errorf(n, field, "must not be negative")
+		return 0, false
+	}
+	return v, true
+}
+
+func (d *decoder) decodeRateLimit(rl *RateLimit, n *yaml.Node) {
+	const field = "spec.rateLimit"
+	f := d.fields(n, field, "baseDelay", "maxDelay", "qps", "burst")
+	if f == nil {
+		return
+	}
+	if nn, ok := f["baseDelay"]; ok {
+		if v, ok := d.duration(nn, field+".baseDelay"); ok {
+			if v == 0 {
+				d.errorf(nn, field+".baseDelay", "must be more than 0")
+			}
+			rl.BaseDelay = v
+		}
+	}
+	if nn, ok := f["maxDelay"]; ok {
+		if v, ok := d.duration(nn, field+".maxDelay"); ok {
+			rl.MaxDelay = v
+		}
+	}
+	if rl.MaxDelay < rl.BaseDelay {
+		at := n
+		if nn, ok := f["maxDelay"]; ok {
+			at = nn
+		}
+		d.errorf(at, field+".maxDelay", "must be at least baseDelay (%v), not %v", rl.BaseDelay, rl.MaxDelay)
+	}
+	if nn, ok := f["qps"]; ok {
+		if v, ok := d.number(nn, field+".qps"); ok {
+			if v <= 0 {
+				d.errorf(nn, field+".qps", "must be more than 0")
+			}
+			rl.QPS = v
+		}
+	}
+	if nn, ok := f["burst"]; ok {
+		if v, ok := d.integer(nn, field+".burst"); ok {
+			if v < 1 {
+				d.errorf(nn, field+".burst", "must be at least 1")
+			}
+			rl.Burst = int(v)
+		}
+	}
+}

@@ -1,0 +1,269 @@
+package rules
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/syncloop/syncloop/rules/expr"
+)
+
+// scopes is a Scoper from a table, for rendering without a cluster.
+type scopes map[string]bool // kind → namespaced
+
+func (s scopes) Namespaced(gvk schema.GroupVersionKind) (bool, error) {
+	ns, ok := s[gvk.Kind]
+	if !ok {
+		return false, fmt.Errorf("unknown kind %s", gvk.Kind)
+	}
+	return ns, nil
+}
+
+var testScopes = scopes{"ConfigMap": true, "Namespace": false, "ClusterRole": false, "App": true}
+
+func parseRule(t *testing.T, doc string) *Rule {
+	t.Helper()
+	l, err := NewLoader(expr.Options{CostLimit: 100_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := l.Parse("rule.yaml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f.Rules[0]
+}
+
+func obj(apiVersion, kind, ns, name string, labels map[string]any) *unstructured.Unstructured {
+	md := map[string]any{"name": name, "uid": "uid-" + name}
+	if ns != "" {
+		md["namespace"] = ns
+	}
+	if labels != nil {
+		md["labels"] = labels
+	}
+	return &unstructured.Unstructured{Object: map[string]any{"apiVersion": apiVersion, "kind": kind, "metadata": md}}
+}
+
+const appRule = `apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: app}
+spec:
+  watch: {apiVersion: example.com/v1, kind: App}
+  when: "object.metadata.?labels.?skip.orValue('') != 'yes'"
+  variables:
+    - name: base
+      expression: "object.metadata.name + '-cfg'"
+  resources:
+    - id: local
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "${variables.base}"}
+        data: {owner: "${object.metadata.name}"}
+    - id: remote
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "${variables.base}", namespace: elsewhere}
+    - id: cluster
+      when: "object.metadata.?labels.?cluster.orValue('') == 'yes'"
+      template:
+        apiVersion: rbac.authorization.k8s.io/v1
+        kind: ClusterRole
+        metadata: {name: "${object.metadata.namespace}-${object.metadata.name}"}
+    - id: per-team
+      forEach: "['a', 'b']"
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "team-${item}-${index}"}
+  status:
+    local: "${children.?local.?data.?owner.orValue('none')}"
+    teams: "${children['per-team'].map(c, c.metadata.name)}"
+`
+
+func TestRenderChildren(t *testing.T) {
+	r := parseRule(t, appRule)
+	trigger := obj("example.com/v1", "App", "shop", "web", map[string]any{"cluster": "yes"})
+	rd, err := r.Render(context.Background(), trigger, testScopes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]*unstructured.Unstructured{}
+	var order []string
+	for _, c := range rd.Children {
+		key := c.ResourceID + ":" + c.Object.GetNamespace() + "/" + c.Object.GetName()
+		got[key] = c.Object
+		order = append(order, key)
+	}
+	want := []string{"local:shop/web-cfg", "remote:elsewhere/web-cfg", "cluster:/shop-web", "per-team:shop/team-a-0", "per-team:shop/team-b-1"}
+	if strings.Join(order, " ") != strings.Join(want, " ") {
+		t.Fatalf("children %v, want %v", order, want)
+	}
+
+	for key, o := range got {
+		l := o.GetLabels()
+		if l[LabelManagedBy] != "syncloop" || l[LabelRule] != "app" || l[LabelOwnerUID] != "uid-web" {
+			t.Errorf("%s: labels %v", key, l)
+		}
+		a := o.GetAnnotations()
+		if a[AnnotationOwner] != "example.com/v1/App/shop/web" || a[AnnotationResourceID] != strings.Split(key, ":")[0] {
+			t.Errorf("%s: annotations %v", key, a)
+		}
+	}
+	// An ownerReference only where Kubernetes allows one: same namespace.
+	for key, wantRef := range map[string]bool{"local:shop/web-cfg": true, "remote:elsewhere/web-cfg": false, "cluster:/shop-web": false} {
+		refs := got[key].GetOwnerReferences()
+		if wantRef != (len(refs) == 1) {
+			t.Errorf("%s: ownerReferences %v, want one: %v", key, refs, wantRef)
+			continue
+		}
+		if wantRef {
+			ref := refs[0]
+			if ref.Kind != "App" || ref.APIVersion != "example.com/v1" || ref.Name != "web" || ref.UID != "uid-web" || ref.Controller == nil || !*ref.Controller {
+				t.Errorf("%s: ownerReference %+v", key, ref)
+			}
+		}
+	}
+	if got["local:shop/web-cfg"].Object["data"].(map[string]any)["owner"] != "web" {
+		t.Errorf("data = %v", got["local:shop/web-cfg"].Object["data"])
+	}
+
+	status, err := rd.Status(context.Background(), RenderedObject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(status) != "map[local:web teams:[team-a-0 team-b-1]]" {
+		t.Errorf("status = %v", status)
+	}
+	// Status sees live children: one the cluster does not have is absent.
+	status, err = rd.Status(context.Background(), func(c Child) (map[string]any, bool) {
+		return c.Object.Object, c.ResourceID != "local"
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status["local"] != "none" {
+		t.Errorf("status.local with no live child = %v, want none", status["local"])
+	}
+}
+
+func TestRenderWhen(t *testing.T) {
+	r := parseRule(t, appRule)
+	rd, err := r.Render(context.Background(), obj("example.com/v1", "App", "shop", "web", map[string]any{"skip": "yes"}), testScopes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rd.Skipped || len(rd.Children) != 0 {
+		t.Errorf("skipped %v with %d children, want skipped with none", rd.Skipped, len(rd.Children))
+	}
+	if s, err := rd.Status(context.Background(), RenderedObject); s != nil || err != nil {
+		t.Errorf("status of a skipped trigger = %v, %v", s, err)
+	}
+	rd, err = r.Render(context.Background(), obj("example.com/v1", "App", "shop", "web", nil), testScopes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range rd.Children {
+		if c.ResourceID == "cluster" {
+			t.Error("resource with a false `when` rendered")
+		}
+	}
+}
+
+func TestClusterScopedTrigger(t *testing.T) {
+	doc := head + watchNS + `  resources:
+    - id: defaulted
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x}}
+`
+	r := parseRule(t, doc)
+	_, err := r.Render(context.Background(), obj("v1", "Namespace", "", "team-a", nil), testScopes)
+	want := `rule.yaml:11:17: rule "r": resource "defaulted": spec.resources[0].template.metadata.namespace: ConfigMap is namespaced and the trigger is cluster-scoped: set metadata.namespace`
+	if err == nil || err.Error() != want {
+		t.Fatalf("err = %v\nwant %s", err, want)
+	}
+
+	doc = head + watchNS + `  resources:
+    - id: inside
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: "${object.metadata.name}"}}
+`
+	rd, err := parseRule(t, doc).Render(context.Background(), obj("v1", "Namespace", "", "team-a", nil), testScopes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := rd.Children[0].Object
+	// A cluster-scoped owner may own objects in any namespace.
+	if c.GetNamespace() != "team-a" || len(c.GetOwnerReferences()) != 1 || c.GetAnnotations()[AnnotationOwner] != "v1/Namespace//team-a" {
+		t.Errorf("child %v", c.Object["metadata"])
+	}
+}
+
+func TestRenderErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		spec string // after watch
+		want string
+	}{
+		{"missing key", `  resources:
+    - id: a
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${object.spec.name}"}}
+`, `rule.yaml:11:68: rule "r": resource "a": spec.resources[0].template.metadata.name: ${object.spec.name}: no such key: spec`},
+		{"when not bool at run time", `  when: object.metadata.name
+` + cm, `rule.yaml:9:9: rule "r": spec.when: must produce a bool, produced string`},
+		{"name renders empty", `  resources:
+    - id: a
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${''}"}}
+`, `rule.yaml:11:17: rule "r": resource "a": spec.resources[0].template.metadata.name: must render to a non-empty string, rendered ""`},
+		{"two children, one name", `  resources:
+    - id: a
+      forEach: "['x', 'x']"
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${item}", namespace: n}}
+`, `rule.yaml:12:17: rule "r": resource "a": spec.resources[0].template: ConfigMap n/x rendered twice (also by resource "a")`},
+		{"label not a string", `  resources:
+    - id: a
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: n, labels: {n: 1}}}
+`, `rule.yaml:11:17: rule "r": resource "a": spec.resources[0].template.metadata.labels: values must be strings`},
+		{"cluster-scoped child with namespace", `  resources:
+    - id: a
+      template: {apiVersion: rbac.authorization.k8s.io/v1, kind: ClusterRole, metadata: {name: a, namespace: n}}
+`, `rule.yaml:11:17: rule "r": resource "a": spec.resources[0].template.metadata.namespace: ClusterRole is cluster-scoped: metadata.namespace must be empty, rendered "n"`},
+		{"unknown kind", `  resources:
+    - id: a
+      template: {apiVersion: x.io/v1, kind: Thing, metadata: {name: a}}
+`, `rule.yaml:11:17: rule "r": resource "a": spec.resources[0].template: unknown kind Thing`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := parseRule(t, head+watchNS+tt.spec)
+			_, err := r.Render(context.Background(), obj("v1", "Namespace", "", "team-a", nil), testScopes)
+			if err == nil || err.Error() != tt.want {
+				t.Fatalf("err = %v\nwant %s", err, tt.want)
+			}
+			var re *RenderError
+			if !errors.As(err, &re) || re.Rule != "r" {
+				t.Errorf("error %T is not a *RenderError for rule r", err)
+			}
+		})
+	}
+}
+
+func TestRenderCostLimit(t *testing.T) {
+	r := parseRule(t, head+watchNS+`  resources:
+    - id: a
+      forEach: "lists.range(1000).map(a, lists.range(1000).map(b, a*b)).flatten()"
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "x-${item}", namespace: n}}
+`)
+	_, err := r.Render(context.Background(), obj("v1", "Namespace", "", "team-a", nil), testScopes)
+	if !errors.Is(err, expr.ErrCostLimit) {
+		t.Fatalf("err = %v, want one wrapping ErrCostLimit", err)
+	}
+	if !strings.HasPrefix(err.Error(), `rule.yaml:11:16: rule "r": resource "a": spec.resources[0].forEach: CEL cost limit exceeded`) {
+		t.Errorf("err = %v", err)
+	}
+}

@@ -1,0 +1,139 @@
+package rules
+
+import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/syncloop/syncloop/rules/expr"
+)
+
+// APIVersion and Kind of rule documents.
+const (
+	Group      = "syncloop.dev"
+	APIVersion = Group + "/v1alpha1"
+	Kind       = "Rule"
+)
+
+// DeletionPolicy says what happens to a trigger's children when the trigger
+// is deleted or its `when` turns false.
+type DeletionPolicy string
+
+const (
+	// DeletionDelete deletes the children (the default).
+	DeletionDelete DeletionPolicy = "Delete"
+	// DeletionOrphan leaves them in place.
+	DeletionOrphan DeletionPolicy = "Orphan"
+)
+
+// Defaults for the optional fields of a rule's spec. The rate limit defaults
+// are those of client-go's DefaultTypedControllerRateLimiter.
+const (
+	DefaultWorkers      = 2
+	DefaultResyncPeriod = 10 * time.Minute
+	DefaultBaseDelay    = 5 * time.Millisecond
+	DefaultMaxDelay     = 1000 * time.Second
+	DefaultQPS          = 10
+	DefaultBurst        = 100
+)
+
+// Rule is one loaded, validated and compiled rule. It is immutable: the
+// engine and the reload diff share it between goroutines.
+type Rule struct {
+	Name string
+	// Pos is where the rule's document starts.
+	Pos Pos
+	// Hash identifies the rule's content: two rules with equal hashes behave
+	// the same, wherever their files are.
+	Hash string
+
+	Watch     Watch
+	When      *Expression // nil: every watched object is a trigger
+	Variables []Variable
+	Resources []*Resource
+	// Status, when not nil, renders the trigger's .status.
+	Status *Template
+
+	DeletionPolicy DeletionPolicy
+	ForceConflicts bool
+	Workers        int
+	ResyncPeriod   time.Duration
+	RateLimit      RateLimit
+	MaxRetries     int
+}
+
+// Watch selects the trigger objects.
+type Watch struct {
+	APIVersion string
+	Kind       string
+	GVK        schema.GroupVersionKind
+	Namespace  string // empty: all namespaces
+	// LabelSelector and FieldSelector are sent to the API server; their
+	// String forms are canonical, usable in comparable keys.
+	LabelSelector labels.Selector
+	FieldSelector fields.Selector
+}
+
+// Variable is a named expression, evaluated in order per trigger.
+type Variable struct {
+	Name string
+	Expr *Expression
+}
+
+// Resource is one desired child (or, with ForEach, a list of them).
+type Resource struct {
+	ID         string
+	APIVersion string
+	Kind       string
+	GVK        schema.GroupVersionKind
+	When       *Expression // nil: always
+	ForEach    *Expression // nil: one child
+	Template   *Template
+	// Index is the resource's position in spec.resources.
+	Index int
+}
+
+// Expression is a compiled CEL expression and where it was written.
+type Expression struct {
+	*expr.Program
+	Pos   Pos
+	Field string // e.g. spec.resources[1].forEach
+}
+
+// Template is a compiled ${} template and where its strings were written.
+type Template struct {
+	*expr.Template
+	Pos   Pos
+	Field string // e.g. spec.resources[0].template
+	// prefix is the template's path in its document; positions are keyed by
+	// full document paths.
+	prefix    expr.Path
+	positions map[string]Pos
+}
+
+// posOf returns where the string at path p (relative to the template) was
+// written, or the template's own position.
+func (t *Template) posOf(p expr.Path) Pos {
+	full := append(append(expr.Path(nil), t.prefix...), p...)
+	for len(full) >= len(t.prefix) {
+		if pos, ok := t.positions[posKey(full, false)]; ok {
+			return pos
+		}
+		if len(full) == 0 {
+			break
+		}
+		full = full[:len(full)-1]
+	}
+	return t.Pos
+}
+
+// RateLimit configures a rule's workqueue: per-item exponential backoff from
+// BaseDelay to MaxDelay, and an overall token bucket of QPS and Burst.
+type RateLimit struct {
+	BaseDelay time.Duration
+	MaxDelay  time.Duration
+	QPS       float64
+	Burst     int
+}

@@ -1,0 +1,189 @@
+package rules
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/syncloop/syncloop/rules/expr"
+)
+
+func newLoader(t testing.TB) *Loader {
+	t.Helper()
+	l, err := NewLoader(expr.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// head is the first five lines of a rule document; spec's fields start on
+// line 6, indented by two.
+const head = "apiVersion: syncloop.dev/v1alpha1\nkind: Rule\nmetadata:\n  name: r\nspec:\n"
+
+// watchNS is a valid watch (lines 6-8).
+const watchNS = "  watch:\n    apiVersion: v1\n    kind: Namespace\n"
+
+// cm is a valid resource list (from its line on: 6 lines).
+const cm = "  resources:\n    - id: cm\n      template:\n        apiVersion: v1\n        kind: ConfigMap\n        metadata: {name: x}\n"
+
+func TestValidationErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		want string // the complete error line, file "r.yaml"
+	}{
+		{"yaml syntax", "apiVersion: a\n  kind: b: c\n",
+			`r.yaml:2: YAML: mapping values are not allowed in this context`},
+		{"typo in when variable", head + watchNS + "  when: \"objet.metadata.name == 'a'\"\n" + cm,
+			`r.yaml:9:10: rule "r": spec.when: undeclared reference to 'objet'`},
+		{"when not bool", head + watchNS + "  when: object.metadata.name\n" + cm,
+			``}, // dyn: accepted at load, checked when evaluated (see TestRenderErrors)
+		{"when a string literal", head + watchNS + "  when: \"'yes'\"\n" + cm,
+			`r.yaml:9:9: rule "r": spec.when: must produce a bool, but produces string`},
+		{"forEach not a list", head + watchNS + "  resources:\n    - id: cm\n      forEach: \"{'a': 1}\"\n      template:\n        apiVersion: v1\n        kind: ConfigMap\n        metadata: {name: x}\n",
+			`r.yaml:11:16: rule "r": spec.resources[0].forEach: must produce a list, but produces map(string, int)`},
+		{"item outside forEach", head + watchNS + "  resources:\n    - id: cm\n      template:\n        apiVersion: v1\n        kind: ConfigMap\n        metadata: {name: \"x-${item}\"}\n",
+			`r.yaml:14:31: rule "r": spec.resources[0].template.metadata.name: ${item}: undeclared reference to 'item'`},
+		{"unknown variable", head + watchNS + "  variables:\n    - name: tier\n      expression: \"'gold'\"\n  when: variables.tire == 'gold'\n" + cm,
+			`r.yaml:12:19: rule "r": spec.when: undeclared variable "tire" (declared: tier)`},
+		{"variable uses a later one", head + watchNS + "  variables:\n    - name: a\n      expression: variables.b\n    - name: b\n      expression: \"1\"\n" + cm,
+			`r.yaml:11:29: rule "r": spec.variables[0].expression: undeclared variable "b" (no variables are declared here)`},
+		{"unknown child in status", head + watchNS + cm + "  status:\n    ok: ${has(children.cn.metadata)}\n",
+			`r.yaml:16:24: rule "r": spec.status.ok: ${has(children.cn.metadata)}: undeclared resource id "cn" (declared: cm)`},
+		{"unknown field with suggestion", head + watchNS + "  wen: \"true\"\n" + cm,
+			`r.yaml:9:3: rule "r": spec: unknown field "wen" (did you mean "when"?)`},
+		{"unknown top-level field", "apiVersion: syncloop.dev/v1alpha1\nkind: Rule\nmetadata: {name: r}\nspek: {}\n",
+			`r.yaml:4:1: rule "r": unknown field "spek" (did you mean "spec"?)`},
+		{"duplicate key", head + watchNS + "  workers: 1\n  workers: 2\n" + cm,
+			`r.yaml:10:3: rule "r": spec.workers: key given twice`},
+		{"wrong apiVersion", "apiVersion: syncloop.dev/v1\nkind: Rule\nmetadata: {name: r}\nspec: {}\n",
+			`r.yaml:1:13: rule "r": apiVersion: must be syncloop.dev/v1alpha1, not "syncloop.dev/v1"`},
+		{"wrong kind", "apiVersion: syncloop.dev/v1alpha1\nkind: Rules\nmetadata: {name: r}\nspec: {}\n",
+			`r.yaml:2:7: rule "r": kind: must be Rule, not "Rules"`},
+		{"rule name not DNS-1123", "apiVersion: syncloop.dev/v1alpha1\nkind: Rule\nmetadata: {name: My_Rule}\nspec: {}\n",
+			`r.yaml:3:18: metadata.name: "My_Rule" is not a valid rule name`},
+		{"missing name", "apiVersion: syncloop.dev/v1alpha1\nkind: Rule\nmetadata: {}\nspec: {}\n",
+			`r.yaml:3:11: metadata.name: required`},
+		{"missing watch", head + cm,
+			`r.yaml:6:3: rule "r": spec.watch: required`},
+		{"no resources and no status", head + watchNS,
+			`r.yaml:6:3: rule "r": spec: a rule needs resources, status, or both`},
+		{"watch apiVersion templated", head + "  watch:\n    apiVersion: ${x}\n    kind: Namespace\n" + cm,
+			`r.yaml:7:17: rule "r": spec.watch.apiVersion: must be literal (no ${})`},
+		{"watch kind missing", head + "  watch:\n    apiVersion: v1\n" + cm,
+			`r.yaml:7:5: rule "r": spec.watch.kind: required`},
+		{"bad label selector", head + watchNS + "    labelSelector: \"a in (b\"\n" + cm,
+			`r.yaml:9:20: rule "r": spec.watch.labelSelector:`},
+		{"bad field selector", head + watchNS + "    fieldSelector: \"metadata.name\"\n" + cm,
+			`r.yaml:9:20: rule "r": spec.watch.fieldSelector: invalid selector`},
+		{"bad watch namespace", head + watchNS + "    namespace: Team_A\n" + cm,
+			`r.yaml:9:16: rule "r": spec.watch.namespace: "Team_A" is not a valid namespace`},
+		{"resource id twice", head + watchNS + cm + "    - id: cm\n      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: y}}\n",
+			`r.yaml:15:11: rule "r": spec.resources[1].id: resource id "cm" used twice in this rule`},
+		{"resource id not DNS-1123", head + watchNS + "  resources:\n    - id: Quota\n      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: y}}\n",
+			`r.yaml:10:11: rule "r": spec.resources[0].id: "Quota" is not a valid resource id`},
+		{"template kind templated", head + watchNS + "  resources:\n    - id: a\n      template: {apiVersion: v1, kind: \"${'ConfigMap'}\", metadata: {name: y}}\n",
+			`r.yaml:11:40: rule "r": spec.resources[0].template.kind: must be literal (no ${})`},
+		{"template name missing", head + watchNS + "  resources:\n    - id: a\n      template: {apiVersion: v1, kind: ConfigMap, metadata: {namespace: y}}\n",
+			`r.yaml:11:61: rule "r": spec.resources[0].template.metadata.name: required`},
+		{"generateName", head + watchNS + "  resources:\n    - id: a\n      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: a, generateName: b-}}\n",
+			`r.yaml:11:85: rule "r": spec.resources[0].template.metadata.generateName: not supported`},
+		{"reserved label", head + watchNS + "  resources:\n    - id: a\n      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: a, labels: {syncloop.dev/rule: x}}}\n",
+			`r.yaml:11:80: rule "r": spec.resources[0].template.metadata.labels: "syncloop.dev/rule" is reserved`},
+		{"ownerReferences", head + watchNS + "  resources:\n    - id: a\n      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: a, ownerReferences: []}}\n",
+			`r.yaml:11:88: rule "r": spec.resources[0].template.metadata.ownerReferences: not supported`},
+		{"unterminated template", head + watchNS + "  resources:\n    - id: a\n      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: \"a-${x\"}}\n",
+			`r.yaml:11:71: rule "r": spec.resources[0].template.metadata.name: unterminated ${: missing }`},
+		{"templated key error", head + watchNS + "  resources:\n    - id: a\n      template:\n        apiVersion: v1\n        kind: ConfigMap\n        metadata: {name: a}\n        data:\n          ${objct.x}: v\n",
+			`r.yaml:16:13: rule "r": spec.resources[0].template.data.${objct.x}: ${objct.x}: undeclared reference to 'objct'`},
+		{"literal block expression", head + watchNS + "  when: |\n    object.metadata.name == 'a' &&\n      objet.x\n" + cm,
+			`r.yaml:11:7: rule "r": spec.when: undeclared reference to 'objet'`},
+		{"variable name not an identifier", head + watchNS + "  variables:\n    - name: my-var\n      expression: \"1\"\n" + cm,
+			`r.yaml:10:13: rule "r": spec.variables[0].name: "my-var" is not a CEL identifier`},
+		{"variable twice", head + watchNS + "  variables:\n    - {name: a, expression: \"1\"}\n    - {name: a, expression: \"2\"}\n" + cm,
+			`r.yaml:11:14: rule "r": spec.variables[1].name: variable "a" declared twice`},
+		{"bad deletionPolicy", head + watchNS + cm + "  deletionPolicy: Keep\n",
+			`r.yaml:15:19: rule "r": spec.deletionPolicy: must be Delete or Orphan, not "Keep"`},
+		{"workers zero", head + watchNS + cm + "  workers: 0\n",
+			`r.yaml:15:12: rule "r": spec.workers: must be between 1 and 64, not 0`},
+		{"workers a string", head + watchNS + cm + "  workers: two\n",
+			`r.yaml:15:12: rule "r": spec.workers: must be an integer, not "two"`},
+		{"resync not a duration", head + watchNS + cm + "  resyncPeriod: 10\n",
+			`r.yaml:15:17: rule "r": spec.resyncPeriod: must be a string, not a number`},
+		{"resync too short", head + watchNS + cm + "  resyncPeriod: 10ms\n",
+			`r.yaml:15:17: rule "r": spec.resyncPeriod: must be 0 (off) or at least 1s, not 10ms`},
+		{"maxDelay below baseDelay", head + watchNS + cm + "  rateLimit:\n    baseDelay: 1s\n    maxDelay: 10ms\n",
+			`r.yaml:17:15: rule "r": spec.rateLimit.maxDelay: must be at least baseDelay (1s), not 10ms`},
+		{"qps zero", head + watchNS + cm + "  rateLimit: {qps: 0}\n",
+			`r.yaml:15:20: rule "r": spec.rateLimit.qps: must be more than 0`},
+		{"burst zero", head + watchNS + cm + "  rateLimit: {burst: 0}\n",
+			`r.yaml:15:22: rule "r": spec.rateLimit.burst: must be at least 1`},
+		{"maxRetries negative", head + watchNS + cm + "  maxRetries: -1\n",
+			`r.yaml:15:15: rule "r": spec.maxRetries: must be 0 (retry forever) or more, not -1`},
+		{"forceConflicts not bool", head + watchNS + cm + "  forceConflicts: \"yes\"\n",
+			`r.yaml:15:19: rule "r": spec.forceConflicts: must be true or false, not "yes"`},
+		{"merge key", head + watchNS + cm + "  status:\n    <<: {a: b}\n",
+			`r.yaml:16:5: rule "r": spec.status: YAML merge keys (<<) are not supported`},
+		{"status not a mapping", head + watchNS + cm + "  status: ready\n",
+			`r.yaml:15:11: rule "r": spec.status: must be a mapping, not a string`},
+		{"rule name twice in a file", head + watchNS + cm + "---\n" + head + watchNS + cm,
+			`r.yaml:16:1: rule "r": metadata.name: rule name used twice: also at r.yaml:1:1`},
+		{"cluster namespace literal invalid", head + watchNS + "  resources:\n    - id: a\n      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: A_B}}\n",
+			`r.yaml:11:82: rule "r": spec.resources[0].template.metadata.namespace: "A_B" is not a valid namespace`},
+	}
+	l := newLoader(t)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := l.Parse("r.yaml", []byte(tt.yaml))
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				return
+			}
+			var list ErrorList
+			if !errors.As(err, &list) {
+				t.Fatalf("error = %v, want an ErrorList", err)
+			}
+			for _, e := range list {
+				if strings.HasPrefix(e.Error(), tt.want) {
+					return
+				}
+			}
+			t.Errorf("errors:\n%v\nwant one starting with:\n%s", err, tt.want)
+		})
+	}
+}
+
+func TestAllErrorsReported(t *testing.T) {
+	doc := head + watchNS + "  when: objet.x\n  wen: x\n" + cm + "  workers: 0\n"
+	_, err := newLoader(t).Parse("r.yaml", []byte(doc))
+	var list ErrorList
+	if !errors.As(err, &list) || len(list) != 3 {
+		t.Fatalf("got %v, want 3 errors (when, wen, workers)", err)
+	}
+	for i := 1; i < len(list); i++ {
+		if list[i-1].Pos.Line > list[i].Pos.Line {
+			t.Errorf("errors not sorted by line: %v", err)
+		}
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	f, err := newLoader(t).Parse("r.yaml", []byte(head+watchNS+cm))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := f.Rules[0]
+	if r.DeletionPolicy != DeletionDelete || !r.ForceConflicts || r.Workers != 2 || r.ResyncPeriod != DefaultResyncPeriod ||
+		r.MaxRetries != 0 || r.RateLimit != (RateLimit{DefaultBaseDelay, DefaultMaxDelay, DefaultQPS, DefaultBurst}) {
+		t.Errorf("defaults = %+v", r)
+	}
+	if r.Watch.LabelSelector.String() != "" || r.Watch.FieldSelector.String() != "" || r.When != nil {
+		t.Errorf("watch defaults = %+v, when %v", r.Watch, r.When)
+	}
+	if r.Watch.GVK.Kind != "Namespace" || r.Resources[0].GVK.Kind != "ConfigMap" || r.Resources[0].GVK.Version != "v1" {
+		t.Errorf("GVKs = %v, %v", r.Watch.GVK, r.Resources[0].GVK)
+	}
+}
