@@ -299,22 +299,16 @@ func (d *decoder) offsetPos(n *yaml.Node, off int) Pos {
 	before := n.Value[:off]
 	switch n.Style {
 	case 0, yaml.SingleQuotedStyle, yaml.DoubleQuotedStyle:
-		if strings.Contains(before, "\n") {
+		start := p.Column - 1 // in runes, 0-based
+		if n.Style != 0 {
+			start++ // past the opening quote
+		}
+		// Exact only when the source line shows the value's text verbatim up
+		// to off: no escapes, no folding of a scalar over several lines.
+		if !d.sourceShows(n.Line, start, before) {
 			return p
 		}
-		switch n.Style {
-		case yaml.SingleQuotedStyle:
-			if strings.Contains(before, "'") {
-				return p // '' in the source is ' in the value
-			}
-			p.Column++
-		case yaml.DoubleQuotedStyle:
-			if strings.ContainsAny(before, "\"\\\t") || !isPrintable(before) {
-				return p // escapes in the source are shorter in the value
-			}
-			p.Column++
-		}
-		p.Column += utf8.RuneCountInString(before)
+		p.Column = start + utf8.RuneCountInString(before) + 1
 		return p
 	case yaml.LiteralStyle:
 		k := strings.Count(before, "\n")
@@ -334,13 +328,17 @@ func (d *decoder) offsetPos(n *yaml.Node, off int) Pos {
 	return p
 }
 
-func isPrintable(s string) bool {
-	for _, r := range s {
-		if r < 0x20 || r == 0x7f {
-			return false
-		}
+// sourceShows reports whether source line `line` holds text starting at rune
+// column col (0-based).
+func (d *decoder) sourceShows(line, col int, text string) bool {
+	if line < 1 || line > len(d.lines) || strings.Contains(text, "\n") {
+		return false
 	}
-	return true
+	src := []rune(d.lines[line-1])
+	if col > len(src) {
+		return false
+	}
+	return strings.HasPrefix(string(src[col:]), text)
 }
 
 func contains(list []string, s string) bool {

@@ -1,0 +1,290 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files and the render output in examples' READMEs")
+
+// syncloop runs the command line in-process and returns its exit code and
+// output.
+func syncloop(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = run(args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+const examplesDir = "../../examples"
+
+// exampleArgs are the render arguments of an example folder: its rules, and
+// its CRDs and sample objects.
+func exampleArgs(dir string) []string {
+	args := []string{"render", "-f", filepath.Join(dir, "rules.yaml")}
+	if _, err := os.Stat(filepath.Join(dir, "crd.yaml")); err == nil {
+		args = append(args, "--objects", filepath.Join(dir, "crd.yaml"))
+	}
+	return append(args, "--objects", filepath.Join(dir, "objects.yaml"))
+}
+
+func exampleDirs(t *testing.T) []string {
+	t.Helper()
+	entries, err := os.ReadDir(examplesDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dirs []string
+	for _, e := range entries {
+		if e.IsDir() {
+			dirs = append(dirs, e.Name())
+		}
+	}
+	if len(dirs) < 4 {
+		t.Fatalf("found %d examples, want at least 4", len(dirs))
+	}
+	return dirs
+}
+
+func TestValidateExamples(t *testing.T) {
+	code, out, errOut := syncloop(t, "validate", "-f", examplesDir)
+	if code != 0 {
+		t.Fatalf("validate -f examples exited %d: %s", code, errOut)
+	}
+	if !regexp.MustCompile(`^\d+ rule\(s\) in \d+ file\(s\) valid`).MatchString(out) {
+		t.Errorf("validate printed %q", out)
+	}
+}
+
+// TestRenderExamples renders every example, compares YAML and JSON output
+// with golden files, and checks that the example's README shows the YAML
+// output between its render markers. -update rewrites both.
+func TestRenderExamples(t *testing.T) {
+	for _, name := range exampleDirs(t) {
+		t.Run(name, func(t *testing.T) {
+			dir := filepath.Join(examplesDir, name)
+			args := exampleArgs(dir)
+			code, yamlOut, errOut := syncloop(t, args...)
+			if code != 0 {
+				t.Fatalf("render exited %d: %s", code, errOut)
+			}
+			code, jsonOut, errOut := syncloop(t, append(args, "-o", "json")...)
+			if code != 0 {
+				t.Fatalf("render -o json exited %d: %s", code, errOut)
+			}
+			checkJSONShape(t, jsonOut)
+			golden(t, filepath.Join("testdata", "examples", name+".yaml"), yamlOut)
+			golden(t, filepath.Join("testdata", "examples", name+".json"), jsonOut)
+			readmeBlock(t, filepath.Join(dir, "README.md"), yamlOut)
+		})
+	}
+}
+
+func golden(t *testing.T, path, got string) {
+	t.Helper()
+	if *update {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./cmd/syncloop -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("output differs from %s (go test ./cmd/syncloop -update rewrites it):\n%s", path, diffLines(string(want), got))
+	}
+}
+
+var renderBlock = regexp.MustCompile("(?s)(<!-- render-output -->\n```yaml\n)(.*?)(```\n)")
+
+func readmeBlock(t *testing.T, path, output string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := renderBlock.FindSubmatchIndex(data)
+	if m == nil {
+		t.Fatalf("%s has no <!-- render-output --> yaml block", path)
+	}
+	if *update {
+		updated := string(data[:m[4]]) + output + string(data[m[5]:])
+		if err := os.WriteFile(path, []byte(updated), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if got := string(data[m[4]:m[5]]); got != output {
+		t.Errorf("%s shows stale render output (go test ./cmd/syncloop -update rewrites it):\n%s", path, diffLines(output, got))
+	}
+}
+
+// checkJSONShape checks render -o json against DESIGN §5:
+// {"results":[{"rule","trigger":{apiVersion,kind,namespace,name},"children":[…],"status":{…}}]}.
+func checkJSONShape(t *testing.T, out string) {
+	t.Helper()
+	var doc struct {
+		Results []map[string]json.RawMessage `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("render -o json is not JSON: %v", err)
+	}
+	if len(doc.Results) == 0 {
+		t.Fatal("render -o json has no results")
+	}
+	for _, r := range doc.Results {
+		var trig map[string]string
+		if err := json.Unmarshal(r["trigger"], &trig); err != nil {
+			t.Fatalf("trigger: %v", err)
+		}
+		for _, k := range []string{"apiVersion", "kind", "namespace", "name"} {
+			if _, ok := trig[k]; !ok {
+				t.Errorf("trigger lacks %q: %s", k, r["trigger"])
+			}
+		}
+		if _, ok := r["rule"]; !ok {
+			t.Errorf("result lacks rule: %v", r)
+		}
+		_, skipped := r["skipped"]
+		if _, ok := r["children"]; !ok && !skipped {
+			t.Errorf("result neither has children nor is skipped: %v", r)
+		}
+	}
+}
+
+func diffLines(want, got string) string {
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	for i := 0; i < len(w) || i < len(g); i++ {
+		var wl, gl string
+		if i < len(w) {
+			wl = w[i]
+		}
+		if i < len(g) {
+			gl = g[i]
+		}
+		if wl != gl {
+			return "first difference at line " + strconv.Itoa(i+1) + ":\n- " + wl + "\n+ " + gl
+		}
+	}
+	return "(same lines)"
+}
+
+func TestValidateTypo(t *testing.T) {
+	dir := t.TempDir()
+	rule := `apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata:
+  name: tenant-defaults
+spec:
+  watch:
+    apiVersion: v1
+    kind: Namespace
+  when: "objet.metadata.labels.tenant != 'system'"
+  resources:
+    - id: cm
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: y}}
+`
+	path := filepath.Join(dir, "rules.yaml")
+	if err := os.WriteFile(path, []byte(rule), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := syncloop(t, "validate", "-f", path)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	want := path + `:9:10: rule "tenant-defaults": spec.when: undeclared reference to 'objet'`
+	if !strings.HasPrefix(errOut, want+"\n") {
+		t.Errorf("stderr = %q\nwant it to start with %q", errOut, want)
+	}
+	if out != "" {
+		t.Errorf("stdout = %q, want nothing", out)
+	}
+}
+
+func TestRenderFailureExitCode(t *testing.T) {
+	dir := t.TempDir()
+	rule := `apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: r}
+spec:
+  watch: {apiVersion: v1, kind: Namespace}
+  resources:
+    - id: cm
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${object.spec.missing}", namespace: y}}
+`
+	objs := "apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: b}\n"
+	rp, op := filepath.Join(dir, "r.yaml"), filepath.Join(dir, "o.yaml")
+	os.WriteFile(rp, []byte(rule), 0o644)
+	os.WriteFile(op, []byte(objs), 0o644)
+
+	code, out, errOut := syncloop(t, "render", "-f", rp, "--objects", op, "-o", "json")
+	if code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	var doc struct {
+		Results []struct {
+			Error string `json:"error"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Results) != 2 || !strings.Contains(doc.Results[0].Error, "no such key: spec") {
+		t.Errorf("results = %+v", doc.Results)
+	}
+	if strings.Count(errOut, "no such key: spec") != 2 {
+		t.Errorf("stderr = %q, want both errors", errOut)
+	}
+
+	code, _, errOut = syncloop(t, "render", "-f", rp, "--objects", op, "-o", "xml")
+	if code != 1 || !strings.Contains(errOut, "--output must be yaml or json") {
+		t.Errorf("-o xml: exit %d, stderr %q", code, errOut)
+	}
+	code, _, errOut = syncloop(t, "render", "-f", rp, "--objects", op, "--rule", "nope")
+	if code != 1 || !strings.Contains(errOut, `no rule named "nope"`) {
+		t.Errorf("--rule nope: exit %d, stderr %q", code, errOut)
+	}
+	code, _, errOut = syncloop(t, "validate")
+	if code != 1 || !strings.Contains(errOut, `required flag(s) "rules" not set`) {
+		t.Errorf("validate without -f: exit %d, stderr %q", code, errOut)
+	}
+}
+
+func TestRenderFieldSelectorNotEvaluated(t *testing.T) {
+	dir := t.TempDir()
+	rule := `apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: r}
+spec:
+  watch: {apiVersion: v1, kind: Namespace, fieldSelector: "metadata.name!=b,status.phase=Active"}
+  resources:
+    - id: cm
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: "${object.metadata.name}"}}
+`
+	objs := "apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: b}\n"
+	rp, op := filepath.Join(dir, "r.yaml"), filepath.Join(dir, "o.yaml")
+	os.WriteFile(rp, []byte(rule), 0o644)
+	os.WriteFile(op, []byte(objs), 0o644)
+	code, out, errOut := syncloop(t, "render", "-f", rp, "--objects", op)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(out, "trigger: v1 Namespace a") || strings.Contains(out, "trigger: v1 Namespace b") {
+		t.Errorf("metadata.name!=b not applied offline:\n%s", out)
+	}
+	if !strings.Contains(errOut, `field selector status.phase=Active not evaluated offline`) {
+		t.Errorf("stderr = %q, want the not-evaluated requirement reported", errOut)
+	}
+}
