@@ -12,9 +12,13 @@ import (
 	"github.com/syncloop/syncloop/rules/expr"
 )
 
-// maxNodes bounds the values one rule document may expand to, aliases
-// included, so a "billion laughs" document is an error, not an outage.
-const maxNodes = 200_000
+// Bounds on one rule document, so that a "billion laughs" or a deeply nested
+// document is an error, not an outage: the values it may expand to (aliases
+// included) and how deep mappings and lists may nest.
+const (
+	maxNodes = 200_000
+	maxDepth = 100
+)
 
 // decoder walks the YAML nodes of one rule document against the schema,
 // collecting every error with its position rather than stopping at the first.
@@ -24,6 +28,9 @@ type decoder struct {
 	rule  string   // the rule's name once known
 	errs  ErrorList
 	nodes int // values produced so far, aliases expanded
+	// expanding holds the anchors whose alias is being expanded, to catch
+	// an anchor that contains an alias to itself.
+	expanding map[*yaml.Node]bool
 }
 
 func (d *decoder) pos(n *yaml.Node) Pos {
@@ -175,7 +182,23 @@ func (d *decoder) value(n *yaml.Node, path expr.Path, field string, pos position
 		}
 		return nil, false
 	}
-	n = resolve(n)
+	if len(path) > maxDepth {
+		d.errorf(n, pathField(field, path[:maxDepth]), "nested more than %d levels deep", maxDepth)
+		return nil, false
+	}
+	if n.Kind == yaml.AliasNode {
+		target := resolve(n)
+		if d.expanding[target] {
+			d.errorf(n, pathField(field, path), "alias *%s refers to a value that contains it", n.Value)
+			return nil, false
+		}
+		if d.expanding == nil {
+			d.expanding = map[*yaml.Node]bool{}
+		}
+		d.expanding[target] = true
+		defer delete(d.expanding, target)
+		n = target
+	}
 	switch n.Kind {
 	case yaml.MappingNode:
 		m := make(map[string]any, len(n.Content)/2)

@@ -170,3 +170,21 @@ func TestHugeDocumentsBounded(t *testing.T) {
 		t.Fatalf("err = %v, want 'file too large'", err)
 	}
 }
+
+func TestRecursiveAndDeepDocuments(t *testing.T) {
+	l := newLoader(t)
+	_, err := l.Parse("loop.yaml", []byte(head+watchNS+cm+"  status:\n    a: &a [x, *a]\n"))
+	if err == nil || !strings.Contains(err.Error(), "alias *a refers to a value that contains it") {
+		t.Errorf("self-referencing alias: err = %v", err)
+	}
+	deep := head + watchNS + cm + "  status:\n    a: " + strings.Repeat("[", 150) + strings.Repeat("]", 150) + "\n"
+	_, err = l.Parse("deep.yaml", []byte(deep))
+	if err == nil || !strings.Contains(err.Error(), "nested more than 100 levels deep") {
+		t.Errorf("deep nesting: err = %v", err)
+	}
+	// An alias used twice, not inside itself, is fine.
+	ok := head + watchNS + cm + "  status:\n    a: &a {x: y}\n    b: *a\n"
+	if _, err := l.Parse("ok.yaml", []byte(ok)); err != nil {
+		t.Errorf("alias used twice: %v", err)
+	}
+}

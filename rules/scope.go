@@ -3,6 +3,7 @@ package rules
 import (
 	"fmt"
 	"strings"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -40,16 +41,25 @@ func init() {
 	}
 }
 
+// builtinKinds is every kind client-go's scheme knows, by group.
+var builtinKinds = sync.OnceValue(func() map[schema.GroupKind]bool {
+	m := map[schema.GroupKind]bool{}
+	for gvk := range scheme.Scheme.AllKnownTypes() {
+		if !strings.HasSuffix(gvk.Kind, "List") && !strings.HasSuffix(gvk.Kind, "Options") {
+			m[gvk.GroupKind()] = true
+		}
+	}
+	return m
+})
+
 // builtinNamespaced reports the scope of a built-in kind, and whether the
 // kind is built in at all.
 func builtinNamespaced(gk schema.GroupKind) (namespaced, known bool) {
 	if clusterScopedBuiltins[gk] {
 		return false, true
 	}
-	for gvk := range scheme.Scheme.AllKnownTypes() {
-		if gvk.GroupKind() == gk && !strings.HasSuffix(gvk.Kind, "List") && !strings.HasSuffix(gvk.Kind, "Options") {
-			return true, true
-		}
+	if builtinKinds()[gk] {
+		return true, true
 	}
 	return false, false
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/ast"
@@ -277,11 +278,12 @@ func offsetOf(src string, line, col int) int {
 		}
 		off += i + 1
 	}
-	for _, r := range src[off:] {
-		if col == 0 || r == '\n' {
+	for col > 0 && off < len(src) {
+		r, size := utf8.DecodeRuneInString(src[off:])
+		if r == '\n' {
 			break
 		}
-		off += len(string(r))
+		off += size
 		col--
 	}
 	return off
