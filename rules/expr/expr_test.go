@@ -80,6 +80,7 @@ func TestCompileAccepts(t *testing.T) {
 		{"base64.encode(b'hi')", Scope{}, AnyResult},
 		{"[1, 2].all(i, v, v > i)", Scope{}, BoolResult},
 		{"'a,b'.split(',').sortBy(s, s)", Scope{}, ListResult},
+		{"quantity('1Gi').isGreaterThan(quantity('500Mi'))", Scope{}, BoolResult},
 	} {
 		if _, err := c.Compile(tt.src, tt.scope, tt.want); err != nil {
 			t.Errorf("Compile(%q): %v", tt.src, err)
@@ -141,6 +142,43 @@ func TestEval(t *testing.T) {
 	}
 	if _, err := p.Eval(context.Background(), act); err == nil || !strings.Contains(err.Error(), "no such key: nope") {
 		t.Errorf("Eval of a missing key: err = %v, want 'no such key'", err)
+	}
+}
+
+func TestKubernetesLibrary(t *testing.T) {
+	c := newCompiler(t, Options{})
+	for src, want := range map[string]any{
+		"quantity('1Gi').isGreaterThan(quantity('500Mi'))":       true,
+		"quantity('1500m').asApproximateFloat()":                 1.5,
+		"url('https://example.com:8443/x').getPort()":            "8443",
+		"'img-123-abc'.find('[0-9]+')":                           "123",
+		"ip('10.0.0.1').family()":                                int64(4),
+		"cidr('10.0.0.0/8').containsIP('10.1.2.3')":              true,
+		"[1, 2, 3].isSorted() && [3, 1].sum() == 4":              true,
+		"format.dns1123Label().validate('Bad_Name').hasValue()":  true,
+		"semver('1.2.3').isGreaterThan(semver('1.0.0'))":         true,
+		"'a.b'.matches('^[a-z.]+$') && !'A'.matches('^[a-z]+$')": true,
+	} {
+		p, err := c.Compile(src, Scope{}, AnyResult)
+		if err != nil {
+			t.Errorf("Compile(%q): %v", src, err)
+			continue
+		}
+		got, err := p.Eval(context.Background(), &Activation{})
+		if err != nil || got != want {
+			t.Errorf("Eval(%q) = %#v, %v; want %#v", src, got, err, want)
+		}
+	}
+	// Kubernetes functions count toward the cost limit: a regex over a long
+	// string is not free.
+	small := newCompiler(t, Options{CostLimit: 1000})
+	p, err := small.Compile("object.s.find('[0-9]+$')", Scope{}, AnyResult)
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("a", 200_000) + "1"
+	if _, err := p.Eval(context.Background(), &Activation{Object: map[string]any{"s": long}}); !errors.Is(err, ErrCostLimit) {
+		t.Errorf("regex over 200 kB with limit 1000: err = %v, want ErrCostLimit", err)
 	}
 }
 
