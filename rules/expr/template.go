@@ -126,10 +126,8 @@ func (c *Compiler) compileNode(v any, path Path, scope Scope, t *Template, errs 
 				*errs = append(*errs, err)
 				continue
 			}
-			switch key.(type) {
-			case constNode, *interpNode:
-			default:
-				key = &interpNode{parts: []part{{prog: key.(*exprNode).prog}}, path: p}
+			if whole, ok := key.(*exprNode); ok {
+				key = &interpNode{parts: []part{{prog: whole.prog}}, path: p, stringOnly: true}
 			}
 			m.entries = append(m.entries, mapEntry{key: key, val: c.compileNode(v[k], p, scope, t, errs)})
 		}
@@ -325,6 +323,8 @@ type part struct {
 type interpNode struct {
 	parts []part
 	path  Path
+	// stringOnly: a map key that is exactly ${expr} must give a string.
+	stringOnly bool
 }
 
 func (n *interpNode) render(ctx context.Context, vars map[string]any) (any, error) {
@@ -341,6 +341,10 @@ func (n *interpNode) render(ctx context.Context, vars map[string]any) (any, erro
 		native, err := toNative(v)
 		if err != nil {
 			return nil, &RenderError{Path: n.path, Expr: p.prog.src, Err: err}
+		}
+		if _, isString := native.(string); n.stringOnly && !isString {
+			return nil, &RenderError{Path: n.path, Expr: p.prog.src,
+				Err: fmt.Errorf("a map key must give a string, gave %s", describe(native))}
 		}
 		switch x := native.(type) {
 		case string:

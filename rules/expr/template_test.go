@@ -89,8 +89,8 @@ func TestTemplateRender(t *testing.T) {
 		{"optional value", map[string]any{"v": "${variables.tier == 'gold' ? optional.of('y') : optional.none()}"},
 			map[string]any{"v": "y"}},
 		{"null removes a list item", []any{"a", "${null}", "${'b'}"}, []any{"a", "b"}},
-		{"templated key", map[string]any{"${object.metadata.name}-key": "v", "tier-${variables.tier}": "${rule}"},
-			map[string]any{"team-a-key": "v", "tier-gold": "tenant"}},
+		{"templated key", map[string]any{"${object.metadata.name}-key": "v", "tier-${variables.tier}": "${rule}", "${rule}": 1, "n-${1}": 2},
+			map[string]any{"team-a-key": "v", "tier-gold": "tenant", "tenant": int64(1), "n-1": int64(2)}},
 		{"literal ${", map[string]any{"s": "$${HOME} and ${'x'}"}, map[string]any{"s": "${HOME} and x"}},
 		{"map literal inside", map[string]any{"v": "${{'a': 'b'}.a}"}, map[string]any{"v": "b"}},
 		{"spaces inside", map[string]any{"v": "${ object.metadata.name }"}, map[string]any{"v": "team-a"}},
@@ -180,6 +180,7 @@ func TestTemplateRenderErrors(t *testing.T) {
 		{"map interpolated", map[string]any{"v": "x-${object.metadata}"}, "v", "must give a string, number or bool, gave a map"},
 		{"null interpolated", map[string]any{"v": "x-${null}"}, "v", "gave null"},
 		{"non-string map key in value", map[string]any{"v": "${{1: 'a'}}"}, "v", "map key 1 is a int, want string"},
+		{"key not a string", map[string]any{"${1}": "x"}, "${1}", "a map key must give a string, gave int64"},
 		{"duplicate rendered key", map[string]any{"a": "x", "${'a'}": "y"}, "a", `key "a" rendered twice`},
 		{"cost limit", map[string]any{"v": "${lists.range(100).map(a, lists.range(100).map(b, a*b)).size()}"}, "v", "cost limit"},
 	}
