@@ -1,0 +1,275 @@
+package dynamic
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	applycorev1 "k8s.io/client-go/applyconfigurations/core/v1"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/syncloop/syncloop/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m, testenv.Options{}) }
+
+var configMaps = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+
+func newNamespace(t *testing.T, cs kubernetes.Interface) string {
+	t.Helper()
+	ns, err := cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "dyn-"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+func poll(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	})
+	if err != nil {
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+func TestMapper(t *testing.T) {
+	env := testenv.Get(t)
+	var counter testenv.RequestCounter
+	dc, err := discovery.NewDiscoveryClientForConfig(counter.Wrap(env.Config()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := NewMapper(dc, 500*time.Millisecond)
+
+	for gvk, want := range map[schema.GroupVersionKind]bool{
+		{Version: "v1", Kind: "ConfigMap"}:                                       true,
+		{Version: "v1", Kind: "Namespace"}:                                       false,
+		{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRole"}: false,
+		{Group: "apps", Version: "v1", Kind: "Deployment"}:                       true,
+	} {
+		got, err := m.Namespaced(gvk)
+		if err != nil || got != want {
+			t.Errorf("Namespaced(%v) = %v, %v; want %v", gvk, got, err, want)
+		}
+	}
+	mapping, err := m.Mapping(t.Context(), schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"})
+	if err != nil || mapping.Resource.Resource != "deployments" {
+		t.Fatalf("Deployment maps to %v, %v", mapping, err)
+	}
+
+	gadget := schema.GroupVersionKind{Group: "test.syncloop.dev", Version: "v1", Kind: "Gadget"}
+	if _, err := m.Mapping(t.Context(), gadget); !meta.IsNoMatchError(err) {
+		t.Fatalf("unknown kind: err = %v, want a NoMatch error", err)
+	}
+	// Misses within the refresh interval do not re-read discovery.
+	counter.Reset()
+	for range 50 {
+		_, _ = m.Mapping(t.Context(), gadget)
+	}
+	if n := len(counter.Requests(nil)); n > 10 {
+		t.Errorf("50 lookups of an unknown kind made %d discovery requests; refreshes are not throttled", n)
+	}
+
+	if _, err := env.InstallCRDs(t.Context(), filepath.Join("testdata", "gadgets-crd.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the Mapper to find a CRD installed after it started", func() bool {
+		ns, err := m.Namespaced(gadget)
+		return err == nil && ns
+	})
+	// Found mappings are cached: no discovery request.
+	counter.Reset()
+	for range 50 {
+		if _, err := m.Mapping(t.Context(), gadget); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(counter.Requests(nil)); n != 0 {
+		t.Errorf("50 lookups of a known kind made %d requests, want 0", n)
+	}
+}
+
+// recorder is a ResourceEventHandler that remembers object names by event.
+type recorder struct {
+	mu      sync.Mutex
+	adds    map[string]int
+	updates map[string]int
+	deletes map[string]int
+}
+
+func newRecorder() *recorder {
+	return &recorder{adds: map[string]int{}, updates: map[string]int{}, deletes: map[string]int{}}
+}
+
+func name(obj any) string {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return "?"
+	}
+	return m.GetName()
+}
+
+func (r *recorder) OnAdd(obj any, _ bool) { r.mu.Lock(); r.adds[name(obj)]++; r.mu.Unlock() }
+func (r *recorder) OnUpdate(_, obj any)   { r.mu.Lock(); r.updates[name(obj)]++; r.mu.Unlock() }
+func (r *recorder) OnDelete(obj any)      { r.mu.Lock(); r.deletes[name(obj)]++; r.mu.Unlock() }
+
+func (r *recorder) count(kind, n string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return map[string]map[string]int{"add": r.adds, "update": r.updates, "delete": r.deletes}[kind][n]
+}
+
+func TestRegistry(t *testing.T) {
+	env := testenv.Get(t)
+	cs, err := kubernetes.NewForConfig(env.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := newNamespace(t, cs)
+	var counter testenv.RequestCounter
+	dc, err := dynamic.NewForConfig(counter.Wrap(env.Config()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	apply := func(name string, labels map[string]string) {
+		t.Helper()
+		cm := applycorev1.ConfigMap(name, ns).WithLabels(labels).WithData(map[string]string{"k": "v"})
+		if _, err := cs.CoreV1().ConfigMaps(ns).Apply(ctx, cm, metav1.ApplyOptions{FieldManager: "test"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	apply("before-labelled", map[string]string{"pick": "yes"})
+	apply("before-plain", nil)
+
+	goroutinesBefore := runtime.NumGoroutine()
+	r := NewRegistry(dc, nil)
+	labelled := WatchKey{GVR: configMaps, Namespace: ns, LabelSelector: "pick=yes"}
+	everything := WatchKey{GVR: configMaps, Namespace: ns}
+
+	rec1, rec2, rec3 := newRecorder(), newRecorder(), newRecorder()
+	sub1, err := r.Subscribe(ctx, labelled, rec1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sub1.WaitForSync(ctx) {
+		t.Fatal("first subscriber did not sync")
+	}
+	sub2, err := r.Subscribe(ctx, labelled, rec2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sub2.WaitForSync(ctx) {
+		t.Fatal("second subscriber did not sync")
+	}
+	if n := r.Len(); n != 1 {
+		t.Fatalf("two subscribers of one WatchKey run %d informers, want 1", n)
+	}
+	// A subscriber joining a running informer gets the cached objects.
+	if rec2.count("add", "before-labelled") != 1 {
+		t.Error("the second subscriber was not sent the cached object")
+	}
+	// The label selector is applied by the API server: the other object is
+	// not in the cache at all.
+	if _, exists, _ := sub1.Indexer().GetByKey(ns + "/before-plain"); exists {
+		t.Error("an object outside the label selector is cached")
+	}
+	cached, exists, _ := sub1.Indexer().GetByKey(ns + "/before-labelled")
+	if !exists {
+		t.Fatal("the labelled object is not cached")
+	}
+	if mf, _ := meta.Accessor(cached); len(mf.GetManagedFields()) != 0 {
+		t.Errorf("cached object keeps %d managedFields entries", len(mf.GetManagedFields()))
+	}
+
+	sub3, err := r.Subscribe(ctx, everything, rec3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sub3.WaitForSync(ctx) {
+		t.Fatal("third subscriber did not sync")
+	}
+	if n := r.Len(); n != 2 {
+		t.Fatalf("two WatchKeys run %d informers, want 2", n)
+	}
+	watches := func(selector string) int {
+		return len(counter.Requests(func(q testenv.Request) bool {
+			return q.Watch && strings.HasSuffix(q.Path, "/configmaps") && strings.Contains(q.Query, selector)
+		}))
+	}
+	if n := watches("labelSelector=pick%3Dyes"); n != 1 {
+		t.Errorf("the shared informer opened %d watches, want 1", n)
+	}
+
+	apply("after", map[string]string{"pick": "yes"})
+	poll(t, "both subscribers of the shared informer to see the new object", func() bool {
+		return rec1.count("add", "after") == 1 && rec2.count("add", "after") == 1 && rec3.count("add", "after") == 1
+	})
+
+	sub2.Stop()
+	sub2.Stop() // idempotent
+	if n := r.Len(); n != 2 {
+		t.Errorf("after one of two subscribers left, %d informers run, want 2", n)
+	}
+	if err := cs.CoreV1().ConfigMaps(ns).Delete(ctx, "after", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the remaining subscriber to see the delete", func() bool { return rec1.count("delete", "after") == 1 })
+	if rec2.count("delete", "after") != 0 {
+		t.Error("a stopped subscription still received events")
+	}
+
+	sub1.Stop()
+	if n := r.Len(); n != 1 {
+		t.Errorf("after the last subscriber of a key left, %d informers run, want 1", n)
+	}
+	sub3.Stop()
+	if n := r.Len(); n != 0 {
+		t.Errorf("with no subscribers, %d informers run", n)
+	}
+	// Stopped informers have ended their goroutines.
+	poll(t, fmt.Sprintf("goroutines back to %d", goroutinesBefore), func() bool {
+		return runtime.NumGoroutine() <= goroutinesBefore+2 // keep-alive HTTP connections may linger
+	})
+}
+
+func TestRegistryShutdown(t *testing.T) {
+	env := testenv.Get(t)
+	dc, err := dynamic.NewForConfig(env.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewRegistry(dc, nil)
+	for i := range 3 {
+		sub, err := r.Subscribe(t.Context(), WatchKey{GVR: configMaps, LabelSelector: fmt.Sprintf("n=%d", i)}, newRecorder())
+		if err != nil {
+			t.Fatal(err)
+		}
+		sub.WaitForSync(t.Context())
+	}
+	if r.Len() != 3 {
+		t.Fatalf("%d informers, want 3", r.Len())
+	}
+	r.Shutdown()
+	if r.Len() != 0 {
+		t.Errorf("%d informers after Shutdown", r.Len())
+	}
+}

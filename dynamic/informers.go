@@ -1,0 +1,214 @@
+package dynamic
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+)
+
+// WatchKey identifies one shared informer: a resource, a namespace (empty
+// for all) and the selectors sent to the API server, in their canonical
+// string forms. It is comparable, so identical watches share one informer
+// and one watch connection.
+type WatchKey struct {
+	GVR           schema.GroupVersionResource
+	Namespace     string
+	LabelSelector string
+	FieldSelector string
+}
+
+func (k WatchKey) String() string {
+	s := k.GVR.Resource
+	if k.GVR.Group != "" {
+		s += "." + k.GVR.Group
+	}
+	s += "/" + k.GVR.Version
+	if k.Namespace != "" {
+		s += " in " + k.Namespace
+	}
+	if k.LabelSelector != "" {
+		s += " labels " + k.LabelSelector
+	}
+	if k.FieldSelector != "" {
+		s += " fields " + k.FieldSelector
+	}
+	return s
+}
+
+// Registry runs one shared informer per distinct WatchKey for as long as it
+// has subscribers: the first Subscribe starts it, the last Subscription.Stop
+// stops it and waits for it to end. Objects are cached without
+// managedFields. Safe for concurrent use.
+//
+// The Registry knows nothing of what its subscribers do with events; it does
+// not queue, filter or reconcile.
+type Registry struct {
+	client   dynamic.Interface
+	indexers cache.Indexers
+
+	mu      sync.Mutex
+	entries map[WatchKey]*entry
+}
+
+type entry struct {
+	key      WatchKey
+	informer cache.SharedIndexInformer
+	cancel   context.CancelFunc
+	done     chan struct{} // closed when the informer's goroutine has returned
+	subs     int
+}
+
+// NewRegistry returns a Registry whose informers list and watch through
+// client. Every informer gets the namespace index and indexers.
+func NewRegistry(client dynamic.Interface, indexers cache.Indexers) *Registry {
+	all := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
+	for k, v := range indexers {
+		all[k] = v
+	}
+	return &Registry{client: client, indexers: all, entries: map[WatchKey]*entry{}}
+}
+
+// Subscribe adds handler to the informer for key, starting the informer if
+// it is the first subscriber. A handler added to a running informer is first
+// sent an Add for every cached object. ctx carries the logger; its
+// cancellation does not stop the informer — Stop does.
+//
+// Handlers must not modify the objects they receive: they are the cache's.
+func (r *Registry) Subscribe(ctx context.Context, key WatchKey, handler cache.ResourceEventHandler) (*Subscription, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.entries[key]
+	if !ok {
+		var err error
+		if e, err = r.start(ctx, key); err != nil {
+			return nil, err
+		}
+		r.entries[key] = e
+	}
+	reg, err := e.informer.AddEventHandler(handler)
+	if err != nil {
+		if e.subs == 0 {
+			delete(r.entries, key)
+			e.stop()
+		}
+		return nil, fmt.Errorf("subscribing to %s: %w", key, err)
+	}
+	e.subs++
+	return &Subscription{r: r, e: e, reg: reg}, nil
+}
+
+func (r *Registry) start(ctx context.Context, key WatchKey) (*entry, error) {
+	inf := dynamicinformer.NewFilteredDynamicInformer(r.client, key.GVR, key.Namespace, 0, r.indexers,
+		func(o *metav1.ListOptions) {
+			o.LabelSelector = key.LabelSelector
+			o.FieldSelector = key.FieldSelector
+		}).Informer()
+	if err := inf.SetTransform(stripManagedFields); err != nil {
+		return nil, err
+	}
+	ictx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	ictx = klog.NewContext(ictx, klog.FromContext(ctx).WithValues("watch", key.String()))
+	e := &entry{key: key, informer: inf, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(e.done)
+		inf.RunWithContext(ictx)
+	}()
+	return e, nil
+}
+
+func (e *entry) stop() {
+	e.cancel()
+	<-e.done
+}
+
+// stripManagedFields drops metadata.managedFields before an object is
+// cached: syncloop never reads them, and they are often the larger part of
+// an object.
+func stripManagedFields(obj any) (any, error) {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		u.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+// Len is the number of informers running.
+func (r *Registry) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.entries)
+}
+
+// Keys returns the WatchKeys of the running informers.
+func (r *Registry) Keys() []WatchKey {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	keys := make([]WatchKey, 0, len(r.entries))
+	for k := range r.entries {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// Subscription is one handler on one shared informer.
+type Subscription struct {
+	r    *Registry
+	e    *entry
+	reg  cache.ResourceEventHandlerRegistration
+	once sync.Once
+}
+
+// Key is the informer's WatchKey.
+func (s *Subscription) Key() WatchKey { return s.e.key }
+
+// HasSynced reports whether the informer has listed and this handler has
+// been sent every object of that list.
+func (s *Subscription) HasSynced() bool { return s.reg.HasSynced() }
+
+// WaitForSync blocks until HasSynced or ctx ends; it reports which.
+func (s *Subscription) WaitForSync(ctx context.Context) bool {
+	return cache.WaitForCacheSync(ctx.Done(), s.reg.HasSynced)
+}
+
+// Indexer is the informer's cache. Callers must not modify what it returns.
+func (s *Subscription) Indexer() cache.Indexer { return s.e.informer.GetIndexer() }
+
+// Stop removes the handler (an event being delivered right then may still
+// complete; none is delivered after). The last
+// subscriber's Stop stops the informer and waits for it to end. Stop may be
+// called more than once.
+func (s *Subscription) Stop() {
+	s.once.Do(func() {
+		_ = s.e.informer.RemoveEventHandler(s.reg)
+		r := s.r
+		r.mu.Lock()
+		s.e.subs--
+		last := s.e.subs == 0
+		if last && r.entries[s.e.key] == s.e {
+			delete(r.entries, s.e.key)
+		}
+		r.mu.Unlock()
+		if last {
+			s.e.stop()
+		}
+	})
+}
+
+// Shutdown stops every informer and waits for them, whatever their
+// subscribers. The Registry must not be used afterwards.
+func (r *Registry) Shutdown() {
+	r.mu.Lock()
+	entries := r.entries
+	r.entries = map[WatchKey]*entry{}
+	r.mu.Unlock()
+	for _, e := range entries {
+		e.stop()
+	}
+}

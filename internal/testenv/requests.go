@@ -1,0 +1,101 @@
+package testenv
+
+import (
+	"net/http"
+	"strings"
+	"sync"
+
+	"k8s.io/client-go/rest"
+)
+
+// Request is one API request as a RequestCounter saw it.
+type Request struct {
+	Method string
+	Path   string
+	Query  string
+	// Watch is true for watch requests (GET ...?watch=true).
+	Watch bool
+}
+
+// Verb is the request's Kubernetes verb, roughly: get/list/watch (all GET),
+// create (POST), update (PUT), patch (PATCH, which server-side apply uses),
+// delete (DELETE).
+func (r Request) Verb() string {
+	switch r.Method {
+	case http.MethodGet:
+		if r.Watch {
+			return "watch"
+		}
+		return "get"
+	case http.MethodPost:
+		return "create"
+	case http.MethodPut:
+		return "update"
+	case http.MethodPatch:
+		return "patch"
+	case http.MethodDelete:
+		return "delete"
+	}
+	return strings.ToLower(r.Method)
+}
+
+// IsWrite reports whether the request may change state.
+func (r Request) IsWrite() bool {
+	switch r.Method {
+	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+		return true
+	}
+	return false
+}
+
+// DryRun reports whether the request is a server-side dry run.
+func (r Request) DryRun() bool { return strings.Contains(r.Query, "dryRun=All") }
+
+// RequestCounter records every request made through configs it wraps.
+// Safe for concurrent use.
+type RequestCounter struct {
+	mu   sync.Mutex
+	reqs []Request
+}
+
+// Wrap returns a copy of cfg whose requests the counter records.
+func (c *RequestCounter) Wrap(cfg *rest.Config) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			c.mu.Lock()
+			c.reqs = append(c.reqs, Request{
+				Method: req.Method, Path: req.URL.Path, Query: req.URL.RawQuery,
+				Watch: req.URL.Query().Get("watch") == "true",
+			})
+			c.mu.Unlock()
+			return rt.RoundTrip(req)
+		})
+	})
+	return cfg
+}
+
+// Requests returns the requests recorded so far that match keep (all when
+// keep is nil).
+func (c *RequestCounter) Requests(keep func(Request) bool) []Request {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []Request
+	for _, r := range c.reqs {
+		if keep == nil || keep(r) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Reset forgets the requests recorded so far.
+func (c *RequestCounter) Reset() {
+	c.mu.Lock()
+	c.reqs = nil
+	c.mu.Unlock()
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
