@@ -197,7 +197,9 @@ func (d *decoder) decodeSpec(r *Rule, spec *yaml.Node, docVal any, pos positions
 		}
 	}
 	if n, ok := f["when"]; ok {
-		r.When = d.expression(n, "spec.when", c, expr.Scope{Variables: varNames}, expr.BoolResult)
+		// `when` is evaluated before the variables — it decides whether they
+		// are evaluated at all, and event handlers evaluate it alone.
+		r.When = d.expression(n, "spec.when", c, expr.Scope{}, expr.BoolResult)
 	}
 
 	var ids []string
