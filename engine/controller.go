@@ -1,0 +1,402 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/syncloop/syncloop/dynamic"
+	"github.com/syncloop/syncloop/rules"
+	"github.com/syncloop/syncloop/rules/expr"
+)
+
+const (
+	stateWaiting = "waiting"
+	stateSyncing = "syncing"
+	stateRunning = "running"
+)
+
+// childrenSelector selects every object syncloop manages: child informers
+// are shared by all rules, one per kind.
+var childrenSelector = rules.LabelManagedBy + "=" + rules.ManagedByValue
+
+// controller is one rule's RuleController: its trigger and child
+// subscriptions, its workqueue and workers, its periodic resync.
+type controller struct {
+	e      *Engine
+	rule   *rules.Rule
+	queue  workqueue.TypedRateLimitingInterface[cache.ObjectName]
+	cancel context.CancelFunc
+	done   chan struct{} // closed when run has returned
+
+	// Set by run before any worker starts; read-only afterwards.
+	triggerMapping *meta.RESTMapping
+	trigger        *dynamic.Subscription
+	children       map[schema.GroupVersionKind]*childKind
+
+	// Counters, for tests and diagnostics.
+	resyncs    atomic.Int64 // resync passes done
+	reconciles atomic.Int64 // reconciles finished
+
+	mu      sync.Mutex
+	state   string
+	detail  string
+	applied map[childRef]string // resourceVersion our last apply of a child returned
+}
+
+// childKind is one kind of child: how to reach it and its shared informer.
+type childKind struct {
+	mapping *meta.RESTMapping
+	sub     *dynamic.Subscription
+}
+
+// childRef names a child object.
+type childRef struct {
+	gvk       schema.GroupVersionKind
+	namespace string
+	name      string
+}
+
+func refOf(obj *unstructured.Unstructured) childRef {
+	return childRef{gvk: obj.GroupVersionKind(), namespace: obj.GetNamespace(), name: obj.GetName()}
+}
+
+func newController(e *Engine, r *rules.Rule) *controller {
+	limiter := workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](r.RateLimit.BaseDelay, r.RateLimit.MaxDelay),
+		&workqueue.TypedBucketRateLimiter[cache.ObjectName]{Limiter: rate.NewLimiter(rate.Limit(r.RateLimit.QPS), r.RateLimit.Burst)},
+	)
+	return &controller{
+		e:    e,
+		rule: r,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(limiter,
+			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: r.Name}),
+		done:     make(chan struct{}),
+		children: map[schema.GroupVersionKind]*childKind{},
+		applied:  map[childRef]string{},
+		state:    stateWaiting,
+	}
+}
+
+func (c *controller) start(ctx context.Context) {
+	ctx, c.cancel = context.WithCancel(ctx)
+	go func() {
+		defer close(c.done)
+		c.run(ctx)
+	}()
+}
+
+// stop cancels the controller and waits until it has drained and stopped.
+func (c *controller) stop() {
+	c.cancel()
+	<-c.done
+}
+
+func (c *controller) setState(state, detail string) {
+	c.mu.Lock()
+	c.state, c.detail = state, detail
+	c.mu.Unlock()
+}
+
+func (c *controller) getState() (string, string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.state, c.detail
+}
+
+// run is the controller's life: resolve kinds (waiting while one is not
+// served), subscribe to informers, wait for them to sync, sweep for orphans,
+// then work until ctx ends and drain.
+func (c *controller) run(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	defer c.unsubscribe()
+	if !c.resolve(ctx) {
+		c.queue.ShutDown()
+		return
+	}
+	c.setState(stateSyncing, "")
+	if err := c.subscribe(ctx); err != nil {
+		logger.Error(err, "Cannot watch")
+		c.setState(stateWaiting, err.Error())
+		c.queue.ShutDown()
+		return
+	}
+	if !c.waitForSync(ctx) {
+		c.queue.ShutDown()
+		return
+	}
+	c.setState(stateRunning, "")
+	logger.Info("Rule running", "workers", c.rule.Workers)
+
+	// Workers get a context that outlives ctx by the drain timeout, so
+	// that in-flight reconciles finish on shutdown.
+	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	var wg sync.WaitGroup
+	for range c.rule.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c.processNext(workCtx) {
+			}
+		}()
+	}
+
+	c.sweep(ctx) // children whose trigger went away while syncloop was down
+	var tick <-chan time.Time
+	if c.rule.ResyncPeriod > 0 {
+		t := time.NewTicker(c.rule.ResyncPeriod)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-tick:
+			c.resync(ctx)
+			continue
+		case <-ctx.Done():
+		}
+		break
+	}
+	logger.V(1).Info("Rule stopping: draining its queue")
+	timer := time.AfterFunc(c.e.drain, cancelWork)
+	defer timer.Stop()
+	c.queue.ShutDownWithDrain()
+	wg.Wait()
+}
+
+// resolve maps the trigger kind and every child kind, retrying with backoff
+// while one is not served (a CRD not installed yet). It returns false when
+// ctx ends first.
+func (c *controller) resolve(ctx context.Context) bool {
+	logger := klog.FromContext(ctx)
+	kinds := []schema.GroupVersionKind{c.rule.Watch.GVK}
+	for _, r := range c.rule.Resources {
+		kinds = append(kinds, r.GVK)
+	}
+	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 1 << 30, Cap: 30 * time.Second}
+	for {
+		var missing error
+		for _, gvk := range kinds {
+			m, err := c.e.mapper.Mapping(ctx, gvk)
+			if err != nil {
+				missing = fmt.Errorf("kind %s: %w", gvk, err)
+				break
+			}
+			if gvk == c.rule.Watch.GVK {
+				c.triggerMapping = m
+			}
+			if c.isChildKind(gvk) && c.children[gvk] == nil {
+				c.children[gvk] = &childKind{mapping: m}
+			}
+		}
+		if missing == nil {
+			return true
+		}
+		c.setState(stateWaiting, missing.Error())
+		logger.Info("Rule waiting for a kind the API server does not serve", "err", missing)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(backoff.Step()):
+		}
+	}
+}
+
+func (c *controller) isChildKind(gvk schema.GroupVersionKind) bool {
+	for _, r := range c.rule.Resources {
+		if r.GVK == gvk {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *controller) subscribe(ctx context.Context) error {
+	w := c.rule.Watch
+	key := dynamic.WatchKey{GVR: c.triggerMapping.Resource, LabelSelector: w.LabelSelector.String(), FieldSelector: w.FieldSelector.String()}
+	if c.triggerMapping.Scope.Name() == meta.RESTScopeNameNamespace {
+		key.Namespace = w.Namespace
+	}
+	sub, err := c.e.registry.Subscribe(ctx, key, cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if c.wants(obj) {
+				c.enqueue(obj)
+			}
+		},
+		UpdateFunc: func(old, obj any) {
+			// Old or new: a trigger that stops matching is reconciled once
+			// more, and its children pruned.
+			if c.wants(old) || c.wants(obj) {
+				c.enqueue(obj)
+			}
+		},
+		DeleteFunc: c.enqueue,
+	})
+	if err != nil {
+		return err
+	}
+	c.trigger = sub
+	for _, ck := range c.children {
+		sub, err := c.e.registry.Subscribe(ctx, dynamic.WatchKey{GVR: ck.mapping.Resource, LabelSelector: childrenSelector},
+			cache.ResourceEventHandlerFuncs{
+				AddFunc:    c.enqueueOwner,
+				UpdateFunc: func(_, obj any) { c.enqueueOwner(obj) },
+				DeleteFunc: c.enqueueOwner,
+			})
+		if err != nil {
+			return err
+		}
+		ck.sub = sub
+	}
+	return nil
+}
+
+func (c *controller) unsubscribe() {
+	if c.trigger != nil {
+		c.trigger.Stop()
+	}
+	for _, ck := range c.children {
+		if ck.sub != nil {
+			ck.sub.Stop()
+		}
+	}
+}
+
+func (c *controller) waitForSync(ctx context.Context) bool {
+	if !c.trigger.WaitForSync(ctx) {
+		return false
+	}
+	for _, ck := range c.children {
+		if !ck.sub.WaitForSync(ctx) {
+			return false
+		}
+	}
+	return true
+}
+
+// wants evaluates the rule's `when` for an event's object. An evaluation
+// error counts as wanted: the reconcile reports it.
+func (c *controller) wants(obj any) bool {
+	if c.rule.When == nil {
+		return true
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return true
+	}
+	ok, err := c.rule.When.EvalBool(context.Background(), &expr.Activation{Object: u.Object, Rule: c.rule.Name})
+	return ok || err != nil
+}
+
+func (c *controller) enqueue(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	key, err := cache.ObjectToName(obj)
+	if err != nil {
+		return
+	}
+	c.queue.Add(key)
+}
+
+// enqueueOwner queues the trigger of a child of this rule (drift repair: an
+// edited or deleted child is reconciled back).
+func (c *controller) enqueueOwner(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil || m.GetLabels()[rules.LabelRule] != c.rule.Name {
+		return
+	}
+	apiVersion, kind, key, ok := parseOwner(m.GetAnnotations()[rules.AnnotationOwner])
+	if ok && apiVersion == c.rule.Watch.APIVersion && kind == c.rule.Watch.Kind {
+		c.queue.Add(key)
+	}
+}
+
+// resync re-checks every trigger and sweeps for orphans.
+func (c *controller) resync(ctx context.Context) {
+	for _, key := range c.trigger.Indexer().ListKeys() {
+		if name, err := cache.ParseObjectName(key); err == nil {
+			c.queue.Add(name)
+		}
+	}
+	c.sweep(ctx)
+	c.resyncs.Add(1)
+}
+
+// sweep queues the trigger of every child of this rule whose trigger is
+// not in the cache (or is another object of the same name): its reconcile
+// prunes the child. This is how a trigger deleted while syncloop was down
+// is cleaned up.
+func (c *controller) sweep(ctx context.Context) {
+	n := 0
+	for _, ck := range c.children {
+		objs, err := ck.sub.Indexer().ByIndex(ruleIndex, c.rule.Name)
+		if err != nil {
+			continue
+		}
+		for _, o := range objs {
+			m, err := meta.Accessor(o)
+			if err != nil {
+				continue
+			}
+			_, _, key, ok := parseOwner(m.GetAnnotations()[rules.AnnotationOwner])
+			if !ok {
+				continue
+			}
+			t, exists, _ := c.trigger.Indexer().GetByKey(key.String())
+			if !exists || string(t.(*unstructured.Unstructured).GetUID()) != m.GetLabels()[rules.LabelOwnerUID] {
+				c.queue.Add(key)
+				n++
+			}
+		}
+	}
+	if n > 0 {
+		klog.FromContext(ctx).V(1).Info("Queued triggers of orphaned children", "count", n)
+	}
+}
+
+// processNext is the textbook worker step: Get, defer Done, reconcile,
+// Forget on success, AddRateLimited on error.
+func (c *controller) processNext(ctx context.Context) bool {
+	key, shutdown := c.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer c.queue.Done(key)
+	start := time.Now()
+	err := c.reconcile(klog.NewContext(ctx, klog.FromContext(ctx).WithValues("trigger", key.String())), key)
+	result := "success"
+	if err != nil {
+		result = "error"
+	}
+	c.e.metrics.ReconcileDone(c.rule.Name, result, time.Since(start))
+	c.reconciles.Add(1)
+	if err == nil {
+		c.queue.Forget(key)
+		return true
+	}
+	logger := klog.FromContext(ctx)
+	if max := c.rule.MaxRetries; max > 0 && c.queue.NumRequeues(key) >= max-1 {
+		logger.Error(err, "Giving up on trigger after retries", "trigger", key.String(), "retries", max)
+		c.queue.Forget(key)
+		return true
+	}
+	logger.Error(err, "Reconcile failed, retrying with backoff", "trigger", key.String())
+	c.queue.AddRateLimited(key)
+	return true
+}

@@ -1,0 +1,171 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	k8sdynamic "k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/syncloop/syncloop/dynamic"
+	"github.com/syncloop/syncloop/rules"
+)
+
+// Metrics receives what the engine counts. A nil Metrics counts nothing.
+type Metrics interface {
+	// ReconcileDone counts one reconcile of rule with result "success" or
+	// "error", and how long it took.
+	ReconcileDone(rule, result string, took time.Duration)
+	// Write counts one write action of rule: create, update, unchanged,
+	// delete or status.
+	Write(rule, action string)
+}
+
+type noMetrics struct{}
+
+func (noMetrics) ReconcileDone(string, string, time.Duration) {}
+func (noMetrics) Write(string, string)                       {}
+
+// Options configure an Engine.
+type Options struct {
+	// Client lists, watches and writes.
+	Client k8sdynamic.Interface
+	// Mapper maps kinds to resources.
+	Mapper *dynamic.Mapper
+	// Recorder emits Events on triggers; nil emits none.
+	Recorder record.EventRecorder
+	// Metrics counts reconciles and writes; nil counts nothing.
+	Metrics Metrics
+	// DrainTimeout bounds how long shutdown waits for in-flight reconciles
+	// before cancelling their requests; 0 means 30 seconds.
+	DrainTimeout time.Duration
+}
+
+// Engine runs one RuleController per rule of the set in force. It owns every
+// goroutine it starts: Run returns only after all of them have ended.
+type Engine struct {
+	mapper   *dynamic.Mapper
+	registry *dynamic.Registry
+	writer   *dynamic.Writer
+	recorder record.EventRecorder
+	metrics  Metrics
+	drain    time.Duration
+
+	mu          sync.Mutex
+	controllers map[string]*controller
+}
+
+// New returns an Engine; nothing runs until Run.
+func New(o Options) *Engine {
+	e := &Engine{
+		mapper:      o.Mapper,
+		registry:    dynamic.NewRegistry(o.Client, cache.Indexers{ownerIndex: ownerIndexFunc, ruleIndex: ruleIndexFunc}),
+		writer:      &dynamic.Writer{Client: o.Client},
+		recorder:    o.Recorder,
+		metrics:     o.Metrics,
+		drain:       o.DrainTimeout,
+		controllers: map[string]*controller{},
+	}
+	if e.metrics == nil {
+		e.metrics = noMetrics{}
+	}
+	if e.drain == 0 {
+		e.drain = 30 * time.Second
+	}
+	return e
+}
+
+// Run runs the rules of set until ctx ends, then stops taking work, lets
+// in-flight reconciles finish (up to the drain timeout), stops the informers
+// and returns.
+func (e *Engine) Run(ctx context.Context, set *rules.Set) error {
+	e.Apply(ctx, set)
+	<-ctx.Done()
+	e.Apply(ctx, nil)
+	e.registry.Shutdown()
+	return nil
+}
+
+// Apply brings the running controllers in line with set: a rule whose hash
+// is unchanged keeps its controller (queue, workers, informers); a changed
+// rule's controller is stopped and a new one started; a removed rule's
+// controller is stopped, leaving its children in place. A nil set stops
+// everything. ctx is the parent of the controllers started.
+func (e *Engine) Apply(ctx context.Context, set *rules.Set) {
+	want := map[string]*rules.Rule{}
+	if set != nil {
+		for _, r := range set.Rules() {
+			want[r.Name] = r
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var stopping []*controller
+	for name, c := range e.controllers {
+		if r, ok := want[name]; !ok || r.Hash != c.rule.Hash {
+			stopping = append(stopping, c)
+			delete(e.controllers, name)
+		}
+	}
+	var wg sync.WaitGroup
+	for _, c := range stopping {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.stop()
+		}()
+	}
+	wg.Wait()
+	for name, r := range want {
+		if _, running := e.controllers[name]; !running {
+			c := newController(e, r)
+			e.controllers[name] = c
+			c.start(klog.NewContext(ctx, klog.FromContext(ctx).WithValues("rule", name)))
+		}
+	}
+}
+
+// Informers is how many shared informers run.
+func (e *Engine) Informers() int { return e.registry.Len() }
+
+// RuleState says where one rule's controller is: "waiting" (for a kind the
+// API server does not serve yet; Detail says which), "syncing" (informers
+// listing) or "running".
+type RuleState struct {
+	Rule   string
+	State  string
+	Detail string
+}
+
+// States returns every rule's state, for readiness reporting.
+func (e *Engine) States() []RuleState {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]RuleState, 0, len(e.controllers))
+	for name, c := range e.controllers {
+		st, detail := c.getState()
+		out = append(out, RuleState{Rule: name, State: st, Detail: detail})
+	}
+	return out
+}
+
+// Ready reports whether every rule's controller runs.
+func (e *Engine) Ready() bool {
+	for _, s := range e.States() {
+		if s.State != stateRunning {
+			return false
+		}
+	}
+	return true
+}
+
+// event emits an Event on obj if there is a recorder.
+func (e *Engine) event(obj *unstructured.Unstructured, eventType, reason, format string, args ...any) {
+	if e.recorder != nil && obj != nil {
+		e.recorder.Eventf(obj, eventType, reason, format, args...)
+	}
+}

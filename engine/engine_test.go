@@ -1,0 +1,339 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
+	k8sdynamic "k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/syncloop/syncloop/dynamic"
+	"github.com/syncloop/syncloop/internal/testenv"
+	"github.com/syncloop/syncloop/rules"
+	"github.com/syncloop/syncloop/rules/expr"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m, testenv.Options{ControllerManager: true}) }
+
+// harness is one test's view of the cluster and a running engine.
+type harness struct {
+	t       *testing.T
+	cs      kubernetes.Interface
+	ns      string
+	counter *testenv.RequestCounter // requests of the engine only
+	engine  *Engine
+	stop    func()
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	env := testenv.Get(t)
+	cs, err := kubernetes.NewForConfig(env.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "eng-"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &harness{t: t, cs: cs, ns: ns.Name, counter: &testenv.RequestCounter{}}
+}
+
+// loadRules parses rule YAML in which NS stands for the test's namespace.
+func (h *harness) loadRules(yaml string) *rules.Set {
+	h.t.Helper()
+	l, err := rules.NewLoader(expr.Options{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	f, err := l.Parse("test.yaml", []byte(strings.ReplaceAll(yaml, "NS", h.ns)))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	set, err := rules.NewSet(f)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return set
+}
+
+// start runs an engine with set until the test ends (or h.stop).
+func (h *harness) start(set *rules.Set) {
+	h.t.Helper()
+	env := testenv.Get(h.t)
+	cfg := h.counter.Wrap(env.Config())
+	dc, err := k8sdynamic.NewForConfig(cfg)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	broadcaster := record.NewBroadcaster()
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: h.cs.CoreV1().Events("")})
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "syncloop"})
+
+	h.engine = New(Options{Client: dc, Mapper: dynamic.NewMapper(disco, 200*time.Millisecond), Recorder: recorder, DrainTimeout: 5 * time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = h.engine.Run(ctx, set)
+	}()
+	stopped := false
+	h.stop = func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			<-done
+			broadcaster.Shutdown()
+		}
+	}
+	h.t.Cleanup(h.stop)
+	h.eventually("the engine to be ready", func() bool { return h.engine.Ready() })
+}
+
+// controller returns the running controller of a rule.
+func (h *harness) controller(name string) *controller {
+	h.engine.mu.Lock()
+	defer h.engine.mu.Unlock()
+	c := h.engine.controllers[name]
+	if c == nil {
+		h.t.Fatalf("no controller for rule %q", name)
+	}
+	return c
+}
+
+func (h *harness) eventually(what string, cond func() bool) {
+	h.t.Helper()
+	err := wait.PollUntilContextTimeout(h.t.Context(), 25*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	})
+	if err != nil {
+		h.t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+func (h *harness) configMap(ns, name string) (*corev1.ConfigMap, bool) {
+	cm, err := h.cs.CoreV1().ConfigMaps(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, false
+	}
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return cm, true
+}
+
+func (h *harness) createCM(name string, labels, data map[string]string) *corev1.ConfigMap {
+	h.t.Helper()
+	cm, err := h.cs.CoreV1().ConfigMaps(h.ns).Create(context.Background(),
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, Data: data}, metav1.CreateOptions{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return cm
+}
+
+func (h *harness) updateCM(name string, mutate func(*corev1.ConfigMap)) {
+	h.t.Helper()
+	err := wait.PollUntilContextTimeout(h.t.Context(), 10*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		cm, err := h.cs.CoreV1().ConfigMaps(h.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		mutate(cm)
+		_, err = h.cs.CoreV1().ConfigMaps(h.ns).Update(ctx, cm, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *harness) events(reason string) []corev1.Event {
+	list, err := h.cs.CoreV1().Events(h.ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var out []corev1.Event
+	for _, e := range list.Items {
+		if e.Reason == reason {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// copyRule: every ConfigMap labelled copy=yes in NS gets a copy named
+// <name>-copy holding its data, and one per team listed in data.teams.
+const copyRule = `apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: copy}
+spec:
+  watch: {apiVersion: v1, kind: ConfigMap, namespace: NS, labelSelector: "copy=yes"}
+  when: "object.?data.?skip.orValue('') != 'true'"
+  resources:
+    - id: copy
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "${object.metadata.name}-copy"}
+        data: ${object.?data}
+    - id: team
+      forEach: "object.?data.?teams.orValue('').split(',').filter(t, t != '')"
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "${object.metadata.name}-team-${item}"}
+        data: {team: "${item}"}
+  resyncPeriod: 1s
+`
+
+func TestTriggerLifecycle(t *testing.T) {
+	h := newHarness(t)
+	h.start(h.loadRules(copyRule))
+
+	src := h.createCM("src", map[string]string{"copy": "yes"}, map[string]string{"k": "v1", "teams": "a,b"})
+	h.createCM("unlabelled", nil, map[string]string{"k": "v"})
+	h.eventually("the copy and two team children", func() bool {
+		cp, ok := h.configMap(h.ns, "src-copy")
+		_, a := h.configMap(h.ns, "src-team-a")
+		_, b := h.configMap(h.ns, "src-team-b")
+		return ok && cp.Data["k"] == "v1" && a && b
+	})
+	cp, _ := h.configMap(h.ns, "src-copy")
+	if cp.Labels[rules.LabelRule] != "copy" || cp.Labels[rules.LabelOwnerUID] != string(src.UID) ||
+		cp.Annotations[rules.AnnotationOwner] != "v1/ConfigMap/"+h.ns+"/src" || len(cp.OwnerReferences) != 1 || cp.OwnerReferences[0].UID != src.UID {
+		t.Errorf("child metadata: labels %v annotations %v ownerReferences %v", cp.Labels, cp.Annotations, cp.OwnerReferences)
+	}
+	found := false
+	for _, mf := range cp.ManagedFields {
+		found = found || (mf.Manager == "syncloop/copy" && mf.Operation == metav1.ManagedFieldsOperationApply)
+	}
+	if !found {
+		t.Errorf("child not server-side applied by syncloop/copy: %v", cp.ManagedFields)
+	}
+	if _, ok := h.configMap(h.ns, "unlabelled-copy"); ok {
+		t.Error("an object outside the label selector got a child")
+	}
+
+	// Update: the copy follows; forEach shrinks (b pruned) and grows (c).
+	h.updateCM("src", func(cm *corev1.ConfigMap) { cm.Data["k"] = "v2"; cm.Data["teams"] = "a,c" })
+	h.eventually("the copy to follow and the teams to become a,c", func() bool {
+		cp, _ := h.configMap(h.ns, "src-copy")
+		_, a := h.configMap(h.ns, "src-team-a")
+		_, b := h.configMap(h.ns, "src-team-b")
+		_, c := h.configMap(h.ns, "src-team-c")
+		return cp != nil && cp.Data["k"] == "v2" && a && !b && c
+	})
+
+	// `when` turns false: children pruned; true again: back.
+	h.updateCM("src", func(cm *corev1.ConfigMap) { cm.Data["skip"] = "true" })
+	h.eventually("children pruned when `when` turned false", func() bool {
+		_, cp := h.configMap(h.ns, "src-copy")
+		_, a := h.configMap(h.ns, "src-team-a")
+		return !cp && !a
+	})
+	h.updateCM("src", func(cm *corev1.ConfigMap) { delete(cm.Data, "skip") })
+	h.eventually("children back when `when` turned true", func() bool {
+		_, cp := h.configMap(h.ns, "src-copy")
+		return cp
+	})
+
+	// Leaving the label selector is like being deleted.
+	h.updateCM("src", func(cm *corev1.ConfigMap) { cm.Labels["copy"] = "no" })
+	h.eventually("children pruned when the trigger left the selector", func() bool {
+		_, cp := h.configMap(h.ns, "src-copy")
+		return !cp
+	})
+	h.updateCM("src", func(cm *corev1.ConfigMap) { cm.Labels["copy"] = "yes" })
+	h.eventually("children back", func() bool { _, cp := h.configMap(h.ns, "src-copy"); return cp })
+
+	if err := h.cs.CoreV1().ConfigMaps(h.ns).Delete(context.Background(), "src", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("children pruned after the trigger was deleted", func() bool {
+		_, cp := h.configMap(h.ns, "src-copy")
+		_, a := h.configMap(h.ns, "src-team-a")
+		_, c := h.configMap(h.ns, "src-team-c")
+		return !cp && !a && !c
+	})
+	if len(h.events("Applied")) == 0 || len(h.events("Pruned")) == 0 {
+		t.Errorf("want Applied and Pruned events, got %d and %d", len(h.events("Applied")), len(h.events("Pruned")))
+	}
+}
+
+func TestDriftRepair(t *testing.T) {
+	h := newHarness(t)
+	h.start(h.loadRules(copyRule))
+	h.createCM("src", map[string]string{"copy": "yes"}, map[string]string{"k": "v"})
+	h.eventually("the copy", func() bool { _, ok := h.configMap(h.ns, "src-copy"); return ok })
+
+	h.updateCM("src-copy", func(cm *corev1.ConfigMap) { cm.Data["k"] = "tampered" })
+	h.eventually("an edited child repaired", func() bool {
+		cp, _ := h.configMap(h.ns, "src-copy")
+		return cp != nil && cp.Data["k"] == "v"
+	})
+	if err := h.cs.CoreV1().ConfigMaps(h.ns).Delete(context.Background(), "src-copy", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("a deleted child recreated", func() bool { _, ok := h.configMap(h.ns, "src-copy"); return ok })
+}
+
+// TestSteadyStateCostsNothing: once everything is in sync, full resyncs
+// (every second here) make no API request at all — no writes, no GETs.
+func TestSteadyStateCostsNothing(t *testing.T) {
+	h := newHarness(t)
+	h.start(h.loadRules(copyRule))
+	for i := range 5 {
+		h.createCM(fmt.Sprintf("src-%d", i), map[string]string{"copy": "yes"}, map[string]string{"k": "v", "teams": "x,y"})
+	}
+	h.eventually("15 children", func() bool {
+		l, _ := h.cs.CoreV1().ConfigMaps(h.ns).List(context.Background(), metav1.ListOptions{LabelSelector: rules.LabelRule + "=copy"})
+		return len(l.Items) == 15
+	})
+	c := h.controller("copy")
+	// quietCycles waits for n resync passes and their 5 reconciles each.
+	quietCycles := func(n int64) {
+		r0, k0 := c.resyncs.Load(), c.reconciles.Load()
+		h.eventually(fmt.Sprintf("%d resync cycles processed", n), func() bool {
+			return c.resyncs.Load() >= r0+n && c.reconciles.Load() >= k0+5*n && c.queue.Len() == 0
+		})
+	}
+	// The echoes of our own applies settle within a cycle or two.
+	h.eventually("a resync cycle without requests", func() bool {
+		h.counter.Reset()
+		quietCycles(1)
+		return len(h.counter.Requests(nil)) == 0
+	})
+	h.counter.Reset()
+	quietCycles(3)
+	var writes, gets []string
+	for _, r := range h.counter.Requests(nil) {
+		switch {
+		case r.IsWrite():
+			writes = append(writes, r.Method+" "+r.Path)
+		case r.Verb() == "get":
+			gets = append(gets, r.Method+" "+r.Path+"?"+r.Query)
+		}
+	}
+	if len(writes) != 0 || len(gets) != 0 {
+		t.Errorf("in steady state over 3 resyncs: %d writes %v, %d GETs %v; want none", len(writes), writes, len(gets), gets)
+	}
+}

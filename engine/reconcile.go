@@ -1,0 +1,229 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/syncloop/syncloop/rules"
+)
+
+// AnnotationAppliedHash holds a hash of the child as syncloop last applied
+// it. A child whose hash matches and whose fields hold what the rule wants
+// is not applied again: no write in steady state. A changed template —
+// including a removed field, which comparing fields cannot see — changes
+// the hash.
+const AnnotationAppliedHash = rules.Group + "/applied-hash"
+
+// reconcile brings one trigger's children and status to what the rule
+// wants. It reads only from the informer caches; it writes only what
+// differs.
+func (c *controller) reconcile(ctx context.Context, key cache.ObjectName) error {
+	owner := rules.Trigger{APIVersion: c.rule.Watch.APIVersion, Kind: c.rule.Watch.Kind, Namespace: key.Namespace, Name: key.Name}.String()
+	existing := c.childrenOf(owner)
+
+	obj, exists, err := c.trigger.Indexer().GetByKey(key.String())
+	if err != nil {
+		return err
+	}
+	var trigger *unstructured.Unstructured
+	if exists {
+		trigger = obj.(*unstructured.Unstructured)
+	}
+	if trigger == nil || trigger.GetDeletionTimestamp() != nil {
+		return c.prune(ctx, nil, existing, nil)
+	}
+
+	rd, err := c.rule.Render(ctx, trigger, c.e.mapper)
+	if err != nil {
+		c.e.event(trigger, corev1.EventTypeWarning, "Failed", "%v", err)
+		return err
+	}
+	if rd.Skipped {
+		return c.prune(ctx, trigger, existing, nil)
+	}
+
+	desired := map[childRef]bool{}
+	live := map[childRef]map[string]any{}
+	var errs []error
+	for _, child := range rd.Children {
+		ref := refOf(child.Object)
+		desired[ref] = true
+		out, err := c.applyChild(ctx, trigger, child)
+		if err != nil {
+			c.e.event(trigger, corev1.EventTypeWarning, "Failed", "%v", err)
+			errs = append(errs, err)
+			continue
+		}
+		live[ref] = out
+	}
+	if err := c.prune(ctx, trigger, existing, desired); err != nil {
+		errs = append(errs, err)
+	}
+	if c.rule.Status != nil {
+		if err := c.writeStatus(ctx, trigger, rd, live); err != nil {
+			c.e.event(trigger, corev1.EventTypeWarning, "Failed", "%v", err)
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// childrenOf returns this rule's children of one trigger, from the caches.
+func (c *controller) childrenOf(owner string) []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	for _, ck := range c.children {
+		objs, _ := ck.sub.Indexer().ByIndex(ownerIndex, ownerKey(c.rule.Name, owner))
+		for _, o := range objs {
+			out = append(out, o.(*unstructured.Unstructured))
+		}
+	}
+	return out
+}
+
+// applyChild server-side applies one rendered child unless the cached copy
+// already is what the rule wants. It returns the child as it now is.
+func (c *controller) applyChild(ctx context.Context, trigger *unstructured.Unstructured, child rules.Child) (map[string]any, error) {
+	obj := child.Object
+	ref := refOf(obj)
+	ck := c.children[ref.gvk]
+	hash := contentHash(obj.Object)
+	ann := obj.GetAnnotations()
+	ann[AnnotationAppliedHash] = hash
+	obj.SetAnnotations(ann)
+
+	cachedObj, found, err := ck.sub.Indexer().GetByKey(cacheKey(ref))
+	if err != nil {
+		return nil, err
+	}
+	var cached *unstructured.Unstructured
+	if found {
+		cached = cachedObj.(*unstructured.Unstructured)
+		if other := cached.GetLabels()[rules.LabelRule]; other != c.rule.Name {
+			return nil, fmt.Errorf("resource %q: %s %s is managed by rule %q: not taking it over", child.ResourceID, ref.gvk.Kind, cacheKey(ref), other)
+		}
+		if c.upToDate(ref, cached, obj, hash) {
+			c.e.metrics.Write(c.rule.Name, "unchanged")
+			return cached.Object, nil
+		}
+	}
+
+	out, err := c.e.writer.Apply(ctx, ck.mapping, obj, rules.FieldManagerPrefix+c.rule.Name, c.rule.ForceConflicts)
+	if err != nil {
+		return nil, fmt.Errorf("resource %q: applying %s %s: %w", child.ResourceID, ref.gvk.Kind, cacheKey(ref), err)
+	}
+	c.mu.Lock()
+	c.applied[ref] = out.GetResourceVersion()
+	c.mu.Unlock()
+	action := "update"
+	if cached == nil {
+		action = "create"
+	}
+	c.e.metrics.Write(c.rule.Name, action)
+	klog.FromContext(ctx).V(2).Info("Applied child", "action", action, "kind", ref.gvk.Kind, "child", klog.KObj(out))
+	c.e.event(trigger, corev1.EventTypeNormal, "Applied", "%s %s %s", capitalize(action), ref.gvk.Kind, cacheKey(ref))
+	return out.Object, nil
+}
+
+// upToDate reports whether applying desired would change nothing: the
+// cached child carries the hash of this desired content, and either is
+// still the version our own last apply produced or holds every desired
+// field (it was changed by someone else, but not in the fields we own).
+func (c *controller) upToDate(ref childRef, cached, desired *unstructured.Unstructured, hash string) bool {
+	if cached.GetAnnotations()[AnnotationAppliedHash] != hash {
+		return false
+	}
+	c.mu.Lock()
+	rv, ok := c.applied[ref]
+	c.mu.Unlock()
+	if ok && rv == cached.GetResourceVersion() {
+		return true
+	}
+	return holds(cached.Object, desired.Object)
+}
+
+// prune deletes this trigger's children that are not desired — all of them
+// when desired is nil — unless the rule orphans them. It deletes only
+// objects carrying this rule's label, each with a UID precondition, so an
+// object replaced meanwhile is never deleted.
+func (c *controller) prune(ctx context.Context, trigger *unstructured.Unstructured, existing []*unstructured.Unstructured, desired map[childRef]bool) error {
+	if c.rule.DeletionPolicy == rules.DeletionOrphan {
+		return nil
+	}
+	var errs []error
+	for _, child := range existing {
+		ref := refOf(child)
+		if desired[ref] || child.GetLabels()[rules.LabelRule] != c.rule.Name {
+			continue
+		}
+		ck, ok := c.children[ref.gvk]
+		if !ok {
+			continue
+		}
+		err := c.e.writer.Delete(ctx, ck.mapping, ref.namespace, ref.name, child.GetUID())
+		switch {
+		case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+			// Gone already, or replaced by another object: nothing to prune.
+			continue
+		case err != nil:
+			errs = append(errs, fmt.Errorf("pruning %s %s: %w", ref.gvk.Kind, cacheKey(ref), err))
+			continue
+		}
+		c.mu.Lock()
+		delete(c.applied, ref)
+		c.mu.Unlock()
+		c.e.metrics.Write(c.rule.Name, "delete")
+		klog.FromContext(ctx).V(2).Info("Pruned child", "kind", ref.gvk.Kind, "child", klog.KObj(child))
+		c.e.event(trigger, corev1.EventTypeNormal, "Pruned", "Deleted %s %s", ref.gvk.Kind, cacheKey(ref))
+	}
+	return errors.Join(errs...)
+}
+
+// writeStatus server-side applies the rendered status to the trigger's
+// status subresource, unless the trigger's status already holds it.
+func (c *controller) writeStatus(ctx context.Context, trigger *unstructured.Unstructured, rd *rules.Rendered, live map[childRef]map[string]any) error {
+	status, err := rd.Status(ctx, func(ch rules.Child) (map[string]any, bool) {
+		o, ok := live[refOf(ch.Object)]
+		return o, ok
+	})
+	if err != nil || status == nil {
+		return err
+	}
+	if holds(trigger.Object["status"], status) {
+		return nil
+	}
+	patch := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": trigger.GetAPIVersion(),
+		"kind":       trigger.GetKind(),
+		"metadata":   map[string]any{"name": trigger.GetName(), "namespace": trigger.GetNamespace()},
+		"status":     status,
+	}}
+	if trigger.GetNamespace() == "" {
+		delete(patch.Object["metadata"].(map[string]any), "namespace")
+	}
+	if _, err := c.e.writer.ApplyStatus(ctx, c.triggerMapping, patch, rules.FieldManagerPrefix+c.rule.Name, true); err != nil {
+		return fmt.Errorf("writing status: %w", err)
+	}
+	c.e.metrics.Write(c.rule.Name, "status")
+	return nil
+}
+
+func cacheKey(ref childRef) string {
+	if ref.namespace == "" {
+		return ref.name
+	}
+	return ref.namespace + "/" + ref.name
+}
+
+func capitalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return string(s[0]-'a'+'A') + s[1:]
+}
