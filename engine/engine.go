@@ -28,7 +28,7 @@ type Metrics interface {
 type noMetrics struct{}
 
 func (noMetrics) ReconcileDone(string, string, time.Duration) {}
-func (noMetrics) Write(string, string)                       {}
+func (noMetrics) Write(string, string)                        {}
 
 // Options configure an Engine.
 type Options struct {
