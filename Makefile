@@ -8,7 +8,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 # integration tests against the local control plane.
 TESTFLAGS ?= -race -count=1 -timeout=30m
 
-.PHONY: help build test test-short testenv demo lint clean
+.PHONY: help build test test-short testenv demo cluster lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -25,7 +25,10 @@ test: testenv ## run every test, integration tests against the local control pla
 test-short: ## run the unit tests only (no control plane)
 	$(GO) test -short -count=1 ./...
 
-demo: testenv ## start the local control plane in the foreground; Ctrl-C stops it
+demo: testenv build ## syncloop reconciling the examples on a local control plane it starts (and stops)
+	$(GO) run ./hack/demo --syncloop $(BIN) --examples examples
+
+cluster: testenv ## start the local control plane in the foreground, print its kubeconfig; Ctrl-C stops it
 	$(GO) run ./hack/localcluster
 
 lint: ## gofmt check and go vet

@@ -5,11 +5,13 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 
 	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
 )
 
 func main() {
@@ -51,6 +53,12 @@ pruned when no longer desired, with status written back.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCommand(), newValidateCommand(), newRenderCommand())
+	root.AddCommand(newVersionCommand(), newValidateCommand(), newRenderCommand(), newRunCommand())
+	// klog's verbosity flags for every command; logs go to stderr.
+	logFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(logFlags)
+	for _, name := range []string{"v", "vmodule"} {
+		root.PersistentFlags().AddGoFlag(logFlags.Lookup(name))
+	}
 	return root
 }

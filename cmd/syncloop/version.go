@@ -24,6 +24,20 @@ func newVersionCommand() *cobra.Command {
 	}
 }
 
+// versionOrDev is this binary's version, for the User-Agent.
+func versionOrDev() string { return resolveVersion(version, readBuildInfo()) }
+
+// resolveVersion: the ldflags version, else the module version, else "dev".
+func resolveVersion(ldflagsVersion string, bi *debug.BuildInfo) string {
+	if ldflagsVersion != "" {
+		return ldflagsVersion
+	}
+	if bi != nil && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}
+
 func readBuildInfo() *debug.BuildInfo {
 	bi, _ := debug.ReadBuildInfo()
 	return bi
@@ -32,19 +46,13 @@ func readBuildInfo() *debug.BuildInfo {
 // versionString formats "syncloop <version> (<go version>, client-go <v>)".
 // The version comes from ldflags, else from the module build info.
 func versionString(ldflagsVersion string, bi *debug.BuildInfo) string {
-	v, clientGo := ldflagsVersion, "unknown"
+	clientGo := "unknown"
 	if bi != nil {
-		if v == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-			v = bi.Main.Version
-		}
 		for _, d := range bi.Deps {
 			if d.Path == "k8s.io/client-go" {
 				clientGo = d.Version
 			}
 		}
 	}
-	if v == "" {
-		v = "dev"
-	}
-	return fmt.Sprintf("syncloop %s (%s, client-go %s)", v, runtime.Version(), clientGo)
+	return fmt.Sprintf("syncloop %s (%s, client-go %s)", resolveVersion(ldflagsVersion, bi), runtime.Version(), clientGo)
 }

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/discovery"
+	k8sdynamic "k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/syncloop/syncloop/dynamic"
+	"github.com/syncloop/syncloop/engine"
+)
+
+// clusterFlags are the flags of every command that talks to a cluster.
+type clusterFlags struct {
+	kubeconfig string
+	context    string
+	qps        float32
+	burst      int
+}
+
+func (f *clusterFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)")
+	cmd.Flags().StringVar(&f.context, "context", "", "kubeconfig context to use")
+	cmd.Flags().Float32Var(&f.qps, "qps", 50, "client-side limit of API requests per second")
+	cmd.Flags().IntVar(&f.burst, "burst", 100, "client-side burst of API requests")
+}
+
+// restConfig loads the client configuration the way kubectl does.
+func (f *clusterFlags) restConfig() (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = f.kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
+		&clientcmd.ConfigOverrides{CurrentContext: f.context}).ClientConfig()
+	if err != nil {
+		return nil, err
+	}
+	cfg.QPS, cfg.Burst = f.qps, f.burst
+	cfg.UserAgent = "syncloop/" + versionOrDev()
+	return cfg, nil
+}
+
+func newRunCommand() *cobra.Command {
+	var (
+		rf          ruleFlags
+		cf          clusterFlags
+		probeAddr   string
+		drainPeriod time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "run -f PATH...",
+		Short: "Run the controller: reconcile every rule against the cluster until stopped",
+		Long: `run loads the rules and reconciles them until SIGTERM or SIGINT: it then stops
+taking work, lets in-flight reconciles finish, stops its informers and exits 0.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			set, err := rf.load(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			cfg, err := cf.restConfig()
+			if err != nil {
+				return fmt.Errorf("loading the client configuration: %w", err)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			logger := klog.FromContext(ctx)
+			ctx = klog.NewContext(ctx, logger)
+
+			dc, err := k8sdynamic.NewForConfig(cfg)
+			if err != nil {
+				return err
+			}
+			disco, err := discovery.NewDiscoveryClientForConfig(cfg)
+			if err != nil {
+				return err
+			}
+			cs, err := kubernetes.NewForConfig(cfg)
+			if err != nil {
+				return err
+			}
+			broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+			broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
+			defer broadcaster.Shutdown()
+			eng := engine.New(engine.Options{
+				Client:       dc,
+				Mapper:       dynamic.NewMapper(disco, 0),
+				Recorder:     broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "syncloop"}),
+				DrainTimeout: drainPeriod,
+			})
+
+			if probeAddr != "" && probeAddr != "0" {
+				srv, err := serveProbes(ctx, probeAddr, eng)
+				if err != nil {
+					return err
+				}
+				defer srv.Close()
+			}
+			logger.Info("Starting", "rules", set.Len(), "host", cfg.Host)
+			if err := eng.Run(ctx, set); err != nil {
+				return err
+			}
+			logger.Info("Stopped")
+			return nil
+		},
+	}
+	rf.register(cmd)
+	cf.register(cmd)
+	cmd.Flags().StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (0 turns them off)")
+	cmd.Flags().DurationVar(&drainPeriod, "drain-timeout", 30*time.Second, "on shutdown, how long in-flight reconciles may take before their requests are cancelled")
+	return cmd
+}
+
+// serveProbes serves /healthz (the process runs) and /readyz (every rule's
+// informers have synced; the body lists rules that are not running, and
+// why).
+func serveProbes(ctx context.Context, addr string, eng *engine.Engine) (*http.Server, error) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		states := eng.States()
+		sort.Slice(states, func(i, j int) bool { return states[i].Rule < states[j].Rule })
+		var b strings.Builder
+		ready := true
+		for _, s := range states {
+			fmt.Fprintf(&b, "rule %s: %s", s.Rule, s.State)
+			if s.Detail != "" {
+				fmt.Fprintf(&b, ": %s", s.Detail)
+			}
+			b.WriteByte('\n')
+			ready = ready && s.State == "running"
+		}
+		if !ready {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		fmt.Fprint(w, b.String())
+	})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("health probes: %w", err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			klog.FromContext(ctx).Error(err, "Health probe server failed")
+		}
+	}()
+	return srv, nil
+}

@@ -1,0 +1,398 @@
+// Command demo shows syncloop at work on a local control plane: it starts
+// etcd, kube-apiserver and kube-controller-manager (internal/testenv),
+// installs the examples' CRDs and sample objects, runs `syncloop run -f
+// examples/` as a separate process, prints the children syncloop creates,
+// changes and deletes a trigger to show syncloop following, and stops
+// everything. `make demo` runs it; hack/testenv.sh must have built the
+// control plane.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/restmapper"
+
+	"github.com/syncloop/syncloop/internal/testenv"
+)
+
+func main() {
+	syncloopBin := flag.String("syncloop", "bin/syncloop", "the syncloop binary to run")
+	examples := flag.String("examples", "examples", "the examples directory")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := demo(ctx, *syncloopBin, *examples); err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}
+
+type cluster struct {
+	cs     kubernetes.Interface
+	dyn    dynamic.Interface
+	mapper meta.RESTMapper
+}
+
+func demo(ctx context.Context, bin, examples string) error {
+	step("Starting a local control plane (etcd, kube-apiserver, kube-controller-manager)")
+	start := time.Now()
+	env, err := testenv.Start(ctx, testenv.Options{ControllerManager: true})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		env.Stop()
+		step("Control plane stopped; its scratch directory is removed.")
+	}()
+	fmt.Printf("   ready in %v; kubeconfig %s\n", time.Since(start).Round(100*time.Millisecond), env.Kubeconfig())
+
+	cfg := env.Config()
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	c := &cluster{cs: cs, dyn: dyn, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))}
+
+	crds, _ := filepath.Glob(filepath.Join(examples, "*", "crd.yaml"))
+	if len(crds) > 0 {
+		step("Installing the examples' CustomResourceDefinitions")
+		names, err := env.InstallCRDs(ctx, crds...)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("   %s\n", strings.Join(names, ", "))
+	}
+	step("Creating the examples' sample objects")
+	objects, _ := filepath.Glob(filepath.Join(examples, "*", "objects.yaml"))
+	for _, f := range objects {
+		if err := c.applyFile(ctx, f); err != nil {
+			return err
+		}
+	}
+
+	step("Running: " + bin + " run -f " + examples + "/")
+	probe, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	logPath := filepath.Join(env.Dir(), "syncloop.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	cmd := exec.Command(bin, "run", "-f", examples, "--kubeconfig", env.Kubeconfig(), "--health-probe-bind-address", probe)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	runStart := time.Now()
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stopSyncloop := func() error {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			return err
+		case <-time.After(40 * time.Second):
+			_ = cmd.Process.Kill()
+			return errors.New("syncloop did not stop within 40s")
+		}
+	}
+	defer func() {
+		if cmd.ProcessState == nil {
+			_ = stopSyncloop()
+		}
+	}()
+
+	wantChildren, err := expectedChildren(bin, examples)
+	if err != nil {
+		return err
+	}
+	var children []child
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		select {
+		case err := <-exited:
+			return false, fmt.Errorf("syncloop exited: %v; see %s", err, logPath)
+		default:
+		}
+		children, err = c.children(ctx)
+		return len(children) >= wantChildren, err
+	})
+	if err != nil {
+		tail(logPath)
+		return fmt.Errorf("waiting for syncloop's children: %w", err)
+	}
+	fmt.Printf("   %d children reconciled in %v:\n\n", len(children), time.Since(runStart).Round(100*time.Millisecond))
+	printChildren(children)
+	if err := c.printAppStatus(ctx); err != nil {
+		return err
+	}
+
+	step("Changing a trigger: namespace sandbox moves from tier free to gold")
+	if err := c.labelNamespace(ctx, "sandbox", "tier", "gold"); err != nil {
+		return err
+	}
+	if err := c.waitFor(ctx, "the new quota", func(ctx context.Context) (bool, error) {
+		_, err := cs.CoreV1().ResourceQuotas("sandbox").Get(ctx, "tenant-quota", metav1.GetOptions{})
+		return err == nil, nil
+	}); err != nil {
+		return err
+	}
+	q, _ := cs.CoreV1().ResourceQuotas("sandbox").Get(ctx, "tenant-quota", metav1.GetOptions{})
+	fmt.Printf("   ResourceQuota sandbox/tenant-quota created: pods=%s, requests.cpu=%s\n",
+		q.Spec.Hard.Pods().String(), q.Spec.Hard.Name("requests.cpu", "").String())
+
+	step("Deleting a trigger: the Secret platform/registry-pull")
+	if err := cs.CoreV1().Secrets("platform").Delete(ctx, "registry-pull", metav1.DeleteOptions{}); err != nil {
+		return err
+	}
+	if err := c.waitFor(ctx, "its copies to be pruned", func(ctx context.Context) (bool, error) {
+		_, errShop := cs.CoreV1().Secrets("shop").Get(ctx, "registry-pull", metav1.GetOptions{})
+		_, errSandbox := cs.CoreV1().Secrets("sandbox").Get(ctx, "registry-pull", metav1.GetOptions{})
+		return apierrors.IsNotFound(errShop) && apierrors.IsNotFound(errSandbox), nil
+	}); err != nil {
+		return err
+	}
+	fmt.Println("   its copies in shop and sandbox were pruned (they live in other namespaces: no ownerReference could do it)")
+
+	step("Stopping syncloop (SIGTERM)")
+	if err := stopSyncloop(); err != nil {
+		tail(logPath)
+		return fmt.Errorf("syncloop: %w", err)
+	}
+	fmt.Println("   exited cleanly. Its log:", logPath, "(removed with the control plane)")
+	tail(logPath)
+	return nil
+}
+
+// expectedChildren asks `syncloop render` how many children the examples
+// make from their sample objects.
+func expectedChildren(bin, examples string) (int, error) {
+	dirs, _ := filepath.Glob(filepath.Join(examples, "*", "rules.yaml"))
+	total := 0
+	for _, rules := range dirs {
+		dir := filepath.Dir(rules)
+		args := []string{"render", "-o", "json", "-f", rules}
+		for _, f := range []string{"crd.yaml", "objects.yaml"} {
+			if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
+				args = append(args, "--objects", filepath.Join(dir, f))
+			}
+		}
+		out, err := exec.Command(bin, args...).Output()
+		if err != nil {
+			return 0, fmt.Errorf("%s %s: %w", bin, strings.Join(args, " "), err)
+		}
+		var doc struct {
+			Results []struct {
+				Children []any `json:"children"`
+			} `json:"results"`
+		}
+		if err := json.Unmarshal(out, &doc); err != nil {
+			return 0, err
+		}
+		for _, r := range doc.Results {
+			total += len(r.Children)
+		}
+	}
+	return total, nil
+}
+
+func step(s string) { fmt.Printf("\n== %s\n", s) }
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// applyFile server-side applies every object of a YAML file, creating the
+// namespaces they live in first. Sample uids are dropped: the API server
+// assigns its own.
+func (c *cluster) applyFile(ctx context.Context, path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		var obj map[string]any
+		if err := dec.Decode(&obj); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		if len(obj) == 0 {
+			continue
+		}
+		u := &unstructured.Unstructured{Object: obj}
+		u.SetUID("")
+		if ns := u.GetNamespace(); ns != "" {
+			_, err := c.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+			if err != nil && !apierrors.IsAlreadyExists(err) {
+				return err
+			}
+		}
+		m, err := c.mapper.RESTMapping(u.GroupVersionKind().GroupKind(), u.GroupVersionKind().Version)
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		var ri dynamic.ResourceInterface = c.dyn.Resource(m.Resource)
+		if m.Scope.Name() == meta.RESTScopeNameNamespace {
+			ri = c.dyn.Resource(m.Resource).Namespace(u.GetNamespace())
+		}
+		// One field manager per file: two examples' labels on one namespace merge.
+		manager := "demo-" + filepath.Base(filepath.Dir(path))
+		if _, err := ri.Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: manager, Force: true}); err != nil {
+			return fmt.Errorf("%s: %s %s: %w", path, u.GetKind(), u.GetName(), err)
+		}
+		fmt.Printf("   %-10s %s/%s\n", u.GetKind(), u.GetNamespace(), u.GetName())
+	}
+}
+
+type child struct{ rule, kind, name, trigger string }
+
+var childKinds = []schema.GroupVersionResource{
+	{Version: "v1", Resource: "configmaps"}, {Version: "v1", Resource: "secrets"},
+	{Version: "v1", Resource: "resourcequotas"}, {Version: "v1", Resource: "services"},
+	{Group: "networking.k8s.io", Version: "v1", Resource: "networkpolicies"},
+	{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"},
+	{Group: "apps", Version: "v1", Resource: "deployments"},
+	{Group: "policy", Version: "v1", Resource: "poddisruptionbudgets"},
+}
+
+// children lists every object syncloop manages.
+func (c *cluster) children(ctx context.Context) ([]child, error) {
+	var out []child
+	for _, gvr := range childKinds {
+		list, err := c.dyn.Resource(gvr).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=syncloop"})
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range list.Items {
+			out = append(out, child{rule: o.GetLabels()["syncloop.dev/rule"], kind: o.GetKind(),
+				name: o.GetNamespace() + "/" + o.GetName(), trigger: o.GetAnnotations()["syncloop.dev/owner"]})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.rule != b.rule {
+			return a.rule < b.rule
+		}
+		return a.kind+a.name < b.kind+b.name
+	})
+	return out, nil
+}
+
+func printChildren(children []child) {
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "   RULE\tKIND\tNAMESPACE/NAME\tTRIGGER")
+	for _, c := range children {
+		fmt.Fprintf(w, "   %s\t%s\t%s\t%s\n", c.rule, c.kind, c.name, c.trigger)
+	}
+	w.Flush()
+}
+
+func (c *cluster) printAppStatus(ctx context.Context) error {
+	gvr := schema.GroupVersionResource{Group: "example.syncloop.dev", Version: "v1", Resource: "apps"}
+	return c.waitFor(ctx, "the Apps' status", func(ctx context.Context) (bool, error) {
+		list, err := c.dyn.Resource(gvr).Namespace("shop").List(ctx, metav1.ListOptions{})
+		if err != nil || len(list.Items) == 0 {
+			return false, nil
+		}
+		for _, a := range list.Items {
+			if _, ok := a.Object["status"]; !ok {
+				return false, nil
+			}
+		}
+		fmt.Println()
+		for _, a := range list.Items {
+			st := a.Object["status"].(map[string]any)
+			fmt.Printf("   App %s/%s status: ready=%v readyReplicas=%v url=%v\n", a.GetNamespace(), a.GetName(), st["ready"], st["readyReplicas"], st["url"])
+		}
+		fmt.Println("   (no kubelet runs here, so no replica becomes ready)")
+		return true, nil
+	})
+}
+
+func (c *cluster) labelNamespace(ctx context.Context, name, key, value string) error {
+	ns, err := c.cs.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	ns.Labels[key] = value
+	_, err = c.cs.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{})
+	return err
+}
+
+func (c *cluster) waitFor(ctx context.Context, what string, cond wait.ConditionWithContextFunc) error {
+	start := time.Now()
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, cond); err != nil {
+		return fmt.Errorf("waiting for %s: %w", what, err)
+	}
+	fmt.Printf("   (%s after %v)\n", what, time.Since(start).Round(10*time.Millisecond))
+	return nil
+}
+
+// tail prints the last lines of syncloop's log.
+func tail(path string) {
+	f, err := os.Open(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	if len(lines) > 8 {
+		lines = lines[len(lines)-8:]
+	}
+	fmt.Println("   last lines of syncloop's log:")
+	for _, l := range lines {
+		fmt.Println("   | " + l)
+	}
+}
