@@ -57,6 +57,7 @@ type Engine struct {
 
 	mu          sync.Mutex
 	controllers map[string]*controller
+	applied     bool // a rule set has been applied: readiness means something
 }
 
 // New returns an Engine; nothing runs until Run.
@@ -104,6 +105,7 @@ func (e *Engine) Apply(ctx context.Context, set *rules.Set) {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.applied = set != nil
 	var stopping []*controller
 	for name, c := range e.controllers {
 		if r, ok := want[name]; !ok || r.Hash != c.rule.Hash {
@@ -153,8 +155,15 @@ func (e *Engine) States() []RuleState {
 	return out
 }
 
-// Ready reports whether every rule's controller runs.
+// Ready reports whether a rule set is in force and every rule's controller
+// runs.
 func (e *Engine) Ready() bool {
+	e.mu.Lock()
+	applied := e.applied
+	e.mu.Unlock()
+	if !applied {
+		return false
+	}
 	for _, s := range e.States() {
 		if s.State != stateRunning {
 			return false

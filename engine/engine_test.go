@@ -68,8 +68,14 @@ func (h *harness) loadRules(yaml string) *rules.Set {
 	return set
 }
 
-// start runs an engine with set until the test ends (or h.stop).
+// start runs an engine with set until the test ends (or h.stop), and
+// waits until it is ready.
 func (h *harness) start(set *rules.Set) {
+	h.t.Helper()
+	h.startWith(set, true)
+}
+
+func (h *harness) startWith(set *rules.Set, waitReady bool) {
 	h.t.Helper()
 	env := testenv.Get(h.t)
 	cfg := h.counter.Wrap(env.Config())
@@ -102,7 +108,9 @@ func (h *harness) start(set *rules.Set) {
 		}
 	}
 	h.t.Cleanup(h.stop)
-	h.eventually("the engine to be ready", func() bool { return h.engine.Ready() })
+	if waitReady {
+		h.eventually("the engine to be ready", func() bool { return h.engine.Ready() })
+	}
 }
 
 // controller returns the running controller of a rule.

@@ -1,0 +1,342 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8sdynamic "k8s.io/client-go/dynamic"
+
+	"github.com/syncloop/syncloop/internal/testenv"
+	"github.com/syncloop/syncloop/rules"
+)
+
+var widgets = schema.GroupVersionResource{Group: "test.syncloop.dev", Version: "v1", Resource: "widgets"}
+
+func (h *harness) dynamic() k8sdynamic.Interface {
+	dc, err := k8sdynamic.NewForConfig(testenv.Get(h.t).Config())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return dc
+}
+
+func (h *harness) newNamespace() string {
+	h.t.Helper()
+	ns, err := h.cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "eng-other-"}}, metav1.CreateOptions{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return ns.Name
+}
+
+// TestStatusFromChildren: a Widget gets a ConfigMap, and its status —
+// written through the status subresource — reports the live child.
+func TestStatusFromChildren(t *testing.T) {
+	h := newHarness(t)
+	if _, err := testenv.Get(t).InstallCRDs(t.Context(), filepath.Join("testdata", "widgets-crd.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	h.start(h.loadRules(`apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: widget}
+spec:
+  watch: {apiVersion: test.syncloop.dev/v1, kind: Widget, namespace: NS}
+  resources:
+    - id: config
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "${object.metadata.name}-config"}
+        data: {size: "${string(object.spec.size)}"}
+    - id: extra
+      when: "object.spec.size > 5"
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "${object.metadata.name}-extra"}
+  status:
+    configName: ${children.config.metadata.name}
+    configUID: ${children.config.metadata.uid}
+    size: ${children.config.data.size}
+    hasExtra: ${has(children.extra)}
+`))
+	dc := h.dynamic()
+	w := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "test.syncloop.dev/v1", "kind": "Widget",
+		"metadata": map[string]any{"name": "w"}, "spec": map[string]any{"size": int64(3)},
+	}}
+	if _, err := dc.Resource(widgets).Namespace(h.ns).Create(t.Context(), w, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	status := func() map[string]any {
+		got, err := dc.Resource(widgets).Namespace(h.ns).Get(context.Background(), "w", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, _, _ := unstructured.NestedMap(got.Object, "status")
+		return st
+	}
+	h.eventually("the Widget's status", func() bool { return status()["size"] == "3" })
+	cm, _ := h.configMap(h.ns, "w-config")
+	st := status()
+	if st["configName"] != "w-config" || st["configUID"] != string(cm.UID) || st["hasExtra"] != false {
+		t.Errorf("status = %v; want the live child's name and uid %s, hasExtra false", st, cm.UID)
+	}
+
+	// A per-child `when` turning true adds the child and the status follows.
+	if _, err := dc.Resource(widgets).Namespace(h.ns).Patch(t.Context(), "w", "application/merge-patch+json",
+		[]byte(`{"spec":{"size":7}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the extra child and the status to follow", func() bool {
+		_, extra := h.configMap(h.ns, "w-extra")
+		st := status()
+		return extra && st["size"] == "7" && st["hasExtra"] == true
+	})
+}
+
+// TestCrossNamespaceCleanup: children in other namespaces (no
+// ownerReference possible) are deleted by syncloop when their trigger goes,
+// also when the trigger went while syncloop was not running.
+func TestCrossNamespaceCleanup(t *testing.T) {
+	h := newHarness(t)
+	other := h.newNamespace()
+	set := h.loadRules(strings.ReplaceAll(`apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: spread}
+spec:
+  watch: {apiVersion: v1, kind: ConfigMap, namespace: NS, labelSelector: spread}
+  resources:
+    - id: copy
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "${object.metadata.name}", namespace: OTHER}
+`, "OTHER", other))
+	h.start(set)
+	h.createCM("live", map[string]string{"spread": "x"}, nil)
+	h.createCM("while-down", map[string]string{"spread": "x"}, nil)
+	h.eventually("both copies", func() bool {
+		_, a := h.configMap(other, "live")
+		_, b := h.configMap(other, "while-down")
+		return a && b
+	})
+	cp, _ := h.configMap(other, "live")
+	if len(cp.OwnerReferences) != 0 {
+		t.Errorf("a child in another namespace has ownerReferences %v", cp.OwnerReferences)
+	}
+
+	if err := h.cs.CoreV1().ConfigMaps(h.ns).Delete(context.Background(), "live", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the cross-namespace copy pruned", func() bool { _, ok := h.configMap(other, "live"); return !ok })
+
+	// syncloop stops; a trigger is deleted; syncloop starts again.
+	h.stop()
+	if err := h.cs.CoreV1().ConfigMaps(h.ns).Delete(context.Background(), "while-down", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.start(set)
+	h.eventually("the copy of a trigger deleted while syncloop was down pruned", func() bool {
+		_, ok := h.configMap(other, "while-down")
+		return !ok
+	})
+}
+
+// TestKindInstalledLater: a rule whose trigger kind is not served waits,
+// is reported not ready, and starts working once the CRD is installed.
+func TestKindInstalledLater(t *testing.T) {
+	h := newHarness(t)
+	set := h.loadRules(`apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: gadget}
+spec:
+  watch: {apiVersion: test.syncloop.dev/v1, kind: Gadget, namespace: NS}
+  resources:
+    - id: config
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${object.metadata.name}-config"}}
+`)
+	env := testenv.Get(t)
+	h.startUnready(set)
+	h.eventually("the rule to report that it waits for Gadget", func() bool {
+		st := h.engine.States()
+		return len(st) == 1 && st[0].State == stateWaiting && strings.Contains(st[0].Detail, "Gadget")
+	})
+	if h.engine.Ready() {
+		t.Fatal("the engine is ready while a rule waits for its kind")
+	}
+	if _, err := env.InstallCRDs(t.Context(), filepath.Join("testdata", "gadgets-crd.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the rule to run once the CRD is served", func() bool { return h.engine.Ready() })
+	g := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "test.syncloop.dev/v1", "kind": "Gadget", "metadata": map[string]any{"name": "g"},
+	}}
+	gadgets := schema.GroupVersionResource{Group: "test.syncloop.dev", Version: "v1", Resource: "gadgets"}
+	if _, err := h.dynamic().Resource(gadgets).Namespace(h.ns).Create(t.Context(), g, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the Gadget's child", func() bool { _, ok := h.configMap(h.ns, "g-config"); return ok })
+}
+
+func ruleYAML(name, selector, field string) string {
+	fs := ""
+	if field != "" {
+		fs = ", fieldSelector: \"" + field + "\""
+	}
+	return fmt.Sprintf(`apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: %s}
+spec:
+  watch: {apiVersion: v1, kind: ConfigMap, namespace: NS, labelSelector: "%s"%s}
+  resources:
+    - id: child
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${object.metadata.name}-%s"}}
+`, name, selector, fs, name)
+}
+
+// TestInformerSharing: rules with the same WatchKey share one informer, a
+// different selector gets its own, and stopping a rule releases only what
+// no other rule uses.
+func TestInformerSharing(t *testing.T) {
+	h := newHarness(t)
+	a := ruleYAML("share-a", "team=x", "")
+	b := ruleYAML("share-b", "team=x", "")
+	c := ruleYAML("share-c", "team=y", "")
+	h.start(h.loadRules(a + "---\n" + b + "---\n" + c))
+	// share-a and share-b: one trigger informer; share-c: another; the
+	// ConfigMap child informer is shared by all three.
+	if n := h.engine.Informers(); n != 3 {
+		t.Errorf("%d informers for rules a, b (same watch) and c, want 3: %v", n, h.engine.registry.Keys())
+	}
+	h.createCM("t", map[string]string{"team": "x"}, nil)
+	h.eventually("both rules on the shared informer to act", func() bool {
+		_, ca := h.configMap(h.ns, "t-share-a")
+		_, cb := h.configMap(h.ns, "t-share-b")
+		return ca && cb
+	})
+
+	h.engine.Apply(t.Context(), h.loadRules(a+"---\n"+c))
+	if n := h.engine.Informers(); n != 3 {
+		t.Errorf("after removing share-b (its watch still used by share-a): %d informers, want 3", n)
+	}
+	if _, ok := h.configMap(h.ns, "t-share-b"); !ok {
+		t.Error("removing a rule deleted its child; it must stay")
+	}
+	h.engine.Apply(t.Context(), h.loadRules(a))
+	if n := h.engine.Informers(); n != 2 {
+		t.Errorf("after removing share-c: %d informers, want 2", n)
+	}
+	h.engine.Apply(t.Context(), nil)
+	if n := h.engine.Informers(); n != 0 {
+		t.Errorf("with no rules: %d informers, want 0", n)
+	}
+}
+
+// TestFieldSelector: the field selector reaches the API server; only the
+// named object is a trigger.
+func TestFieldSelector(t *testing.T) {
+	h := newHarness(t)
+	h.start(h.loadRules(ruleYAML("fields", "f", "metadata.name=chosen")))
+	h.createCM("other", map[string]string{"f": "1"}, nil)
+	h.createCM("chosen", map[string]string{"f": "1"}, nil)
+	h.eventually("the chosen trigger's child", func() bool { _, ok := h.configMap(h.ns, "chosen-fields"); return ok })
+	if _, ok := h.configMap(h.ns, "other-fields"); ok {
+		t.Error("an object outside the field selector got a child")
+	}
+	lists := h.counter.Requests(func(r testenv.Request) bool {
+		return strings.Contains(r.Query, "fieldSelector=metadata.name%3Dchosen")
+	})
+	if len(lists) == 0 {
+		t.Error("no request carried the field selector: it was not sent to the API server")
+	}
+}
+
+// TestConflictBetweenRules: two rules that render the same object. One owns
+// it; the other reports a Failed Event and does not take it — no ping-pong.
+func TestConflictBetweenRules(t *testing.T) {
+	h := newHarness(t)
+	rule := func(name, selector string) string {
+		return fmt.Sprintf(`apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: %s}
+spec:
+  watch: {apiVersion: v1, kind: ConfigMap, namespace: NS, labelSelector: "%s"}
+  resources:
+    - id: shared
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: shared}, data: {by: %s}}
+  resyncPeriod: 1s
+`, name, selector, name)
+	}
+	h.start(h.loadRules(rule("first", "first") + "---\n" + rule("second", "second")))
+	h.createCM("a", map[string]string{"first": "1"}, nil)
+	h.eventually("the shared object owned by rule first", func() bool {
+		cm, ok := h.configMap(h.ns, "shared")
+		return ok && cm.Labels[rules.LabelRule] == "first"
+	})
+	h.createCM("b", map[string]string{"second": "1"}, nil)
+	h.eventually("a Failed event naming the conflict", func() bool {
+		for _, e := range h.events("Failed") {
+			if e.InvolvedObject.Name == "b" && strings.Contains(e.Message, `is managed by rule "first"`) {
+				return true
+			}
+		}
+		return false
+	})
+	before, _ := h.configMap(h.ns, "shared")
+	c := h.controller("second")
+	r0 := c.resyncs.Load()
+	h.eventually("two resyncs of the losing rule", func() bool { return c.resyncs.Load() >= r0+2 })
+	after, _ := h.configMap(h.ns, "shared")
+	if after.ResourceVersion != before.ResourceVersion || after.Labels[rules.LabelRule] != "first" {
+		t.Errorf("the shared object changed (rv %s → %s, owner %s): the rules fight over it",
+			before.ResourceVersion, after.ResourceVersion, after.Labels[rules.LabelRule])
+	}
+}
+
+// TestShutdownLeavesNoGoroutines: after Run returns, nothing of the engine,
+// its informers or its workqueues runs.
+func TestShutdownLeavesNoGoroutines(t *testing.T) {
+	h := newHarness(t)
+	h.start(h.loadRules(copyRule))
+	h.createCM("src", map[string]string{"copy": "yes"}, map[string]string{"teams": "a"})
+	h.eventually("children", func() bool { _, ok := h.configMap(h.ns, "src-team-a"); return ok })
+	h.stop()
+	h.eventually("engine, informer and workqueue goroutines to end", func() bool {
+		return len(leftovers()) == 0
+	})
+}
+
+// leftovers lists goroutines running engine, dynamic, informer or
+// workqueue code.
+func leftovers() []string {
+	buf := make([]byte, 1<<22)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "TestShutdownLeavesNoGoroutines") || strings.Contains(g, "testing.tRunner") && !strings.Contains(g, "syncloop/engine.(*") {
+			continue
+		}
+		for _, marker := range []string{"syncloop/engine.", "syncloop/dynamic.", "tools/cache.", "util/workqueue."} {
+			if strings.Contains(g, marker) {
+				out = append(out, g)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// startUnready starts the engine without waiting for it to be ready.
+func (h *harness) startUnready(set *rules.Set) {
+	h.startWith(set, false)
+}
+
