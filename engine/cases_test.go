@@ -339,4 +339,3 @@ func leftovers() []string {
 func (h *harness) startUnready(set *rules.Set) {
 	h.startWith(set, false)
 }
-
