@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -338,4 +339,79 @@ func leftovers() []string {
 // startUnready starts the engine without waiting for it to be ready.
 func (h *harness) startUnready(set *rules.Set) {
 	h.startWith(set, false)
+}
+
+// TestDeletionPolicyOrphan: with Orphan, children stay when their trigger
+// goes away or its `when` turns false.
+func TestDeletionPolicyOrphan(t *testing.T) {
+	h := newHarness(t)
+	h.start(h.loadRules(`apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: keep}
+spec:
+  watch: {apiVersion: v1, kind: ConfigMap, namespace: NS, labelSelector: keep}
+  when: "object.metadata.labels.keep == 'yes'"
+  resources:
+    - id: child
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${object.metadata.name}-kept"}}
+  deletionPolicy: Orphan
+`))
+	h.createCM("a", map[string]string{"keep": "yes"}, nil)
+	h.createCM("b", map[string]string{"keep": "yes"}, nil)
+	h.eventually("both children", func() bool {
+		_, a := h.configMap(h.ns, "a-kept")
+		_, b := h.configMap(h.ns, "b-kept")
+		return a && b
+	})
+	h.updateCM("a", func(cm *corev1.ConfigMap) { cm.Labels["keep"] = "no" }) // when turns false
+	if err := h.cs.CoreV1().ConfigMaps(h.ns).Delete(context.Background(), "b", metav1.DeleteOptions{
+		PropagationPolicy: ptrTo(metav1.DeletePropagationOrphan), // keep the garbage collector out of it
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c := h.controller("keep")
+	k0 := c.reconciles.Load()
+	h.eventually("both triggers reconciled", func() bool { return c.reconciles.Load() >= k0+2 && c.queue.Len() == 0 })
+	if _, ok := h.configMap(h.ns, "a-kept"); !ok {
+		t.Error("Orphan: the child of a trigger whose when turned false was deleted")
+	}
+	if _, ok := h.configMap(h.ns, "b-kept"); !ok {
+		t.Error("Orphan: the child of a deleted trigger was deleted")
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// TestMaxRetries: a trigger that keeps failing is dropped after maxRetries
+// attempts (with a Failed event each time), until its next change.
+func TestMaxRetries(t *testing.T) {
+	h := newHarness(t)
+	h.start(h.loadRules(`apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: flaky}
+spec:
+  watch: {apiVersion: v1, kind: ConfigMap, namespace: NS, labelSelector: flaky}
+  resources:
+    - id: child
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${object.data.name}"}}
+  maxRetries: 3
+  resyncPeriod: "0"
+  rateLimit: {baseDelay: 10ms, maxDelay: 50ms}
+`))
+	c := h.controller("flaky")
+	h.createCM("bad", map[string]string{"flaky": "1"}, map[string]string{"other": "x"}) // data.name missing
+	h.eventually("three failed attempts", func() bool { return c.reconciles.Load() >= 3 })
+	// With backoff capped at 50ms, a fourth attempt would come quickly:
+	// watch a second of quiet.
+	k := c.reconciles.Load()
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) && c.reconciles.Load() == k {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := c.reconciles.Load(); got != 3 {
+		t.Errorf("%d attempts, want exactly maxRetries = 3", got)
+	}
+	// The next change brings the trigger back, and now it renders.
+	h.updateCM("bad", func(cm *corev1.ConfigMap) { cm.Data["name"] = "fixed" })
+	h.eventually("the fixed trigger's child", func() bool { _, ok := h.configMap(h.ns, "fixed"); return ok })
 }
