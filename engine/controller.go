@@ -81,7 +81,7 @@ func newController(e *Engine, r *rules.Rule) *controller {
 		e:    e,
 		rule: r,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(limiter,
-			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: r.Name}),
+			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: r.Name, MetricsProvider: e.queues}),
 		done:     make(chan struct{}),
 		children: map[schema.GroupVersionKind]*childKind{},
 		applied:  map[childRef]string{},

@@ -9,6 +9,7 @@ import (
 	k8sdynamic "k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
 	"github.com/syncloop/syncloop/dynamic"
@@ -40,6 +41,9 @@ type Options struct {
 	Recorder record.EventRecorder
 	// Metrics counts reconciles and writes; nil counts nothing.
 	Metrics Metrics
+	// QueueMetrics receives client-go's workqueue metrics, one queue per
+	// rule named after it; nil records none.
+	QueueMetrics workqueue.MetricsProvider
 	// DrainTimeout bounds how long shutdown waits for in-flight reconciles
 	// before cancelling their requests; 0 means 30 seconds.
 	DrainTimeout time.Duration
@@ -53,6 +57,7 @@ type Engine struct {
 	writer   *dynamic.Writer
 	recorder record.EventRecorder
 	metrics  Metrics
+	queues   workqueue.MetricsProvider
 	drain    time.Duration
 
 	mu          sync.Mutex
@@ -68,6 +73,7 @@ func New(o Options) *Engine {
 		writer:      &dynamic.Writer{Client: o.Client},
 		recorder:    o.Recorder,
 		metrics:     o.Metrics,
+		queues:      o.QueueMetrics,
 		drain:       o.DrainTimeout,
 		controllers: map[string]*controller{},
 	}

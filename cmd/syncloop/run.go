@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/discovery"
@@ -27,6 +29,7 @@ import (
 
 	"github.com/syncloop/syncloop/dynamic"
 	"github.com/syncloop/syncloop/engine"
+	"github.com/syncloop/syncloop/internal/metrics"
 )
 
 // clusterFlags are the flags of every command that talks to a cluster.
@@ -63,6 +66,7 @@ func newRunCommand() *cobra.Command {
 		rf          ruleFlags
 		cf          clusterFlags
 		probeAddr   string
+		metricsAddr string
 		drainPeriod time.Duration
 	)
 	cmd := &cobra.Command{
@@ -100,15 +104,31 @@ taking work, lets in-flight reconciles finish, stops its informers and exits 0.`
 			broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 			broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
 			defer broadcaster.Shutdown()
-			eng := engine.New(engine.Options{
+			reg := prometheus.NewRegistry()
+			var eng *engine.Engine
+			m := metrics.New(reg, func() int { return eng.Informers() })
+			m.RulesLoaded(set.Len())
+			eng = engine.New(engine.Options{
 				Client:       dc,
 				Mapper:       dynamic.NewMapper(disco, 0),
 				Recorder:     broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "syncloop"}),
+				Metrics:      m,
+				QueueMetrics: m.Workqueue(),
 				DrainTimeout: drainPeriod,
 			})
 
+			if metricsAddr != "" && metricsAddr != "0" {
+				mux := http.NewServeMux()
+				mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+				srv, err := serve(ctx, metricsAddr, "metrics", mux)
+				if err != nil {
+					return err
+				}
+				defer srv.Close()
+			}
+
 			if probeAddr != "" && probeAddr != "0" {
-				srv, err := serveProbes(ctx, probeAddr, eng)
+				srv, err := serve(ctx, probeAddr, "health probes", probes(eng))
 				if err != nil {
 					return err
 				}
@@ -124,43 +144,47 @@ taking work, lets in-flight reconciles finish, stops its informers and exits 0.`
 	}
 	rf.register(cmd)
 	cf.register(cmd)
+	cmd.Flags().StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address of /metrics (0 turns it off)")
 	cmd.Flags().StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (0 turns them off)")
 	cmd.Flags().DurationVar(&drainPeriod, "drain-timeout", 30*time.Second, "on shutdown, how long in-flight reconciles may take before their requests are cancelled")
 	return cmd
 }
 
-// serveProbes serves /healthz (the process runs) and /readyz (every rule's
-// informers have synced; the body lists rules that are not running, and
-// why).
-func serveProbes(ctx context.Context, addr string, eng *engine.Engine) (*http.Server, error) {
+// probes serves /healthz (the process runs) and /readyz (every rule's
+// informers have synced; the body lists each rule's state, and why one is
+// not running).
+func probes(eng *engine.Engine) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		states := eng.States()
 		sort.Slice(states, func(i, j int) bool { return states[i].Rule < states[j].Rule })
 		var b strings.Builder
-		ready := true
 		for _, s := range states {
 			fmt.Fprintf(&b, "rule %s: %s", s.Rule, s.State)
 			if s.Detail != "" {
 				fmt.Fprintf(&b, ": %s", s.Detail)
 			}
 			b.WriteByte('\n')
-			ready = ready && s.State == "running"
 		}
-		if !ready {
+		if !eng.Ready() {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
 		fmt.Fprint(w, b.String())
 	})
+	return mux
+}
+
+// serve serves h on addr until the returned server is closed.
+func serve(ctx context.Context, addr, what string, h http.Handler) (*http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("health probes: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			klog.FromContext(ctx).Error(err, "Health probe server failed")
+			klog.FromContext(ctx).Error(err, "Server failed", "server", what)
 		}
 	}()
 	return srv, nil

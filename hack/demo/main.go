@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -112,13 +113,18 @@ func demo(ctx context.Context, bin, examples string) error {
 	if err != nil {
 		return err
 	}
+	metricsAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
 	logPath := filepath.Join(env.Dir(), "syncloop.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return err
 	}
 	defer logFile.Close()
-	cmd := exec.Command(bin, "run", "-f", examples, "--kubeconfig", env.Kubeconfig(), "--health-probe-bind-address", probe)
+	cmd := exec.Command(bin, "run", "-f", examples, "--kubeconfig", env.Kubeconfig(),
+		"--health-probe-bind-address", probe, "--metrics-bind-address", metricsAddr)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	runStart := time.Now()
 	if err := cmd.Start(); err != nil {
@@ -163,6 +169,10 @@ func demo(ctx context.Context, bin, examples string) error {
 	fmt.Printf("   %d children reconciled in %v:\n\n", len(children), time.Since(runStart).Round(100*time.Millisecond))
 	printChildren(children)
 	if err := c.printAppStatus(ctx); err != nil {
+		return err
+	}
+
+	if err := showMetrics(ctx, probe, metricsAddr); err != nil {
 		return err
 	}
 
@@ -372,6 +382,53 @@ func (c *cluster) waitFor(ctx context.Context, what string, cond wait.ConditionW
 		return fmt.Errorf("waiting for %s: %w", what, err)
 	}
 	fmt.Printf("   (%s after %v)\n", what, time.Since(start).Round(10*time.Millisecond))
+	return nil
+}
+
+// showMetrics checks /readyz and prints some of /metrics; it fails when a
+// metric syncloop promises is missing.
+func showMetrics(ctx context.Context, probeAddr, metricsAddr string) error {
+	get := func(url string) (int, string, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return 0, "", err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body), err
+	}
+	code, body, err := get("http://" + probeAddr + "/readyz")
+	if err != nil {
+		return err
+	}
+	if code != http.StatusOK {
+		return fmt.Errorf("/readyz answered %d:\n%s", code, body)
+	}
+	step("GET /readyz: 200")
+	for _, l := range strings.Split(strings.TrimSpace(body), "\n") {
+		fmt.Println("   " + l)
+	}
+	_, body, err = get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		return err
+	}
+	step("GET /metrics (some of it)")
+	for _, name := range []string{"syncloop_reconcile_total", "syncloop_reconcile_duration_seconds", "syncloop_apply_total",
+		"syncloop_rules_loaded", "syncloop_informers", "workqueue_depth"} {
+		if !strings.Contains(body, "\n"+name) {
+			return fmt.Errorf("/metrics lacks %s", name)
+		}
+	}
+	for _, l := range strings.Split(body, "\n") {
+		if strings.HasPrefix(l, "syncloop_apply_total{") && strings.Contains(l, "tenant-defaults") ||
+			strings.HasPrefix(l, "syncloop_informers ") || strings.HasPrefix(l, "syncloop_rules_loaded ") {
+			fmt.Println("   " + l)
+		}
+	}
 	return nil
 }
 

@@ -1,0 +1,125 @@
+// Package metrics exposes what syncloop counts as Prometheus metrics: the
+// engine's reconciles and writes, the informers running, the rules loaded,
+// and client-go's workqueue metrics per rule. Everything is registered on a
+// registry the caller owns; nothing here is global.
+//
+// It knows the metric names of DESIGN §6 and nothing of how the engine
+// works: the engine reports through its Metrics interface, which *Metrics
+// implements.
+package metrics
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/client-go/util/workqueue"
+)
+
+// Metrics holds syncloop's collectors.
+type Metrics struct {
+	reconciles *prometheus.CounterVec
+	duration   *prometheus.HistogramVec
+	writes     *prometheus.CounterVec
+	rules      prometheus.Gauge
+
+	queueDepth      *prometheus.GaugeVec
+	queueAdds       *prometheus.CounterVec
+	queueLatency    *prometheus.HistogramVec
+	queueWork       *prometheus.HistogramVec
+	queueUnfinished *prometheus.GaugeVec
+	queueLongest    *prometheus.GaugeVec
+	queueRetries    *prometheus.CounterVec
+}
+
+// New registers syncloop's metrics, and Go and process collectors, on reg.
+// informers is read at every scrape for syncloop_informers.
+func New(reg prometheus.Registerer, informers func() int) *Metrics {
+	m := &Metrics{
+		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "syncloop_reconcile_total", Help: "Reconciles by rule and result (success, error).",
+		}, []string{"rule", "result"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "syncloop_reconcile_duration_seconds", Help: "Time one reconcile took, by rule.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"rule"}),
+		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "syncloop_apply_total", Help: "Children and statuses by rule and action (create, update, unchanged, delete, status).",
+		}, []string{"rule", "action"}),
+		rules: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "syncloop_rules_loaded", Help: "Rules in force.",
+		}),
+		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "workqueue_depth", Help: "Current depth of the workqueue.",
+		}, []string{"name"}),
+		queueAdds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "workqueue_adds_total", Help: "Adds handled by the workqueue.",
+		}, []string{"name"}),
+		queueLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "workqueue_queue_duration_seconds", Help: "How long an item stays in the workqueue before being requested.",
+			Buckets: prometheus.ExponentialBuckets(10e-9, 10, 12),
+		}, []string{"name"}),
+		queueWork: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "workqueue_work_duration_seconds", Help: "How long processing an item from the workqueue takes.",
+			Buckets: prometheus.ExponentialBuckets(10e-9, 10, 12),
+		}, []string{"name"}),
+		queueUnfinished: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "workqueue_unfinished_work_seconds", Help: "Seconds of work in progress not yet observed by work_duration.",
+		}, []string{"name"}),
+		queueLongest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "workqueue_longest_running_processor_seconds", Help: "Seconds the longest running processor has been running.",
+		}, []string{"name"}),
+		queueRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "workqueue_retries_total", Help: "Retries handled by the workqueue.",
+		}, []string{"name"}),
+	}
+	reg.MustRegister(m.reconciles, m.duration, m.writes, m.rules,
+		m.queueDepth, m.queueAdds, m.queueLatency, m.queueWork, m.queueUnfinished, m.queueLongest, m.queueRetries,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "syncloop_informers", Help: "Shared informers running.",
+		}, func() float64 { return float64(informers()) }),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return m
+}
+
+// ReconcileDone implements engine.Metrics.
+func (m *Metrics) ReconcileDone(rule, result string, took time.Duration) {
+	m.reconciles.WithLabelValues(rule, result).Inc()
+	m.duration.WithLabelValues(rule).Observe(took.Seconds())
+}
+
+// Write implements engine.Metrics.
+func (m *Metrics) Write(rule, action string) { m.writes.WithLabelValues(rule, action).Inc() }
+
+// RulesLoaded sets syncloop_rules_loaded.
+func (m *Metrics) RulesLoaded(n int) { m.rules.Set(float64(n)) }
+
+// Workqueue returns client-go's workqueue metrics provider; queues are
+// labelled by their name, the rule's.
+func (m *Metrics) Workqueue() workqueue.MetricsProvider { return queueProvider{m} }
+
+type queueProvider struct{ m *Metrics }
+
+func (p queueProvider) NewDepthMetric(name string) workqueue.GaugeMetric {
+	return p.m.queueDepth.WithLabelValues(name)
+}
+func (p queueProvider) NewAddsMetric(name string) workqueue.CounterMetric {
+	return p.m.queueAdds.WithLabelValues(name)
+}
+func (p queueProvider) NewLatencyMetric(name string) workqueue.HistogramMetric {
+	return p.m.queueLatency.WithLabelValues(name)
+}
+func (p queueProvider) NewWorkDurationMetric(name string) workqueue.HistogramMetric {
+	return p.m.queueWork.WithLabelValues(name)
+}
+func (p queueProvider) NewUnfinishedWorkSecondsMetric(name string) workqueue.SettableGaugeMetric {
+	return p.m.queueUnfinished.WithLabelValues(name)
+}
+func (p queueProvider) NewLongestRunningProcessorSecondsMetric(name string) workqueue.SettableGaugeMetric {
+	return p.m.queueLongest.WithLabelValues(name)
+}
+func (p queueProvider) NewRetriesMetric(name string) workqueue.CounterMetric {
+	return p.m.queueRetries.WithLabelValues(name)
+}

@@ -1,0 +1,68 @@
+package metrics
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/client-go/util/workqueue"
+)
+
+func TestMetrics(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	informers := 3
+	m := New(reg, func() int { return informers })
+	m.ReconcileDone("tenant", "success", 20*time.Millisecond)
+	m.ReconcileDone("tenant", "success", 30*time.Millisecond)
+	m.ReconcileDone("tenant", "error", time.Millisecond)
+	m.Write("tenant", "create")
+	m.Write("tenant", "unchanged")
+	m.Write("tenant", "unchanged")
+	m.RulesLoaded(4)
+
+	q := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "tenant", MetricsProvider: m.Workqueue()})
+	q.Add("a")
+	q.Add("b")
+	defer q.ShutDown()
+
+	want := `
+# HELP syncloop_apply_total Children and statuses by rule and action (create, update, unchanged, delete, status).
+# TYPE syncloop_apply_total counter
+syncloop_apply_total{action="create",rule="tenant"} 1
+syncloop_apply_total{action="unchanged",rule="tenant"} 2
+# HELP syncloop_informers Shared informers running.
+# TYPE syncloop_informers gauge
+syncloop_informers 3
+# HELP syncloop_reconcile_total Reconciles by rule and result (success, error).
+# TYPE syncloop_reconcile_total counter
+syncloop_reconcile_total{result="error",rule="tenant"} 1
+syncloop_reconcile_total{result="success",rule="tenant"} 2
+# HELP syncloop_rules_loaded Rules in force.
+# TYPE syncloop_rules_loaded gauge
+syncloop_rules_loaded 4
+# HELP workqueue_adds_total Adds handled by the workqueue.
+# TYPE workqueue_adds_total counter
+workqueue_adds_total{name="tenant"} 2
+# HELP workqueue_depth Current depth of the workqueue.
+# TYPE workqueue_depth gauge
+workqueue_depth{name="tenant"} 2
+`
+	names := []string{"syncloop_apply_total", "syncloop_informers", "syncloop_reconcile_total", "syncloop_rules_loaded", "workqueue_adds_total", "workqueue_depth"}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(reg, "syncloop_reconcile_duration_seconds"); n != 1 {
+		t.Errorf("%d duration series, want 1", n)
+	}
+	informers = 5 // read at scrape time
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP syncloop_informers Shared informers running.
+# TYPE syncloop_informers gauge
+syncloop_informers 5
+`), "syncloop_informers"); err != nil {
+		t.Error(err)
+	}
+}
