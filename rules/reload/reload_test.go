@@ -1,0 +1,282 @@
+package reload
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/syncloop/syncloop/rules"
+	"github.com/syncloop/syncloop/rules/expr"
+)
+
+// doc is a valid rule named name; workers distinguishes versions.
+func doc(name string, workers int) string {
+	return fmt.Sprintf(`apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: %s}
+spec:
+  watch: {apiVersion: v1, kind: Namespace}
+  resources:
+    - id: cm
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: y}}
+  workers: %d
+`, name, workers)
+}
+
+const broken = "apiVersion: syncloop.dev/v1alpha1\nkind: Rule\nmetadata: {name: r}\nspec:\n  wen: x\n"
+
+func write(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func newSource(t *testing.T, roots ...string) *Source {
+	t.Helper()
+	l, err := rules.NewLoader(expr.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return NewSource(l, roots)
+}
+
+// workers returns rule name → workers of the set, "" when set is nil.
+func workers(set *rules.Set) string {
+	if set == nil {
+		return ""
+	}
+	var parts []string
+	for _, r := range set.Rules() {
+		parts = append(parts, fmt.Sprintf("%s=%d", r.Name, r.Workers))
+	}
+	return strings.Join(parts, ",")
+}
+
+func TestSourceKeepsLastGood(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "r.yaml")
+	write(t, f, doc("r", 1))
+	src := newSource(t, dir)
+	st := src.Load()
+	if workers(st.Set) != "r=1" || len(st.Errors) != 0 || !st.Changed {
+		t.Fatalf("first load: %s, errors %v, changed %v", workers(st.Set), st.Errors, st.Changed)
+	}
+	first := st.Set.Get("r")
+	if st := src.Load(); st.Changed || st.Set.Get("r") != first {
+		t.Error("a load without changes reported a change or parsed the file again")
+	}
+
+	write(t, f, broken)
+	st = src.Load()
+	if workers(st.Set) != "r=1" {
+		t.Errorf("broken file: set %s, want its last good version r=1", workers(st.Set))
+	}
+	if len(st.Errors) != 1 || st.Errors[0].Path != f || !st.Errors[0].LastGood || !strings.Contains(st.Errors[0].Error(), `unknown field "wen"`) {
+		t.Errorf("broken file: errors %v", st.Errors)
+	}
+	write(t, f, doc("r", 2))
+	if st := src.Load(); workers(st.Set) != "r=2" || len(st.Errors) != 0 {
+		t.Errorf("fixed file: %s, errors %v", workers(st.Set), st.Errors)
+	}
+
+	// A new file that is broken from the start: nothing of it is in force.
+	g := filepath.Join(dir, "new.yaml")
+	write(t, g, broken)
+	st = src.Load()
+	if workers(st.Set) != "r=2" || len(st.Errors) != 1 || st.Errors[0].LastGood {
+		t.Errorf("new broken file: %s, errors %v", workers(st.Set), st.Errors)
+	}
+
+	// A deleted file takes its rules with it.
+	os.Remove(g)
+	os.Remove(f)
+	if st := src.Load(); workers(st.Set) != "" || len(st.Errors) != 0 {
+		t.Errorf("deleted files: %s, errors %v", workers(st.Set), st.Errors)
+	}
+}
+
+func TestSourceDuplicateAcrossFiles(t *testing.T) {
+	dir := t.TempDir()
+	b := filepath.Join(dir, "b.yaml")
+	a := filepath.Join(dir, "a.yaml")
+	write(t, b, doc("x", 1))
+	src := newSource(t, dir)
+	src.Load()
+	// a.yaml sorts first but is the newcomer: it loses.
+	write(t, a, doc("x", 5)+"---\n"+doc("y", 1))
+	st := src.Load()
+	if workers(st.Set) != "x=1" || len(st.Errors) != 1 || st.Errors[0].Path != a || !strings.Contains(st.Errors[0].Error(), `rule "x" is also defined in `+b) {
+		t.Fatalf("newcomer with a taken name: %s, errors %v", workers(st.Set), st.Errors)
+	}
+	// The older file lets go of the name: the newcomer now loads, untouched.
+	write(t, b, doc("z", 1))
+	if st := src.Load(); workers(st.Set) != "x=5,y=1,z=1" || len(st.Errors) != 0 {
+		t.Errorf("after the clash is gone: %s, errors %v", workers(st.Set), st.Errors)
+	}
+}
+
+func TestSourceMissingRootKeepsRules(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "rules")
+	write(t, filepath.Join(dir, "r.yaml"), doc("r", 1))
+	src := newSource(t, dir)
+	src.Load()
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	st := src.Load()
+	if workers(st.Set) != "r=1" || len(st.Errors) != 1 || st.Errors[0].Path != dir || !st.Errors[0].LastGood {
+		t.Errorf("root gone: %s, errors %v; want r kept and the root reported", workers(st.Set), st.Errors)
+	}
+	write(t, filepath.Join(dir, "r.yaml"), doc("r", 3))
+	if st := src.Load(); workers(st.Set) != "r=3" || len(st.Errors) != 0 {
+		t.Errorf("root back: %s, errors %v", workers(st.Set), st.Errors)
+	}
+}
+
+// watch runs a Watcher over roots; statuses arrive on the channel.
+func watch(t *testing.T, debounce time.Duration, roots ...string) (*Source, <-chan Status) {
+	t.Helper()
+	src := newSource(t, roots...)
+	src.Load()
+	ch := make(chan Status, 100)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	w := NewWatcher(src, debounce)
+	go func() {
+		defer close(done)
+		if err := w.Run(ctx, func(st Status) { ch <- st }); err != nil {
+			t.Error(err)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	<-w.Ready()
+	return src, ch
+}
+
+func next(t *testing.T, ch <-chan Status, want string) Status {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case st := <-ch:
+			if workers(st.Set) == want {
+				return st
+			}
+		case <-deadline:
+			t.Fatalf("no reload produced %q", want)
+		}
+	}
+}
+
+// TestKubeletConfigMapSwap replays how the kubelet updates a ConfigMap
+// volume: the new files go to a new timestamped directory, a "..data_tmp"
+// symlink points at it and is renamed over "..data"; the visible files are
+// symlinks into "..data" and never change.
+func TestKubeletConfigMapSwap(t *testing.T) {
+	dir := t.TempDir()
+	v1 := filepath.Join(dir, "..2026_11_29_10_00_00.000000001")
+	write(t, filepath.Join(v1, "rules.yaml"), doc("r", 1))
+	must(t, os.Symlink(filepath.Base(v1), filepath.Join(dir, "..data")))
+	must(t, os.Symlink(filepath.Join("..data", "rules.yaml"), filepath.Join(dir, "rules.yaml")))
+	_, ch := watch(t, 50*time.Millisecond, dir)
+
+	v2 := filepath.Join(dir, "..2026_11_29_10_01_00.000000002")
+	write(t, filepath.Join(v2, "rules.yaml"), doc("r", 2))
+	must(t, os.Symlink(filepath.Base(v2), filepath.Join(dir, "..data_tmp")))
+	must(t, os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")))
+	must(t, os.RemoveAll(v1))
+	next(t, ch, "r=2")
+}
+
+func TestEditorAtomicRename(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "rules.yaml"), doc("r", 1))
+	_, ch := watch(t, 50*time.Millisecond, dir)
+	tmp := filepath.Join(dir, ".rules.yaml.swp")
+	write(t, tmp, doc("r", 2))
+	must(t, os.Rename(tmp, filepath.Join(dir, "rules.yaml")))
+	next(t, ch, "r=2")
+}
+
+func TestFileDeletedAndRecreated(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "rules.yaml")
+	write(t, f, doc("r", 1))
+	_, ch := watch(t, 50*time.Millisecond, dir)
+	must(t, os.Remove(f))
+	next(t, ch, "")
+	write(t, f, doc("r", 4))
+	next(t, ch, "r=4")
+}
+
+func TestSingleFileRoot(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "rules.yaml")
+	write(t, f, doc("r", 1))
+	write(t, filepath.Join(dir, "other.yaml"), doc("other", 1))
+	_, ch := watch(t, 50*time.Millisecond, f) // -f names the file
+	write(t, filepath.Join(dir, "other.yaml"), doc("other", 2))
+	write(t, f, doc("r", 6))
+	st := next(t, ch, "r=6")
+	if st.Set.Get("other") != nil {
+		t.Error("a sibling of a -f file was loaded")
+	}
+}
+
+func TestDirectoryRemovedAndRecreated(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "rules")
+	write(t, filepath.Join(dir, "sub", "rules.yaml"), doc("r", 1))
+	_, ch := watch(t, 50*time.Millisecond, dir)
+	must(t, os.RemoveAll(dir))
+	st := next(t, ch, "r=1")
+	if len(st.Errors) != 1 {
+		t.Errorf("root removed: %s, errors %v; want the last good rules kept and the root reported", workers(st.Set), st.Errors)
+	}
+	write(t, filepath.Join(dir, "sub", "rules.yaml"), doc("r", 7))
+	next(t, ch, "r=7")
+	// The re-created subdirectory is watched too.
+	write(t, filepath.Join(dir, "sub", "rules.yaml"), doc("r", 8))
+	next(t, ch, "r=8")
+}
+
+// TestBurstIsOneReload: many writes within the debounce window make one
+// reload.
+func TestBurstIsOneReload(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "rules.yaml")
+	write(t, f, doc("r", 1))
+	const debounce = 400 * time.Millisecond
+	_, ch := watch(t, debounce, dir)
+	for i := 2; i <= 40; i++ {
+		write(t, f, doc("r", i))
+	}
+	var st Status
+	select {
+	case st = <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no reload after the burst")
+	}
+	if workers(st.Set) != "r=40" {
+		t.Errorf("the reload after the burst loaded %s, want r=40", workers(st.Set))
+	}
+	select {
+	case extra := <-ch:
+		t.Errorf("a second reload (%s) after one burst", workers(extra.Set))
+	case <-time.After(3 * debounce):
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,232 @@
+// Package reload keeps a rule set in step with the rule files while
+// syncloop runs: it watches the -f paths with fsnotify (directories, so
+// editors' atomic renames and the kubelet's ConfigMap "..data" swap are
+// seen), debounces bursts of events, re-reads what changed and hands over a
+// new rules.Set. A file with an error keeps its last good version in force.
+//
+// It knows nothing of the engine: it produces sets, and whoever runs them
+// diffs them (rules carry content hashes).
+package reload
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/syncloop/syncloop/rules"
+)
+
+// Source is the rule files under a list of paths, each remembered with its
+// last good version.
+type Source struct {
+	loader *rules.Loader
+	roots  []string
+	files  map[string]*fileState
+	gen    int    // load counter: when each file last changed
+	errKey string // the previous load's errors, to tell when they change
+}
+
+type fileState struct {
+	sum     [32]byte
+	gen     int         // the load in which the content last changed
+	parsed  *rules.File // the current content, when it parses
+	err     error       // why the current content is not in force; nil when it is
+	inForce *rules.File // the version in the set built last; nil if none
+}
+
+// FileError is a file whose current content does not load. When LastGood
+// is true its previous version stays in force.
+type FileError struct {
+	Path     string
+	Err      error
+	LastGood bool
+}
+
+func (e FileError) Error() string {
+	kept := "no version of it is in force"
+	if e.LastGood {
+		kept = "its last good version stays in force"
+	}
+	return fmt.Sprintf("%s (%s)", e.Err, kept)
+}
+
+// Status is the outcome of a load: the set in force and the files that
+// failed.
+type Status struct {
+	Set    *rules.Set
+	Errors []FileError
+	// Changed is true when a file was added, removed or changed, or the
+	// errors changed, since the previous load (always true for the first).
+	Changed bool
+}
+
+// NewSource returns a Source over roots (files or directories, as -f).
+func NewSource(loader *rules.Loader, roots []string) *Source {
+	return &Source{loader: loader, roots: roots, files: map[string]*fileState{}}
+}
+
+// Roots are the paths the Source reads.
+func (s *Source) Roots() []string { return s.roots }
+
+// Load reads the files again. Files whose bytes did not change are not
+// parsed again. A file with errors keeps its last good version; a file that
+// disappeared from an existing directory takes its rules with it; a root
+// that disappeared keeps the last good version of everything under it
+// (an unmounted volume is more likely an accident than an intent).
+func (s *Source) Load() Status {
+	s.gen++
+	changed := s.gen == 1
+	seen := map[string]bool{}
+	var rootErrs []FileError
+	for _, root := range s.roots {
+		files, err := rules.FindFiles(root)
+		if err != nil {
+			rootErrs = append(rootErrs, FileError{Path: root, Err: err, LastGood: s.hasFilesUnder(root)})
+			for p := range s.files {
+				if under(p, root) {
+					seen[p] = true // keep them
+				}
+			}
+			continue
+		}
+		for _, f := range files {
+			seen[f] = true
+			if s.read(f) {
+				changed = true
+			}
+		}
+	}
+	for p := range s.files {
+		if !seen[p] {
+			delete(s.files, p)
+			changed = true
+		}
+	}
+	st := Status{}
+	st.Set, st.Errors = s.build()
+	st.Errors = append(rootErrs, st.Errors...)
+	var key strings.Builder
+	for _, e := range st.Errors {
+		key.WriteString(e.Path + "\x00" + e.Error() + "\x00")
+	}
+	st.Changed = changed || key.String() != s.errKey
+	s.errKey = key.String()
+	return st
+}
+
+// read reads one file and parses it if its bytes changed; it reports
+// whether they did.
+func (s *Source) read(path string) bool {
+	fs := s.files[path]
+	if fs == nil {
+		fs = &fileState{}
+		s.files[path] = fs
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			delete(s.files, path) // gone between listing and reading
+			return true
+		}
+		fs.parsed, fs.err, fs.gen = nil, err, s.gen
+		return true
+	}
+	sum := sha256.Sum256(data)
+	if sum == fs.sum && fs.gen != 0 {
+		return false
+	}
+	fs.sum, fs.gen = sum, s.gen
+	fs.parsed, fs.err = s.loader.Parse(path, data)
+	if fs.err != nil {
+		fs.parsed = nil
+	}
+	return true
+}
+
+// build assembles the set: each file's current version when it parses, its
+// version in force otherwise. Files are taken oldest change first, so when
+// two files name the same rule the one that changed last loses and keeps
+// its previous version (or, without one, stays out) until the conflict is
+// gone.
+func (s *Source) build() (*rules.Set, []FileError) {
+	paths := make([]string, 0, len(s.files))
+	for p := range s.files {
+		paths = append(paths, p)
+	}
+	sort.Slice(paths, func(i, j int) bool {
+		a, b := s.files[paths[i]], s.files[paths[j]]
+		if a.gen != b.gen {
+			return a.gen < b.gen
+		}
+		return paths[i] < paths[j]
+	})
+	names := map[string]string{} // rule name → file
+	var chosen []*rules.File
+	for _, p := range paths {
+		fs := s.files[p]
+		if fs.parsed != nil {
+			fs.err = nil
+		}
+		for _, candidate := range []*rules.File{fs.parsed, fs.inForce} {
+			if candidate == nil {
+				continue
+			}
+			if other := clash(candidate, names); other != "" {
+				fs.err = fmt.Errorf("%s: rule %q is also defined in %s", p, other, names[other])
+				continue
+			}
+			for _, r := range candidate.Rules {
+				names[r.Name] = p
+			}
+			chosen = append(chosen, candidate)
+			fs.inForce = candidate
+			break
+		}
+		if fs.err != nil && (len(chosen) == 0 || chosen[len(chosen)-1] != fs.inForce) {
+			fs.inForce = nil
+		}
+	}
+	set, err := rules.NewSet(chosen...)
+	if err != nil { // cannot happen: names were checked
+		return nil, []FileError{{Err: err}}
+	}
+	sort.Strings(paths)
+	return set, s.errors(paths)
+}
+
+// clash returns the first rule name of f already in names.
+func clash(f *rules.File, names map[string]string) string {
+	for _, r := range f.Rules {
+		if _, ok := names[r.Name]; ok {
+			return r.Name
+		}
+	}
+	return ""
+}
+
+func (s *Source) errors(paths []string) []FileError {
+	var out []FileError
+	for _, p := range paths {
+		if fs := s.files[p]; fs.err != nil {
+			out = append(out, FileError{Path: p, Err: fs.err, LastGood: fs.inForce != nil})
+		}
+	}
+	return out
+}
+
+func (s *Source) hasFilesUnder(root string) bool {
+	for p, fs := range s.files {
+		if under(p, root) && fs.inForce != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func under(path, root string) bool {
+	return path == root || strings.HasPrefix(path, filepath.Clean(root)+string(filepath.Separator))
+}

@@ -1,0 +1,125 @@
+package reload
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"k8s.io/klog/v2"
+)
+
+// DefaultDebounce is how long the Watcher waits after the last file event
+// before reloading: editors and the kubelet touch several files per change.
+const DefaultDebounce = 250 * time.Millisecond
+
+// Watcher reloads a Source when its files change.
+type Watcher struct {
+	src      *Source
+	debounce time.Duration
+	ready    chan struct{}
+}
+
+// NewWatcher returns a Watcher over src; debounce 0 means DefaultDebounce.
+func NewWatcher(src *Source, debounce time.Duration) *Watcher {
+	if debounce == 0 {
+		debounce = DefaultDebounce
+	}
+	return &Watcher{src: src, debounce: debounce, ready: make(chan struct{})}
+}
+
+// Ready is closed once Run watches the files: changes made after it are
+// seen.
+func (w *Watcher) Ready() <-chan struct{} { return w.ready }
+
+// Run watches the Source's roots until ctx ends. After each burst of file
+// events it loads the Source again and, when anything changed, calls
+// onReload with the result — from Run's goroutine, one call at a time.
+//
+// It watches every directory under the roots and each root's parent
+// directory, so that files and directories that are replaced, renamed over,
+// deleted or re-created — including a ConfigMap volume's "..data" symlink
+// swap — are all seen.
+func (w *Watcher) Run(ctx context.Context, onReload func(Status)) error {
+	logger := klog.FromContext(ctx)
+	fw, err := fsnotify.NewWatcher()
+	if err != nil {
+		return err
+	}
+	defer fw.Close()
+	w.addWatches(ctx, fw)
+	close(w.ready)
+
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-fw.Events:
+			if !ok {
+				return errors.New("fsnotify closed its event channel")
+			}
+			if w.relevant(ev.Name) {
+				logger.V(4).Info("Rule file event", "event", ev.String())
+				timer.Reset(w.debounce)
+			}
+		case err, ok := <-fw.Errors:
+			if !ok {
+				return errors.New("fsnotify closed its error channel")
+			}
+			// An overflow loses events: reload to be sure.
+			logger.Error(err, "Watching rule files")
+			timer.Reset(w.debounce)
+		case <-timer.C:
+			st := w.src.Load()
+			w.addWatches(ctx, fw) // new directories, re-created roots
+			if st.Changed {
+				onReload(st)
+			}
+		}
+	}
+}
+
+// relevant reports whether an event path is a root or under one.
+func (w *Watcher) relevant(path string) bool {
+	for _, root := range w.src.roots {
+		if under(path, root) {
+			return true
+		}
+	}
+	return false
+}
+
+// addWatches watches each root's parent and every directory under each
+// root. fsnotify's Add is idempotent; paths that do not exist are skipped.
+func (w *Watcher) addWatches(ctx context.Context, fw *fsnotify.Watcher) {
+	logger := klog.FromContext(ctx)
+	add := func(dir string) {
+		if err := fw.Add(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+			logger.Error(err, "Cannot watch directory", "dir", dir)
+		}
+	}
+	for _, root := range w.src.roots {
+		add(filepath.Dir(filepath.Clean(root)))
+		fi, err := os.Stat(root)
+		if err != nil || !fi.IsDir() {
+			continue
+		}
+		_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+			if err != nil {
+				return nil
+			}
+			if d.IsDir() {
+				if p != root && strings.HasPrefix(d.Name(), ".") {
+					return filepath.SkipDir
+				}
+				add(p)
+			}
+			return nil
+		})
+	}
+}
