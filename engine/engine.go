@@ -86,12 +86,26 @@ func New(o Options) *Engine {
 	return e
 }
 
-// Run runs the rules of set until ctx ends, then stops taking work, lets
-// in-flight reconciles finish (up to the drain timeout), stops the informers
-// and returns.
-func (e *Engine) Run(ctx context.Context, set *rules.Set) error {
+// Run runs the rules of set, and then of each set received from updates
+// (nil: none), until ctx ends; then it stops taking work, lets in-flight
+// reconciles finish (up to the drain timeout), stops the informers and
+// returns. Each new set is applied as Apply does: only added, changed and
+// removed rules are touched.
+func (e *Engine) Run(ctx context.Context, set *rules.Set, updates <-chan *rules.Set) error {
 	e.Apply(ctx, set)
-	<-ctx.Done()
+	for {
+		select {
+		case s, ok := <-updates:
+			if !ok {
+				updates = nil
+				continue
+			}
+			e.Apply(ctx, s)
+			continue
+		case <-ctx.Done():
+		}
+		break
+	}
 	e.Apply(ctx, nil)
 	e.registry.Shutdown()
 	return nil

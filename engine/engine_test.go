@@ -33,6 +33,7 @@ type harness struct {
 	ns      string
 	counter *testenv.RequestCounter // requests of the engine only
 	engine  *Engine
+	updates chan *rules.Set // rule sets for the running engine
 	stop    func()
 }
 
@@ -47,7 +48,7 @@ func newHarness(t *testing.T) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &harness{t: t, cs: cs, ns: ns.Name, counter: &testenv.RequestCounter{}}
+	return &harness{t: t, cs: cs, ns: ns.Name, counter: &testenv.RequestCounter{}, updates: make(chan *rules.Set)}
 }
 
 // loadRules parses rule YAML in which NS stands for the test's namespace.
@@ -96,7 +97,7 @@ func (h *harness) startWith(set *rules.Set, waitReady bool) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = h.engine.Run(ctx, set)
+		_ = h.engine.Run(ctx, set, h.updates)
 	}()
 	stopped := false
 	h.stop = func() {

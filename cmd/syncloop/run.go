@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -30,6 +31,9 @@ import (
 	"github.com/syncloop/syncloop/dynamic"
 	"github.com/syncloop/syncloop/engine"
 	"github.com/syncloop/syncloop/internal/metrics"
+	"github.com/syncloop/syncloop/rules"
+	"github.com/syncloop/syncloop/rules/expr"
+	"github.com/syncloop/syncloop/rules/reload"
 )
 
 // clusterFlags are the flags of every command that talks to a cluster.
@@ -73,10 +77,15 @@ func newRunCommand() *cobra.Command {
 		Use:   "run -f PATH...",
 		Short: "Run the controller: reconcile every rule against the cluster until stopped",
 		Long: `run loads the rules and reconciles them until SIGTERM or SIGINT: it then stops
-taking work, lets in-flight reconciles finish, stops its informers and exits 0.`,
+taking work, lets in-flight reconciles finish, stops its informers and exits 0.
+
+The rule files are watched: a change is loaded within a second, and only the
+rules that changed are restarted. A file with an error is reported (log,
+syncloop_rules_reload_total{result="error"}, /readyz) and keeps its last good
+version in force; at start, files that fail are left out and reported.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			set, err := rf.load(cmd.ErrOrStderr())
+			loader, err := rules.NewLoader(expr.Options{CostLimit: rf.costLimit})
 			if err != nil {
 				return err
 			}
@@ -88,6 +97,13 @@ taking work, lets in-flight reconciles finish, stops its informers and exits 0.`
 			defer stop()
 			logger := klog.FromContext(ctx)
 			ctx = klog.NewContext(ctx, logger)
+
+			// The rules in force: every file that loads; a broken file is
+			// reported and, while syncloop runs, keeps its last good version.
+			src := reload.NewSource(loader, rf.paths)
+			loaded := src.Load()
+			files := &fileErrors{}
+			files.report(logger, loaded.Errors)
 
 			dc, err := k8sdynamic.NewForConfig(cfg)
 			if err != nil {
@@ -107,7 +123,8 @@ taking work, lets in-flight reconciles finish, stops its informers and exits 0.`
 			reg := prometheus.NewRegistry()
 			var eng *engine.Engine
 			m := metrics.New(reg, func() int { return eng.Informers() })
-			m.RulesLoaded(set.Len())
+			m.RulesLoaded(loaded.Set.Len())
+			m.Reloaded(len(loaded.Errors) > 0)
 			eng = engine.New(engine.Options{
 				Client:       dc,
 				Mapper:       dynamic.NewMapper(disco, 0),
@@ -126,18 +143,40 @@ taking work, lets in-flight reconciles finish, stops its informers and exits 0.`
 				}
 				defer srv.Close()
 			}
-
 			if probeAddr != "" && probeAddr != "0" {
-				srv, err := serve(ctx, probeAddr, "health probes", probes(eng))
+				srv, err := serve(ctx, probeAddr, "health probes", probes(eng, files))
 				if err != nil {
 					return err
 				}
 				defer srv.Close()
 			}
-			logger.Info("Starting", "rules", set.Len(), "host", cfg.Host)
-			if err := eng.Run(ctx, set); err != nil {
+			// Hot reload: the newest set waits in updates for the engine.
+			updates := make(chan *rules.Set, 1)
+			watcher := reload.NewWatcher(src, 0)
+			watchDone := make(chan struct{})
+			go func() {
+				defer close(watchDone)
+				err := watcher.Run(ctx, func(st reload.Status) {
+					files.report(logger, st.Errors)
+					m.Reloaded(len(st.Errors) > 0)
+					m.RulesLoaded(st.Set.Len())
+					logger.Info("Rule files reloaded", "rules", st.Set.Len(), "fileErrors", len(st.Errors))
+					select {
+					case <-updates: // superseded
+					default:
+					}
+					updates <- st.Set
+				})
+				if err != nil {
+					logger.Error(err, "Rule files are no longer watched: changes need a restart")
+				}
+			}()
+
+			logger.Info("Starting", "rules", loaded.Set.Len(), "host", cfg.Host)
+			if err := eng.Run(ctx, loaded.Set, updates); err != nil {
 				return err
 			}
+			<-watchDone
 			logger.Info("Stopped")
 			return nil
 		},
@@ -150,10 +189,32 @@ taking work, lets in-flight reconciles finish, stops its informers and exits 0.`
 	return cmd
 }
 
+// fileErrors are the rule files that failed at the last load, for /readyz.
+type fileErrors struct {
+	mu   sync.Mutex
+	errs []reload.FileError
+}
+
+// report logs each failed file and remembers them.
+func (f *fileErrors) report(logger klog.Logger, errs []reload.FileError) {
+	for _, e := range errs {
+		logger.Error(e.Err, "Rule file not loaded", "file", e.Path, "lastGoodVersionInForce", e.LastGood)
+	}
+	f.mu.Lock()
+	f.errs = errs
+	f.mu.Unlock()
+}
+
+func (f *fileErrors) get() []reload.FileError {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.errs
+}
+
 // probes serves /healthz (the process runs) and /readyz (every rule's
-// informers have synced; the body lists each rule's state, and why one is
-// not running).
-func probes(eng *engine.Engine) http.Handler {
+// informers have synced; the body lists each rule's state, why one is not
+// running, and the rule files that failed to load).
+func probes(eng *engine.Engine, files *fileErrors) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
@@ -166,6 +227,9 @@ func probes(eng *engine.Engine) http.Handler {
 				fmt.Fprintf(&b, ": %s", s.Detail)
 			}
 			b.WriteByte('\n')
+		}
+		for _, e := range files.get() {
+			fmt.Fprintf(&b, "file %s: %v\n", e.Path, e)
 		}
 		if !eng.Ready() {
 			w.WriteHeader(http.StatusServiceUnavailable)

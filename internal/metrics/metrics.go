@@ -22,6 +22,7 @@ type Metrics struct {
 	duration   *prometheus.HistogramVec
 	writes     *prometheus.CounterVec
 	rules      prometheus.Gauge
+	reloads    *prometheus.CounterVec
 
 	queueDepth      *prometheus.GaugeVec
 	queueAdds       *prometheus.CounterVec
@@ -49,6 +50,9 @@ func New(reg prometheus.Registerer, informers func() int) *Metrics {
 		rules: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "syncloop_rules_loaded", Help: "Rules in force.",
 		}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "syncloop_rules_reload_total", Help: "Loads of the rule files by result: success, or error when a file failed (its last good version stays in force).",
+		}, []string{"result"}),
 		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "workqueue_depth", Help: "Current depth of the workqueue.",
 		}, []string{"name"}),
@@ -73,7 +77,7 @@ func New(reg prometheus.Registerer, informers func() int) *Metrics {
 			Name: "workqueue_retries_total", Help: "Retries handled by the workqueue.",
 		}, []string{"name"}),
 	}
-	reg.MustRegister(m.reconciles, m.duration, m.writes, m.rules,
+	reg.MustRegister(m.reconciles, m.duration, m.writes, m.rules, m.reloads,
 		m.queueDepth, m.queueAdds, m.queueLatency, m.queueWork, m.queueUnfinished, m.queueLongest, m.queueRetries,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "syncloop_informers", Help: "Shared informers running.",
@@ -95,6 +99,16 @@ func (m *Metrics) Write(rule, action string) { m.writes.WithLabelValues(rule, ac
 
 // RulesLoaded sets syncloop_rules_loaded.
 func (m *Metrics) RulesLoaded(n int) { m.rules.Set(float64(n)) }
+
+// Reloaded counts one load of the rule files; failed is true when a file
+// had an error.
+func (m *Metrics) Reloaded(failed bool) {
+	result := "success"
+	if failed {
+		result = "error"
+	}
+	m.reloads.WithLabelValues(result).Inc()
+}
 
 // Workqueue returns client-go's workqueue metrics provider; queues are
 // labelled by their name, the rule's.

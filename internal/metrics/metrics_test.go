@@ -21,6 +21,9 @@ func TestMetrics(t *testing.T) {
 	m.Write("tenant", "unchanged")
 	m.Write("tenant", "unchanged")
 	m.RulesLoaded(4)
+	m.Reloaded(false)
+	m.Reloaded(true)
+	m.Reloaded(false)
 
 	q := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: "tenant", MetricsProvider: m.Workqueue()})
@@ -43,6 +46,10 @@ syncloop_reconcile_total{result="success",rule="tenant"} 2
 # HELP syncloop_rules_loaded Rules in force.
 # TYPE syncloop_rules_loaded gauge
 syncloop_rules_loaded 4
+# HELP syncloop_rules_reload_total Loads of the rule files by result: success, or error when a file failed (its last good version stays in force).
+# TYPE syncloop_rules_reload_total counter
+syncloop_rules_reload_total{result="error"} 1
+syncloop_rules_reload_total{result="success"} 2
 # HELP workqueue_adds_total Adds handled by the workqueue.
 # TYPE workqueue_adds_total counter
 workqueue_adds_total{name="tenant"} 2
@@ -50,7 +57,8 @@ workqueue_adds_total{name="tenant"} 2
 # TYPE workqueue_depth gauge
 workqueue_depth{name="tenant"} 2
 `
-	names := []string{"syncloop_apply_total", "syncloop_informers", "syncloop_reconcile_total", "syncloop_rules_loaded", "workqueue_adds_total", "workqueue_depth"}
+	names := []string{"syncloop_apply_total", "syncloop_informers", "syncloop_reconcile_total", "syncloop_rules_loaded",
+		"syncloop_rules_reload_total", "workqueue_adds_total", "workqueue_depth"}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
 		t.Error(err)
 	}

@@ -1,0 +1,160 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/syncloop/syncloop/rules"
+	"github.com/syncloop/syncloop/rules/expr"
+	"github.com/syncloop/syncloop/rules/reload"
+)
+
+// watchRules feeds the running engine from the rule files in dir, as `run`
+// does. It returns the first set, to start the engine with.
+func (h *harness) watchRules(dir string) *rules.Set {
+	h.t.Helper()
+	l, err := rules.NewLoader(expr.Options{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	src := reload.NewSource(l, []string{dir})
+	first := src.Load()
+	if len(first.Errors) > 0 {
+		h.t.Fatalf("initial rule files: %v", first.Errors)
+	}
+	w := reload.NewWatcher(src, 50e6)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = w.Run(ctx, func(st reload.Status) {
+			select {
+			case h.updates <- st.Set:
+			case <-ctx.Done():
+			}
+		})
+	}()
+	h.t.Cleanup(func() { cancel(); <-done })
+	<-w.Ready()
+	return first.Set
+}
+
+func writeRule(t *testing.T, path, content string) {
+	t.Helper()
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil { // as editors do
+		t.Fatal(err)
+	}
+}
+
+func labelRule(name, selector, value string) string {
+	return fmt.Sprintf(`apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: %s}
+spec:
+  watch: {apiVersion: v1, kind: ConfigMap, namespace: NS, labelSelector: "%s"}
+  resources:
+    - id: child
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "${object.metadata.name}-%s"}
+        data: {value: "%s"}
+`, name, selector, name, value)
+}
+
+func TestHotReload(t *testing.T) {
+	h := newHarness(t)
+	dir := t.TempDir()
+	changing := filepath.Join(dir, "changing.yaml")
+	steady := filepath.Join(dir, "steady.yaml")
+	writeRule(t, changing, strings.ReplaceAll(labelRule("changing", "a", "v1"), "NS", h.ns))
+	writeRule(t, steady, strings.ReplaceAll(labelRule("steady", "b", "s"), "NS", h.ns))
+	h.start(h.watchRules(dir))
+
+	h.createCM("t", map[string]string{"a": "1", "b": "1"}, nil)
+	h.eventually("both rules' children", func() bool {
+		c, ok := h.configMap(h.ns, "t-changing")
+		_, s := h.configMap(h.ns, "t-steady")
+		return ok && s && c.Data["value"] == "v1"
+	})
+	steadyCtl, steadyQueue := h.controller("steady"), h.controller("steady").queue
+	informers := h.engine.Informers()
+
+	// A changed rule takes effect while running.
+	writeRule(t, changing, strings.ReplaceAll(labelRule("changing", "a", "v2"), "NS", h.ns))
+	h.eventually("the changed rule's new template applied", func() bool {
+		c, _ := h.configMap(h.ns, "t-changing")
+		return c != nil && c.Data["value"] == "v2"
+	})
+	if h.controller("steady") != steadyCtl || h.controller("steady").queue != steadyQueue {
+		t.Error("the unchanged rule's controller or queue was recreated by a reload")
+	}
+	if n := h.engine.Informers(); n != informers {
+		t.Errorf("informers %d → %d across a reload that changed a template only", informers, n)
+	}
+
+	// A broken file keeps its last good version enforced.
+	writeRule(t, changing, "apiVersion: syncloop.dev/v1alpha1\nkind: Rule\nmetadata: {name: changing}\nspec: {wen: x}\n")
+	h.createCM("u", map[string]string{"a": "1"}, nil)
+	h.eventually("the last good version of the broken rule to act on a new trigger", func() bool {
+		c, ok := h.configMap(h.ns, "u-changing")
+		return ok && c.Data["value"] == "v2"
+	})
+
+	// A removed rule stops and leaves its children.
+	if err := os.Remove(changing); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the removed rule's controller to stop", func() bool {
+		h.engine.mu.Lock()
+		defer h.engine.mu.Unlock()
+		_, running := h.engine.controllers["changing"]
+		return !running
+	})
+	h.createCM("w", map[string]string{"a": "1", "b": "1"}, nil)
+	h.eventually("the steady rule to act on a new trigger", func() bool { _, ok := h.configMap(h.ns, "w-steady"); return ok })
+	if _, ok := h.configMap(h.ns, "w-changing"); ok {
+		t.Error("a removed rule still acts")
+	}
+	for _, name := range []string{"t-changing", "u-changing"} {
+		if _, ok := h.configMap(h.ns, name); !ok {
+			t.Errorf("removing a rule deleted its child %s", name)
+		}
+	}
+	if h.controller("steady") != steadyCtl {
+		t.Error("the unchanged rule was restarted when another rule was removed")
+	}
+}
+
+// TestReloadCyclesDoNotLeak: 200 cycles of adding and removing a rule bring
+// informers and goroutines back to where they started.
+func TestReloadCyclesDoNotLeak(t *testing.T) {
+	h := newHarness(t)
+	base := h.loadRules(labelRule("base", "base", "x"))
+	both := h.loadRules(labelRule("base", "base", "x") + "---\n" + labelRule("extra", "extra", "y"))
+	h.start(base)
+	informers, goroutines := h.engine.Informers(), runtime.NumGoroutine()
+	for range 200 {
+		h.engine.Apply(t.Context(), both)
+		h.eventually("the added rule running", func() bool { return h.engine.Ready() })
+		if n := h.engine.Informers(); n != informers+1 {
+			t.Fatalf("with the extra rule running: %d informers, want %d", n, informers+1)
+		}
+		h.engine.Apply(t.Context(), base)
+	}
+	if n := h.engine.Informers(); n != informers {
+		t.Errorf("after 200 reload cycles: %d informers, want %d", n, informers)
+	}
+	h.eventually(fmt.Sprintf("goroutines back to about %d", goroutines), func() bool {
+		return runtime.NumGoroutine() <= goroutines+5
+	})
+}
