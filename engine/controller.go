@@ -48,6 +48,7 @@ type controller struct {
 	// Counters, for tests and diagnostics.
 	resyncs    atomic.Int64 // resync passes done
 	reconciles atomic.Int64 // reconciles finished
+	inFlight   atomic.Int64 // reconciles under way
 
 	mu      sync.Mutex
 	state   string
@@ -136,6 +137,7 @@ func (c *controller) run(ctx context.Context) {
 		c.queue.ShutDown()
 		return
 	}
+	c.sweep(ctx) // children whose trigger went away while syncloop was down
 	c.setState(stateRunning, "")
 	logger.Info("Rule running", "workers", c.rule.Workers)
 
@@ -153,7 +155,6 @@ func (c *controller) run(ctx context.Context) {
 		}()
 	}
 
-	c.sweep(ctx) // children whose trigger went away while syncloop was down
 	var tick <-chan time.Time
 	if c.rule.ResyncPeriod > 0 {
 		t := time.NewTicker(c.rule.ResyncPeriod)
@@ -370,6 +371,9 @@ func (c *controller) sweep(ctx context.Context) {
 	}
 }
 
+// idle reports whether nothing is queued or being reconciled.
+func (c *controller) idle() bool { return c.queue.Len() == 0 && c.inFlight.Load() == 0 }
+
 // processNext is the textbook worker step: Get, defer Done, reconcile,
 // Forget on success, AddRateLimited on error.
 func (c *controller) processNext(ctx context.Context) bool {
@@ -378,6 +382,8 @@ func (c *controller) processNext(ctx context.Context) bool {
 		return false
 	}
 	defer c.queue.Done(key)
+	c.inFlight.Add(1)
+	defer c.inFlight.Add(-1)
 	start := time.Now()
 	err := c.reconcile(klog.NewContext(ctx, klog.FromContext(ctx).WithValues("trigger", key.String())), key)
 	result := "success"
@@ -391,6 +397,13 @@ func (c *controller) processNext(ctx context.Context) bool {
 		return true
 	}
 	logger := klog.FromContext(ctx)
+	if c.e.plan != nil {
+		c.e.plan.Failed(c.rule.Name, key.String(), err)
+		if c.e.onePass {
+			c.queue.Forget(key)
+			return true
+		}
+	}
 	if max := c.rule.MaxRetries; max > 0 && c.queue.NumRequeues(key) >= max-1 {
 		logger.Error(err, "Giving up on trigger after retries", "trigger", key.String(), "retries", max)
 		c.queue.Forget(key)

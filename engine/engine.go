@@ -2,10 +2,13 @@ package engine
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
 	k8sdynamic "k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -47,6 +50,11 @@ type Options struct {
 	// DrainTimeout bounds how long shutdown waits for in-flight reconciles
 	// before cancelling their requests; 0 means 30 seconds.
 	DrainTimeout time.Duration
+	// Plan, when set, makes the engine a dry run: every write becomes a
+	// server-side dry-run request (dryRun=All: defaulting and admission
+	// apply, nothing is persisted) and an Action for Plan. No Event is
+	// emitted.
+	Plan Planner
 }
 
 // Engine runs one RuleController per rule of the set in force. It owns every
@@ -59,6 +67,8 @@ type Engine struct {
 	metrics  Metrics
 	queues   workqueue.MetricsProvider
 	drain    time.Duration
+	plan     Planner // nil unless dry run
+	onePass  bool    // PlanOnce: each trigger once, no retries
 
 	mu          sync.Mutex
 	controllers map[string]*controller
@@ -70,8 +80,9 @@ func New(o Options) *Engine {
 	e := &Engine{
 		mapper:      o.Mapper,
 		registry:    dynamic.NewRegistry(o.Client, cache.Indexers{ownerIndex: ownerIndexFunc, ruleIndex: ruleIndexFunc}),
-		writer:      &dynamic.Writer{Client: o.Client},
+		writer:      &dynamic.Writer{Client: o.Client, DryRun: o.Plan != nil},
 		recorder:    o.Recorder,
+		plan:        o.Plan,
 		metrics:     o.Metrics,
 		queues:      o.QueueMetrics,
 		drain:       o.DrainTimeout,
@@ -83,7 +94,48 @@ func New(o Options) *Engine {
 	if e.drain == 0 {
 		e.drain = 30 * time.Second
 	}
+	if e.plan != nil {
+		e.recorder = nil // a dry run persists nothing, Events included
+	}
 	return e
+}
+
+// PlanOnce computes, with dry-run requests, what one reconcile of every
+// trigger of every rule in set would do, hands each action to the engine's
+// Planner, and returns once all are done; a trigger that fails is reported
+// through Planner.Failed and not retried. It returns an error when a rule
+// cannot be planned at all (its kind is not served). The engine must have
+// been made with Options.Plan and must not be running.
+func (e *Engine) PlanOnce(ctx context.Context, set *rules.Set) error {
+	if e.plan == nil {
+		return errors.New("PlanOnce needs Options.Plan")
+	}
+	e.onePass = true
+	e.Apply(ctx, set)
+	defer func() {
+		e.Apply(ctx, nil)
+		e.registry.Shutdown()
+	}()
+	// Idle twice in a row, 20ms apart: a key a worker has just taken from
+	// its queue (not yet counted in flight) is in flight, or done, by the
+	// second look.
+	quiet := 0
+	return wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		for name, c := range e.controllers {
+			state, detail := c.getState()
+			switch {
+			case state == stateWaiting && detail != "":
+				return false, fmt.Errorf("rule %q: %s", name, detail)
+			case state != stateRunning || !c.idle():
+				quiet = 0
+				return false, nil
+			}
+		}
+		quiet++
+		return quiet >= 2, nil
+	})
 }
 
 // Run runs the rules of set, and then of each set received from updates

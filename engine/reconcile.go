@@ -36,8 +36,9 @@ func (c *controller) reconcile(ctx context.Context, key cache.ObjectName) error 
 	if exists {
 		trigger = obj.(*unstructured.Unstructured)
 	}
+	ref := rules.ObjectRef{APIVersion: c.rule.Watch.APIVersion, Kind: c.rule.Watch.Kind, Namespace: key.Namespace, Name: key.Name}
 	if trigger == nil || trigger.GetDeletionTimestamp() != nil {
-		return c.prune(ctx, nil, existing, nil)
+		return c.prune(ctx, nil, ref, existing, nil)
 	}
 
 	rd, err := c.rule.Render(ctx, trigger, c.e.mapper)
@@ -46,7 +47,7 @@ func (c *controller) reconcile(ctx context.Context, key cache.ObjectName) error 
 		return err
 	}
 	if rd.Skipped {
-		return c.prune(ctx, trigger, existing, nil)
+		return c.prune(ctx, trigger, ref, existing, nil)
 	}
 
 	desired := map[childRef]bool{}
@@ -63,7 +64,7 @@ func (c *controller) reconcile(ctx context.Context, key cache.ObjectName) error 
 		}
 		live[ref] = out
 	}
-	if err := c.prune(ctx, trigger, existing, desired); err != nil {
+	if err := c.prune(ctx, trigger, ref, existing, desired); err != nil {
 		errs = append(errs, err)
 	}
 	if c.rule.Status != nil {
@@ -118,6 +119,17 @@ func (c *controller) applyChild(ctx context.Context, trigger *unstructured.Unstr
 	if err != nil {
 		return nil, fmt.Errorf("resource %q: applying %s %s: %w", child.ResourceID, ref.gvk.Kind, cacheKey(ref), err)
 	}
+	if c.e.plan != nil { // out is what the server would store
+		a := Action{Action: ActionCreate, Rule: c.rule.Name, Trigger: rules.RefOf(trigger), Object: rules.RefOf(obj)}
+		if cached != nil {
+			a.Action = ActionUpdate
+			a.Diff = diffObjects(groupKind(ref), cached.Object, out.Object, obj.Object)
+		}
+		if a.Action == ActionCreate || a.Diff != "" {
+			c.e.plan.Plan(a)
+		}
+		return out.Object, nil
+	}
 	c.mu.Lock()
 	c.applied[ref] = out.GetResourceVersion()
 	c.mu.Unlock()
@@ -152,7 +164,7 @@ func (c *controller) upToDate(ref childRef, cached, desired *unstructured.Unstru
 // when desired is nil — unless the rule orphans them. It deletes only
 // objects carrying this rule's label, each with a UID precondition, so an
 // object replaced meanwhile is never deleted.
-func (c *controller) prune(ctx context.Context, trigger *unstructured.Unstructured, existing []*unstructured.Unstructured, desired map[childRef]bool) error {
+func (c *controller) prune(ctx context.Context, trigger *unstructured.Unstructured, triggerRef rules.ObjectRef, existing []*unstructured.Unstructured, desired map[childRef]bool) error {
 	if c.rule.DeletionPolicy == rules.DeletionOrphan {
 		return nil
 	}
@@ -173,6 +185,9 @@ func (c *controller) prune(ctx context.Context, trigger *unstructured.Unstructur
 			continue
 		case err != nil:
 			errs = append(errs, fmt.Errorf("pruning %s %s: %w", ref.gvk.Kind, cacheKey(ref), err))
+			continue
+		case c.e.plan != nil:
+			c.e.plan.Plan(Action{Action: ActionDelete, Rule: c.rule.Name, Trigger: triggerRef, Object: rules.RefOf(child)})
 			continue
 		}
 		c.mu.Lock()
@@ -207,12 +222,25 @@ func (c *controller) writeStatus(ctx context.Context, trigger *unstructured.Unst
 	if trigger.GetNamespace() == "" {
 		delete(patch.Object["metadata"].(map[string]any), "namespace")
 	}
-	if _, err := c.e.writer.ApplyStatus(ctx, c.triggerMapping, patch, rules.FieldManagerPrefix+c.rule.Name, true); err != nil {
+	out, err := c.e.writer.ApplyStatus(ctx, c.triggerMapping, patch, rules.FieldManagerPrefix+c.rule.Name, true)
+	if err != nil {
 		return fmt.Errorf("writing status: %w", err)
+	}
+	if c.e.plan != nil {
+		shape := map[string]any{"status": status}
+		diff := diffObjects(groupKind(refOf(trigger)), trigger.Object, out.Object, shape)
+		if diff != "" {
+			ref := rules.RefOf(trigger)
+			c.e.plan.Plan(Action{Action: ActionStatus, Rule: c.rule.Name, Trigger: ref, Object: ref, Diff: diff})
+		}
+		return nil
 	}
 	c.e.metrics.Write(c.rule.Name, "status")
 	return nil
 }
+
+// groupKind is "Kind.group", as Redact wants it.
+func groupKind(ref childRef) string { return ref.gvk.Kind + "." + ref.gvk.Group }
 
 func cacheKey(ref childRef) string {
 	if ref.namespace == "" {

@@ -4,6 +4,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -20,11 +21,17 @@ func main() {
 
 // run executes the command line and returns the process exit code.
 func run(args []string, stdout, stderr io.Writer) int {
+	return runContext(context.Background(), args, stdout, stderr)
+}
+
+// runContext is run under ctx: cancelling it stops `syncloop run` as a
+// signal would.
+func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root := newRootCommand()
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	err := root.Execute()
+	err := root.ExecuteContext(ctx)
 	var ec exitCode
 	switch {
 	case err == nil:
@@ -53,7 +60,7 @@ pruned when no longer desired, with status written back.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCommand(), newValidateCommand(), newRenderCommand(), newRunCommand())
+	root.AddCommand(newVersionCommand(), newValidateCommand(), newRenderCommand(), newRunCommand(), newPlanCommand())
 	// klog's verbosity flags for every command; logs go to stderr.
 	logFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(logFlags)

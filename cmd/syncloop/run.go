@@ -36,6 +36,32 @@ import (
 	"github.com/syncloop/syncloop/rules/reload"
 )
 
+// clients are the API clients a cluster command needs.
+type clients struct {
+	cfg       *rest.Config
+	dynamic   k8sdynamic.Interface
+	discovery discovery.DiscoveryInterface
+	core      kubernetes.Interface
+}
+
+func (f *clusterFlags) clients() (*clients, error) {
+	cfg, err := f.restConfig()
+	if err != nil {
+		return nil, fmt.Errorf("loading the client configuration: %w", err)
+	}
+	c := &clients{cfg: cfg}
+	if c.dynamic, err = k8sdynamic.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	if c.discovery, err = discovery.NewDiscoveryClientForConfig(cfg); err != nil {
+		return nil, err
+	}
+	if c.core, err = kubernetes.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
 // clusterFlags are the flags of every command that talks to a cluster.
 type clusterFlags struct {
 	kubeconfig string
@@ -72,6 +98,8 @@ func newRunCommand() *cobra.Command {
 		probeAddr   string
 		metricsAddr string
 		drainPeriod time.Duration
+		dryRun      bool
+		output      string
 	)
 	cmd := &cobra.Command{
 		Use:   "run -f PATH...",
@@ -85,13 +113,16 @@ syncloop_rules_reload_total{result="error"}, /readyz) and keeps its last good
 version in force; at start, files that fail are left out and reported.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "text" && output != "json" {
+				return fmt.Errorf("--output must be text or json, not %q", output)
+			}
 			loader, err := rules.NewLoader(expr.Options{CostLimit: rf.costLimit})
 			if err != nil {
 				return err
 			}
-			cfg, err := cf.restConfig()
+			cl, err := cf.clients()
 			if err != nil {
-				return fmt.Errorf("loading the client configuration: %w", err)
+				return err
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -105,34 +136,27 @@ version in force; at start, files that fail are left out and reported.`,
 			files := &fileErrors{}
 			files.report(logger, loaded.Errors)
 
-			dc, err := k8sdynamic.NewForConfig(cfg)
-			if err != nil {
-				return err
-			}
-			disco, err := discovery.NewDiscoveryClientForConfig(cfg)
-			if err != nil {
-				return err
-			}
-			cs, err := kubernetes.NewForConfig(cfg)
-			if err != nil {
-				return err
-			}
 			broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-			broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
+			broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cl.core.CoreV1().Events("")})
 			defer broadcaster.Shutdown()
 			reg := prometheus.NewRegistry()
 			var eng *engine.Engine
 			m := metrics.New(reg, func() int { return eng.Informers() })
 			m.RulesLoaded(loaded.Set.Len())
 			m.Reloaded(len(loaded.Errors) > 0)
-			eng = engine.New(engine.Options{
-				Client:       dc,
-				Mapper:       dynamic.NewMapper(disco, 0),
+			opts := engine.Options{
+				Client:       cl.dynamic,
+				Mapper:       dynamic.NewMapper(cl.discovery, 0),
 				Recorder:     broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "syncloop"}),
 				Metrics:      m,
 				QueueMetrics: m.Workqueue(),
 				DrainTimeout: drainPeriod,
-			})
+			}
+			if dryRun {
+				opts.Plan = engine.NewPlanPrinter(cmd.OutOrStdout(), cmd.ErrOrStderr(), output == "json", true)
+				logger.Info("Dry run: every write is a server-side dry run, printed as a plan; nothing is persisted")
+			}
+			eng = engine.New(opts)
 
 			if metricsAddr != "" && metricsAddr != "0" {
 				mux := http.NewServeMux()
@@ -172,7 +196,7 @@ version in force; at start, files that fail are left out and reported.`,
 				}
 			}()
 
-			logger.Info("Starting", "rules", loaded.Set.Len(), "host", cfg.Host)
+			logger.Info("Starting", "rules", loaded.Set.Len(), "host", cl.cfg.Host)
 			if err := eng.Run(ctx, loaded.Set, updates); err != nil {
 				return err
 			}
@@ -186,6 +210,8 @@ version in force; at start, files that fail are left out and reported.`,
 	cmd.Flags().StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address of /metrics (0 turns it off)")
 	cmd.Flags().StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (0 turns them off)")
 	cmd.Flags().DurationVar(&drainPeriod, "drain-timeout", 30*time.Second, "on shutdown, how long in-flight reconciles may take before their requests are cancelled")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the actions syncloop would take (computed with server-side dry-run requests) instead of taking them")
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "with --dry-run, the plan format: text or json (one object per line)")
 	return cmd
 }
 

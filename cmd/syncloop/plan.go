@@ -1,0 +1,58 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/syncloop/syncloop/dynamic"
+	"github.com/syncloop/syncloop/engine"
+)
+
+func newPlanCommand() *cobra.Command {
+	var (
+		rf     ruleFlags
+		cf     clusterFlags
+		output string
+	)
+	cmd := &cobra.Command{
+		Use:   "plan -f PATH... [-o text|json]",
+		Short: "Print what syncloop would do to the cluster now, and exit: 0 nothing to do, 2 changes pending, 1 error",
+		Long: `plan reads every rule's triggers and children once, computes each write with a
+server-side dry-run request (so defaulting and admission show; nothing is
+persisted), prints the actions and a summary, and exits 0 when there is
+nothing to do, 2 when changes are pending and 1 on any error.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "text" && output != "json" {
+				return fmt.Errorf("--output must be text or json, not %q", output)
+			}
+			set, err := rf.load(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			cl, err := cf.clients()
+			if err != nil {
+				return err
+			}
+			printer := engine.NewPlanPrinter(cmd.OutOrStdout(), cmd.ErrOrStderr(), output == "json", false)
+			eng := engine.New(engine.Options{Client: cl.dynamic, Mapper: dynamic.NewMapper(cl.discovery, 0), Plan: printer})
+			if err := eng.PlanOnce(cmd.Context(), set); err != nil {
+				fmt.Fprintln(cmd.ErrOrStderr(), "error:", err)
+				return exitCode(1)
+			}
+			actions, failures := printer.Summary()
+			switch {
+			case failures > 0:
+				return exitCode(1)
+			case actions > 0:
+				return exitCode(2)
+			}
+			return nil
+		},
+	}
+	rf.register(cmd)
+	cf.register(cmd)
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "plan format: text or json (one object per line)")
+	return cmd
+}

@@ -1,0 +1,321 @@
+package engine
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+
+	"github.com/syncloop/syncloop/rules"
+)
+
+// Plan actions.
+const (
+	ActionCreate = "create"
+	ActionUpdate = "update"
+	ActionDelete = "delete"
+	ActionStatus = "status"
+)
+
+// Action is one write a dry run would make.
+type Action struct {
+	Action  string          `json:"action"`
+	Rule    string          `json:"rule"`
+	Trigger rules.ObjectRef `json:"trigger"`
+	Object  rules.ObjectRef `json:"object"`
+	// Diff is a unified diff, live against desired, of the fields syncloop
+	// manages (updates and status); Secret values are redacted.
+	Diff string `json:"diff,omitempty"`
+}
+
+// Planner receives what a dry run finds. Implementations must be safe for
+// concurrent use: every rule's workers call it.
+type Planner interface {
+	Plan(Action)
+	// Failed reports a trigger whose plan could not be computed.
+	Failed(rule, trigger string, err error)
+}
+
+// PlanPrinter prints actions as DESIGN §5 shows them: text blocks and a
+// summary line, or one JSON object per line. Safe for concurrent use.
+type PlanPrinter struct {
+	mu      sync.Mutex
+	w, errW io.Writer
+	json    bool
+	stream  bool
+	counts  map[string]int
+	errors  int
+	seen    map[string]string // stream: object → last printed action
+	held    []Action          // not stream: printed, sorted, by Summary
+}
+
+// NewPlanPrinter prints to w as text, or as JSON lines when jsonLines;
+// failures go to errW. A streaming printer prints each action as it comes,
+// except one identical to the last printed for the same object (a running
+// dry run plans again on every resync). Otherwise actions are held and
+// Summary prints them sorted by rule, trigger and object.
+func NewPlanPrinter(w, errW io.Writer, jsonLines, stream bool) *PlanPrinter {
+	return &PlanPrinter{w: w, errW: errW, json: jsonLines, stream: stream, counts: map[string]int{}, seen: map[string]string{}}
+}
+
+// Plan implements Planner.
+func (p *PlanPrinter) Plan(a Action) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.stream {
+		p.held = append(p.held, a)
+		return
+	}
+	key := a.Rule + " " + a.Action + " " + a.Object.String()
+	sum := sha256.Sum256([]byte(a.Diff))
+	if p.seen[key] == string(sum[:]) {
+		return
+	}
+	p.seen[key] = string(sum[:])
+	p.print(a)
+}
+
+func (p *PlanPrinter) print(a Action) {
+	p.counts[a.Action]++
+	if p.json {
+		data, _ := json.Marshal(a)
+		fmt.Fprintf(p.w, "%s\n", data)
+		return
+	}
+	sym := map[string]string{ActionCreate: "+", ActionUpdate: "~", ActionDelete: "-", ActionStatus: "~"}[a.Action]
+	fmt.Fprintf(p.w, "%s %-7s %s  (rule %s", sym, a.Action, a.Object, a.Rule)
+	if a.Action != ActionStatus {
+		fmt.Fprintf(p.w, ", trigger %s", a.Trigger)
+	}
+	fmt.Fprintln(p.w, ")")
+	if a.Diff != "" {
+		for _, l := range strings.Split(strings.TrimRight(a.Diff, "\n"), "\n") {
+			fmt.Fprintf(p.w, "    %s\n", l)
+		}
+	}
+}
+
+// Failed implements Planner: the error goes to errW.
+func (p *PlanPrinter) Failed(rule, trigger string, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.errors++
+	fmt.Fprintf(p.errW, "error: rule %s, trigger %s: %v\n", rule, trigger, err)
+}
+
+// Summary prints "Plan: N to create, N to update, N to delete, N status
+// update(s)." (text only) and reports how many actions and failures there were.
+func (p *PlanPrinter) Summary() (actions, failures int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	sort.SliceStable(p.held, func(i, j int) bool {
+		a, b := p.held[i], p.held[j]
+		return a.Rule+"\x00"+a.Trigger.String()+"\x00"+a.Object.String()+"\x00"+a.Action <
+			b.Rule+"\x00"+b.Trigger.String()+"\x00"+b.Object.String()+"\x00"+b.Action
+	})
+	for _, a := range p.held {
+		p.print(a)
+	}
+	p.held = nil
+	for _, n := range p.counts {
+		actions += n
+	}
+	if !p.json {
+		status := "status updates"
+		if p.counts[ActionStatus] == 1 {
+			status = "status update"
+		}
+		fmt.Fprintf(p.w, "Plan: %d to create, %d to update, %d to delete, %d %s.\n",
+			p.counts[ActionCreate], p.counts[ActionUpdate], p.counts[ActionDelete], p.counts[ActionStatus], status)
+	}
+	return actions, p.errors
+}
+
+// project returns the part of v that shape (a desired object) has: map keys
+// shape has, list items by position. It is how a diff is limited to the
+// fields syncloop manages.
+func project(v, shape any) any {
+	switch s := shape.(type) {
+	case map[string]any:
+		m, ok := v.(map[string]any)
+		if !ok {
+			return v
+		}
+		out := map[string]any{}
+		for k, sv := range s {
+			if lv, ok := m[k]; ok {
+				out[k] = project(lv, sv)
+			}
+		}
+		return out
+	case []any:
+		l, ok := v.([]any)
+		if !ok {
+			return v
+		}
+		out := make([]any, len(l))
+		for i := range l {
+			if i < len(s) {
+				out[i] = project(l[i], s[i])
+			} else {
+				out[i] = l[i]
+			}
+		}
+		return out
+	}
+	return v
+}
+
+// diffObjects is the unified diff, live against desired, of the fields of
+// shape, without syncloop's applied-hash and with Secret values redacted.
+func diffObjects(gk string, live, desired, shape map[string]any) string {
+	a := forDiff(gk, project(live, shape))
+	b := forDiff(gk, project(desired, shape))
+	return unifiedDiff(a, b)
+}
+
+func forDiff(gk string, v any) string {
+	if m, ok := v.(map[string]any); ok {
+		m = runtimeDeepCopy(m)
+		if ann, ok, _ := unstructured.NestedStringMap(m, "metadata", "annotations"); ok {
+			delete(ann, AnnotationAppliedHash)
+			if len(ann) == 0 {
+				unstructured.RemoveNestedField(m, "metadata", "annotations")
+			} else {
+				_ = unstructured.SetNestedStringMap(m, ann, "metadata", "annotations")
+			}
+		}
+		v = Redact(gk, m)
+	}
+	out, err := yaml.Marshal(v)
+	if err != nil {
+		return fmt.Sprintf("(cannot show: %v)\n", err)
+	}
+	return string(out)
+}
+
+// Redact returns obj with the values of a Secret's data and stringData
+// replaced by a short hash: a change stays visible, the value does not.
+// Other kinds are returned as they are. gk is "Kind.group" ("Secret." for
+// core Secrets).
+func Redact(gk string, obj map[string]any) map[string]any {
+	if gk != "Secret." {
+		return obj
+	}
+	obj = runtimeDeepCopy(obj)
+	for _, field := range []string{"data", "stringData"} {
+		m, ok := obj[field].(map[string]any)
+		if !ok {
+			continue
+		}
+		for k, v := range m {
+			s, _ := v.(string)
+			sum := sha256.Sum256([]byte(s))
+			m[k] = "(redacted, sha256:" + hex.EncodeToString(sum[:4]) + ")"
+		}
+	}
+	return obj
+}
+
+func runtimeDeepCopy(m map[string]any) map[string]any {
+	return (&unstructured.Unstructured{Object: m}).DeepCopy().Object
+}
+
+// unifiedDiff is a line diff of a against b with three lines of context,
+// headed "--- live" / "+++ desired"; empty when they are equal.
+func unifiedDiff(a, b string) string {
+	if a == b {
+		return ""
+	}
+	x := strings.Split(strings.TrimRight(a, "\n"), "\n")
+	y := strings.Split(strings.TrimRight(b, "\n"), "\n")
+	if a == "" {
+		x = nil
+	}
+	// Longest common subsequence table, from the ends.
+	lcs := make([][]int, len(x)+1)
+	for i := range lcs {
+		lcs[i] = make([]int, len(y)+1)
+	}
+	for i := len(x) - 1; i >= 0; i-- {
+		for j := len(y) - 1; j >= 0; j-- {
+			if x[i] == y[j] {
+				lcs[i][j] = lcs[i+1][j+1] + 1
+			} else {
+				lcs[i][j] = max(lcs[i+1][j], lcs[i][j+1])
+			}
+		}
+	}
+	type line struct {
+		op   byte // ' ', '-', '+'
+		text string
+		ai   int // line numbers (0-based) in a and b before this line
+		bi   int
+	}
+	var script []line
+	i, j := 0, 0
+	for i < len(x) || j < len(y) {
+		switch {
+		case i < len(x) && j < len(y) && x[i] == y[j]:
+			script = append(script, line{' ', x[i], i, j})
+			i++
+			j++
+		case i < len(x) && (j == len(y) || lcs[i+1][j] >= lcs[i][j+1]):
+			script = append(script, line{'-', x[i], i, j})
+			i++
+		default:
+			script = append(script, line{'+', y[j], i, j})
+			j++
+		}
+	}
+	const context = 3
+	var out strings.Builder
+	out.WriteString("--- live\n+++ desired\n")
+	for k := 0; k < len(script); {
+		if script[k].op == ' ' {
+			k++
+			continue
+		}
+		start := max(0, k-context)
+		end := k
+		for end < len(script) {
+			if script[end].op != ' ' {
+				end++
+				continue
+			}
+			run := end
+			for run < len(script) && script[run].op == ' ' {
+				run++
+			}
+			if run == len(script) || run-end > 2*context {
+				end = min(len(script), end+context)
+				break
+			}
+			end = run
+		}
+		var aLen, bLen int
+		for _, l := range script[start:end] {
+			if l.op != '+' {
+				aLen++
+			}
+			if l.op != '-' {
+				bLen++
+			}
+		}
+		fmt.Fprintf(&out, "@@ -%d,%d +%d,%d @@\n", script[start].ai+1, aLen, script[start].bi+1, bLen)
+		for _, l := range script[start:end] {
+			out.WriteByte(l.op)
+			out.WriteString(l.text)
+			out.WriteByte('\n')
+		}
+		k = end
+	}
+	return out.String()
+}
