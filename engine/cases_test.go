@@ -415,3 +415,32 @@ spec:
 	h.updateCM("bad", func(cm *corev1.ConfigMap) { cm.Data["name"] = "fixed" })
 	h.eventually("the fixed trigger's child", func() bool { _, ok := h.configMap(h.ns, "fixed"); return ok })
 }
+
+// TestSameRuleNameElsewhereIsLeftAlone: children whose trigger lies outside
+// a rule's watch (here: a same-named rule of another syncloop, watching
+// another namespace) are never swept or pruned by it.
+func TestSameRuleNameElsewhereIsLeftAlone(t *testing.T) {
+	rule := `apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: same}
+spec:
+  watch: {apiVersion: v1, kind: ConfigMap, namespace: NS, labelSelector: same}
+  resources:
+    - id: child
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${object.metadata.name}-child"}}
+  resyncPeriod: 1s
+`
+	first := newHarness(t)
+	first.start(first.loadRules(rule))
+	first.createCM("t", map[string]string{"same": "1"}, nil)
+	first.eventually("the first syncloop's child", func() bool { _, ok := first.configMap(first.ns, "t-child"); return ok })
+	first.stop()
+
+	second := newHarness(t)
+	second.start(second.loadRules(rule))
+	c := second.controller("same")
+	second.eventually("two resyncs (and sweeps) of the second syncloop", func() bool { return c.resyncs.Load() >= 2 && c.idle() })
+	if _, ok := first.configMap(first.ns, "t-child"); !ok {
+		t.Fatal("a same-named rule watching another namespace pruned a child it cannot see the trigger of")
+	}
+}

@@ -322,10 +322,26 @@ func (c *controller) enqueueOwner(obj any) {
 	if err != nil || m.GetLabels()[rules.LabelRule] != c.rule.Name {
 		return
 	}
-	apiVersion, kind, key, ok := parseOwner(m.GetAnnotations()[rules.AnnotationOwner])
-	if ok && apiVersion == c.rule.Watch.APIVersion && kind == c.rule.Watch.Kind {
+	if key, ok := c.ownTrigger(m.GetAnnotations()[rules.AnnotationOwner]); ok {
 		c.queue.Add(key)
 	}
+}
+
+// ownTrigger parses a child's owner annotation and reports whether the
+// trigger it names is one this rule watches: its kind, and its namespace
+// when the watch is limited to one. A child whose trigger this rule cannot
+// see — another syncloop's, a same-named rule watching elsewhere — is never
+// this rule's to repair or prune.
+func (c *controller) ownTrigger(owner string) (cache.ObjectName, bool) {
+	apiVersion, kind, key, ok := parseOwner(owner)
+	w := c.rule.Watch
+	if !ok || apiVersion != w.APIVersion || kind != w.Kind {
+		return cache.ObjectName{}, false
+	}
+	if w.Namespace != "" && c.triggerMapping.Scope.Name() == meta.RESTScopeNameNamespace && key.Namespace != w.Namespace {
+		return cache.ObjectName{}, false
+	}
+	return key, true
 }
 
 // resync re-checks every trigger and sweeps for orphans.
@@ -355,7 +371,7 @@ func (c *controller) sweep(ctx context.Context) {
 			if err != nil {
 				continue
 			}
-			_, _, key, ok := parseOwner(m.GetAnnotations()[rules.AnnotationOwner])
+			key, ok := c.ownTrigger(m.GetAnnotations()[rules.AnnotationOwner])
 			if !ok {
 				continue
 			}

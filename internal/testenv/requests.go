@@ -1,6 +1,8 @@
 package testenv
 
 import (
+	"bytes"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -15,6 +17,8 @@ type Request struct {
 	Query  string
 	// Watch is true for watch requests (GET ...?watch=true).
 	Watch bool
+	// Body is the body of a DELETE (its DeleteOptions).
+	Body string
 }
 
 // Verb is the request's Kubernetes verb, roughly: get/list/watch (all GET),
@@ -48,8 +52,11 @@ func (r Request) IsWrite() bool {
 	return false
 }
 
-// DryRun reports whether the request is a server-side dry run.
-func (r Request) DryRun() bool { return strings.Contains(r.Query, "dryRun=All") }
+// DryRun reports whether the request is a server-side dry run: dryRun=All
+// in the query, or in a DELETE's DeleteOptions body.
+func (r Request) DryRun() bool {
+	return strings.Contains(r.Query, "dryRun=All") || strings.Contains(r.Body, `"dryRun":["All"]`)
+}
 
 // RequestCounter records every request made through configs it wraps.
 // Safe for concurrent use.
@@ -63,11 +70,21 @@ func (c *RequestCounter) Wrap(cfg *rest.Config) *rest.Config {
 	cfg = rest.CopyConfig(cfg)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-			c.mu.Lock()
-			c.reqs = append(c.reqs, Request{
+			r := Request{
 				Method: req.Method, Path: req.URL.Path, Query: req.URL.RawQuery,
 				Watch: req.URL.Query().Get("watch") == "true",
-			})
+			}
+			if req.Method == http.MethodDelete && req.Body != nil {
+				body, err := io.ReadAll(req.Body)
+				req.Body.Close()
+				if err != nil {
+					return nil, err
+				}
+				r.Body = string(body)
+				req.Body = io.NopCloser(bytes.NewReader(body))
+			}
+			c.mu.Lock()
+			c.reqs = append(c.reqs, r)
 			c.mu.Unlock()
 			return rt.RoundTrip(req)
 		})
