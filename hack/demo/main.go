@@ -9,7 +9,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -32,10 +31,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
@@ -43,6 +40,7 @@ import (
 	"k8s.io/client-go/restmapper"
 
 	"github.com/syncloop/syncloop/internal/testenv"
+	"github.com/syncloop/syncloop/rules"
 )
 
 func main() {
@@ -260,23 +258,13 @@ func freeAddr() (string, error) {
 // namespaces they live in first. Sample uids are dropped: the API server
 // assigns its own.
 func (c *cluster) applyFile(ctx context.Context, path string) error {
-	data, err := os.ReadFile(path)
+	objs, err := rules.ReadObjects(path)
 	if err != nil {
 		return err
 	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	for {
-		var obj map[string]any
-		if err := dec.Decode(&obj); err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		if len(obj) == 0 {
-			continue
-		}
-		u := &unstructured.Unstructured{Object: obj}
+	// One field manager per file: two examples' labels on one namespace merge.
+	manager := "demo-" + filepath.Base(filepath.Dir(path))
+	for _, u := range objs {
 		u.SetUID("")
 		if ns := u.GetNamespace(); ns != "" {
 			_, err := c.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
@@ -292,13 +280,12 @@ func (c *cluster) applyFile(ctx context.Context, path string) error {
 		if m.Scope.Name() == meta.RESTScopeNameNamespace {
 			ri = c.dyn.Resource(m.Resource).Namespace(u.GetNamespace())
 		}
-		// One field manager per file: two examples' labels on one namespace merge.
-		manager := "demo-" + filepath.Base(filepath.Dir(path))
 		if _, err := ri.Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: manager, Force: true}); err != nil {
 			return fmt.Errorf("%s: %s %s: %w", path, u.GetKind(), u.GetName(), err)
 		}
 		fmt.Printf("   %-10s %s/%s\n", u.GetKind(), u.GetNamespace(), u.GetName())
 	}
+	return nil
 }
 
 type child struct{ rule, kind, name, trigger string }
