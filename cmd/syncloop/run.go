@@ -91,6 +91,19 @@ func (f *clusterFlags) restConfig() (*rest.Config, error) {
 	return cfg, nil
 }
 
+// namespace is the kubeconfig context's namespace, the pod's namespace
+// in-cluster, or "default".
+func (f *clusterFlags) namespace() string {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = f.kubeconfig
+	ns, _, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
+		&clientcmd.ConfigOverrides{CurrentContext: f.context}).Namespace()
+	if err != nil || ns == "" {
+		return "default"
+	}
+	return ns
+}
+
 func newRunCommand() *cobra.Command {
 	var (
 		rf          ruleFlags
@@ -100,6 +113,7 @@ func newRunCommand() *cobra.Command {
 		drainPeriod time.Duration
 		dryRun      bool
 		output      string
+		lf          leaderFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "run -f PATH...",
@@ -167,14 +181,20 @@ version in force; at start, files that fail are left out and reported.`,
 				}
 				defer srv.Close()
 			}
+			var ld *leader
+			if lf.enabled {
+				ld = &leader{done: make(chan struct{})}
+			}
 			if probeAddr != "" && probeAddr != "0" {
-				srv, err := serve(ctx, probeAddr, "health probes", probes(eng, files))
+				srv, err := serve(ctx, probeAddr, "health probes", probes(eng, files, ld))
 				if err != nil {
 					return err
 				}
 				defer srv.Close()
 			}
-			// Hot reload: the newest set waits in updates for the engine.
+			// Hot reload: the newest set waits in updates for the engine; a
+			// standby keeps the set current for when it starts leading.
+			current := &currentSet{set: loaded.Set}
 			updates := make(chan *rules.Set, 1)
 			watcher := reload.NewWatcher(src, 0)
 			watchDone := make(chan struct{})
@@ -185,6 +205,7 @@ version in force; at start, files that fail are left out and reported.`,
 					m.Reloaded(len(st.Errors) > 0)
 					m.RulesLoaded(st.Set.Len())
 					logger.Info("Rule files reloaded", "rules", st.Set.Len(), "fileErrors", len(st.Errors))
+					current.put(st.Set)
 					select {
 					case <-updates: // superseded
 					default:
@@ -197,8 +218,20 @@ version in force; at start, files that fail are left out and reported.`,
 			}()
 
 			logger.Info("Starting", "rules", loaded.Set.Len(), "host", cl.cfg.Host)
-			if err := eng.Run(ctx, loaded.Set, updates); err != nil {
-				return err
+			runEngine := func(ctx context.Context) {
+				if err := eng.Run(ctx, current.get(), updates); err != nil {
+					logger.Error(err, "Engine stopped")
+				}
+			}
+			if lf.enabled {
+				if lf.namespace == "" {
+					lf.namespace = cf.namespace()
+				}
+				if err := runAsLeader(ctx, cl.core, lf, ld, runEngine); err != nil {
+					return err
+				}
+			} else {
+				runEngine(ctx)
 			}
 			<-watchDone
 			logger.Info("Stopped")
@@ -212,8 +245,24 @@ version in force; at start, files that fail are left out and reported.`,
 	cmd.Flags().DurationVar(&drainPeriod, "drain-timeout", 30*time.Second, "on shutdown, how long in-flight reconciles may take before their requests are cancelled")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the actions syncloop would take (computed with server-side dry-run requests) instead of taking them")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "with --dry-run, the plan format: text or json (one object per line)")
+	cmd.Flags().BoolVar(&lf.enabled, "leader-elect", false, "run rules only while holding a coordination.k8s.io Lease, so that replicas stand by")
+	cmd.Flags().StringVar(&lf.namespace, "leader-elect-namespace", "", "namespace of the Lease (default: the pod's, or the kubeconfig context's)")
+	cmd.Flags().StringVar(&lf.id, "leader-elect-id", "syncloop", "name of the Lease")
+	cmd.Flags().StringVar(&lf.identity, "leader-elect-identity", "", "this replica's identity in the Lease (default: hostname_uuid)")
+	_ = cmd.Flags().MarkHidden("leader-elect-identity")
 	return cmd
 }
+
+// currentSet is the newest rule set, shared by the reload watcher and the
+// engine's start.
+type currentSet struct {
+	mu  sync.Mutex
+	set *rules.Set
+}
+
+func (c *currentSet) put(s *rules.Set) { c.mu.Lock(); c.set = s; c.mu.Unlock() }
+
+func (c *currentSet) get() *rules.Set { c.mu.Lock(); defer c.mu.Unlock(); return c.set }
 
 // fileErrors are the rule files that failed at the last load, for /readyz.
 type fileErrors struct {
@@ -240,10 +289,18 @@ func (f *fileErrors) get() []reload.FileError {
 // probes serves /healthz (the process runs) and /readyz (every rule's
 // informers have synced; the body lists each rule's state, why one is not
 // running, and the rule files that failed to load).
-func probes(eng *engine.Engine, files *fileErrors) http.Handler {
+func probes(eng *engine.Engine, files *fileErrors, ld *leader) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ld.isLeading() {
+			// A standby is ready: it takes over as soon as the Lease is free.
+			fmt.Fprintln(w, "standby: another replica holds the leader Lease")
+			for _, e := range files.get() {
+				fmt.Fprintf(w, "file %s: %v\n", e.Path, e)
+			}
+			return
+		}
 		states := eng.States()
 		sort.Slice(states, func(i, j int) bool { return states[i].Rule < states[j].Rule })
 		var b strings.Builder

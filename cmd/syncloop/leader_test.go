@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/syncloop/syncloop/internal/testenv"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func httpGet(url string) string {
+	resp, err := http.Get(url)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// replica is one `syncloop run --leader-elect` running in-process.
+type replica struct {
+	metrics, probes string
+	cancel          context.CancelFunc
+	exited          chan int
+}
+
+func startReplica(t *testing.T, env *testenv.Env, rulesPath, ns, identity string) *replica {
+	r := &replica{metrics: freeAddr(t), probes: freeAddr(t), exited: make(chan int, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go func() {
+		r.exited <- runContext(ctx, []string{"run", "-f", rulesPath, "--kubeconfig", env.Kubeconfig(),
+			"--leader-elect", "--leader-elect-namespace", ns, "--leader-elect-id", "syncloop-test", "--leader-elect-identity", identity,
+			"--metrics-bind-address", r.metrics, "--health-probe-bind-address", r.probes}, io.Discard, io.Discard)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-r.exited:
+		case <-time.After(30 * time.Second):
+		}
+	})
+	return r
+}
+
+// reconciles is the replica's syncloop_reconcile_total, summed.
+func (r *replica) reconciles() int {
+	n := 0
+	for _, l := range strings.Split(httpGet("http://"+r.metrics+"/metrics"), "\n") {
+		if strings.HasPrefix(l, "syncloop_reconcile_total{") {
+			n++
+		}
+	}
+	return n
+}
+
+func TestLeaderElection(t *testing.T) {
+	env := testenv.Get(t)
+	cs, err := kubernetes.NewForConfig(env.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	created, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "le-"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := created.Name
+	rulesPath := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(rulesPath, []byte(strings.ReplaceAll(strings.SplitN(planRules, "---", 2)[0], "plan-test", ns)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	poll := func(what string, cond func() bool) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 45*time.Second, true, func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+	holder := func() string {
+		l, err := cs.CoordinationV1().Leases(ns).Get(context.Background(), "syncloop-test", metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil {
+			return ""
+		}
+		return *l.Spec.HolderIdentity
+	}
+	trigger := func(name string) {
+		t.Helper()
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"plan": "yes"}}, Data: map[string]string{"k": "v"}}
+		if _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	child := func(name string) bool {
+		_, err := cs.CoreV1().ConfigMaps(ns).Get(context.Background(), name, metav1.GetOptions{})
+		return err == nil
+	}
+
+	a := startReplica(t, env, rulesPath, ns, "replica-a")
+	poll("replica-a to hold the Lease", func() bool { return holder() == "replica-a" })
+	b := startReplica(t, env, rulesPath, ns, "replica-b")
+	poll("replica-b to report standby", func() bool {
+		return strings.Contains(httpGet("http://"+b.probes+"/readyz"), "standby")
+	})
+
+	trigger("one")
+	poll("the leader to reconcile", func() bool { return child("one-copy") && a.reconciles() > 0 })
+	if n := b.reconciles(); n != 0 {
+		t.Errorf("the standby reconciled (%d series of syncloop_reconcile_total)", n)
+	}
+
+	// The leader stops cleanly: it drains, releases the Lease, exits 0.
+	a.cancel()
+	select {
+	case code := <-a.exited:
+		if code != 0 {
+			t.Errorf("the leader exited %d on stop, want 0", code)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the leader did not stop")
+	}
+	poll("replica-b to take over the Lease", func() bool { return holder() == "replica-b" })
+	trigger("two")
+	poll("the new leader to reconcile", func() bool { return child("two-copy") && b.reconciles() > 0 })
+	if !strings.Contains(httpGet("http://"+b.probes+"/readyz"), "rule copy: running") {
+		t.Errorf("the new leader's /readyz does not list its rule running")
+	}
+}
