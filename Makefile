@@ -8,7 +8,9 @@ LDFLAGS  := -X main.version=$(VERSION)
 # integration tests against the local control plane.
 TESTFLAGS ?= -race -count=1 -timeout=30m
 
-.PHONY: help build test test-short testenv demo cluster lint clean
+IMAGE    ?= ghcr.io/syncloop/syncloop:$(VERSION)
+
+.PHONY: help build build-static image test test-short testenv demo cluster lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -16,7 +18,13 @@ help: ## list the targets
 build: ## build bin/syncloop
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/syncloop
 
-testenv: ## build the local control plane (etcd, kube-apiserver, kube-controller-manager) into the cache, once
+build-static: ## build bin/syncloop statically (CGO_ENABLED=0), as the image does
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o $(BIN) ./cmd/syncloop
+
+image: ## build the container image $(IMAGE) (needs a Docker engine)
+	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+
+testenv: ## build the local control plane (etcd, kube-apiserver, kube-controller-manager) and helm into the cache, once
 	@bash hack/testenv.sh
 
 test: testenv ## run every test, integration tests against the local control plane included

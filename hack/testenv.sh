@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# testenv.sh builds the local control plane that syncloop's tests and demo run
-# against: etcd, kube-apiserver and kube-controller-manager, compiled from Go
-# modules pinned in hack/controlplane/{etcd,kube} (DESIGN.md §7).
+# testenv.sh builds what syncloop's tests and demo run against: the local
+# control plane — etcd, kube-apiserver and kube-controller-manager, compiled
+# from Go modules pinned in hack/controlplane/{etcd,kube} (DESIGN.md §7) — and
+# helm, from the module pinned in hack/helm, for the chart's tests.
 #
 # Binaries go to a cache outside the checkout, keyed by version:
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/syncloop/testenv/<versions>/
+#   ${XDG_CACHE_HOME:-$HOME/.cache}/syncloop/testenv/helm-<version>/helm
 # A binary already there, or in $KUBEBUILDER_ASSETS, is not built again, so a
 # second call costs a few milliseconds. The last line of output is the folder
 # that holds the binaries (with --print-dir, the only line).
@@ -14,9 +16,12 @@ set -euo pipefail
 
 KUBE_VERSION=v1.37.2
 ETCD_VERSION=v3.6.16
+HELM_VERSION=v3.22.0
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-cache=${SYNCLOOP_TESTENV_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/syncloop/testenv/kube-${KUBE_VERSION}_etcd-${ETCD_VERSION}}
+cache_root=${XDG_CACHE_HOME:-$HOME/.cache}/syncloop/testenv
+cache=${SYNCLOOP_TESTENV_DIR:-$cache_root/kube-${KUBE_VERSION}_etcd-${ETCD_VERSION}}
+helm_cache=${SYNCLOOP_HELM_DIR:-$cache_root/helm-${HELM_VERSION}}
 quiet=false
 [[ "${1:-}" == "--print-dir" ]] && quiet=true
 
@@ -58,6 +63,17 @@ if ((${#missing[@]})); then
   (cd "$here/controlplane/kube" && go build -trimpath -ldflags "$ldflags" -o "$tmp/" "${pkgs[@]}")
   for b in "${missing[@]}"; do mv "$tmp/$b" "$cache/$b"; done
   log "${missing[*]} built in $((SECONDS - start))s"
+fi
+
+if [[ ! -x "$helm_cache/helm" ]]; then
+  log "building helm $HELM_VERSION (about 2 minutes on 2 cores)"
+  start=$SECONDS
+  mkdir -p "$helm_cache"
+  (cd "$here/helm" && go build -trimpath \
+    -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
+    -o "$helm_cache/.helm.tmp" helm.sh/helm/v3/cmd/helm)
+  mv "$helm_cache/.helm.tmp" "$helm_cache/helm"
+  log "helm built in $((SECONDS - start))s"
 fi
 
 # Report the folder the harness should use. KUBEBUILDER_ASSETS wins when it

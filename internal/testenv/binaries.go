@@ -6,11 +6,12 @@ import (
 	"path/filepath"
 )
 
-// Versions of the control plane this package expects; hack/testenv.sh builds
-// exactly these.
+// Versions of the control plane and of helm this package expects;
+// hack/testenv.sh builds exactly these.
 const (
 	KubeVersion = "v1.37.2"
 	EtcdVersion = "v3.6.16"
+	HelmVersion = "v3.22.0"
 )
 
 // Binary names, as hack/testenv.sh and envtest's asset folders lay them out.
@@ -27,6 +28,11 @@ func CacheDir() string {
 	if d := os.Getenv("SYNCLOOP_TESTENV_DIR"); d != "" {
 		return d
 	}
+	return filepath.Join(defaultCacheRoot(), "kube-"+KubeVersion+"_etcd-"+EtcdVersion)
+}
+
+// defaultCacheRoot is ${XDG_CACHE_HOME:-$HOME/.cache}/syncloop/testenv.
+func defaultCacheRoot() string {
 	base := os.Getenv("XDG_CACHE_HOME")
 	if base == "" {
 		home, err := os.UserHomeDir()
@@ -35,7 +41,25 @@ func CacheDir() string {
 		}
 		base = filepath.Join(home, ".cache")
 	}
-	return filepath.Join(base, "syncloop", "testenv", "kube-"+KubeVersion+"_etcd-"+EtcdVersion)
+	return filepath.Join(base, "syncloop", "testenv")
+}
+
+// Helm returns the path of the helm binary hack/testenv.sh builds:
+// $SYNCLOOP_HELM_DIR/helm, else the cache's helm-<version>/helm.
+func Helm() (string, error) {
+	dir := os.Getenv("SYNCLOOP_HELM_DIR")
+	if dir == "" {
+		dir = filepath.Join(filepath.Dir(CacheDir()), "helm-"+HelmVersion)
+		if os.Getenv("SYNCLOOP_TESTENV_DIR") != "" {
+			// A custom control plane folder says nothing of helm's: use the default cache.
+			dir = filepath.Join(defaultCacheRoot(), "helm-"+HelmVersion)
+		}
+	}
+	p := filepath.Join(dir, "helm")
+	if fi, err := os.Stat(p); err != nil || fi.Mode()&0o111 == 0 {
+		return "", fmt.Errorf("helm not found at %s: run hack/testenv.sh (or make test) to build it", p)
+	}
+	return p, nil
 }
 
 // findBinary returns the path of the named control plane binary: in

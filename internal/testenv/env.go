@@ -251,6 +251,12 @@ func (e *Env) Healthy() error {
 	return errors.Join(errs...)
 }
 
+// WriteKubeconfig writes a kubeconfig file for cfg (a bearer token config
+// of this control plane, such as ServiceAccountConfig returns).
+func WriteKubeconfig(path string, cfg *rest.Config, user string) error {
+	return writeKubeconfig(path, cfg, user)
+}
+
 func writeKubeconfig(path string, cfg *rest.Config, user string) error {
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["testenv"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}

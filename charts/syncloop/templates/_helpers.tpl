@@ -1,0 +1,61 @@
+{{- define "syncloop.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "syncloop.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else if contains (include "syncloop.name" .) .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name (include "syncloop.name" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{- define "syncloop.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "syncloop.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "syncloop.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "syncloop.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "syncloop.serviceAccountName" -}}
+{{- default (include "syncloop.fullname" .) .Values.serviceAccount.name }}
+{{- end }}
+
+{{/* The rule files: every key of .Values.rules but the two settings. */}}
+{{- define "syncloop.ruleFiles" -}}
+{{- $files := dict }}
+{{- range $name, $text := .Values.rules }}
+{{- if not (has $name (list "existingConfigMap" "rolloutOnChange")) }}
+{{- $_ := set $files $name $text }}
+{{- end }}
+{{- end }}
+{{- toYaml $files }}
+{{- end }}
+
+{{- define "syncloop.rulesConfigMap" -}}
+{{- default (printf "%s-rules" (include "syncloop.fullname" .)) .Values.rules.existingConfigMap }}
+{{- end }}
+
+{{- define "syncloop.leaseName" -}}
+{{- default (include "syncloop.fullname" .) .Values.leaderElection.id }}
+{{- end }}
+
+{{/* Pod Security "restricted" for every container. */}}
+{{- define "syncloop.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+capabilities:
+  drop: [ALL]
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}

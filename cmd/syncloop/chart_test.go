@@ -1,0 +1,456 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery"
+	k8sdynamic "k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/syncloop/syncloop/dynamic"
+	"github.com/syncloop/syncloop/internal/testenv"
+	"github.com/syncloop/syncloop/rules"
+)
+
+const chartDir = "../../charts/syncloop"
+
+func helmCmd(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs helm, built by hack/testenv.sh")
+	}
+	helm, err := testenv.Helm()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(helm, args...)
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("helm %s: %v: %s", strings.Join(args, " "), err, errOut.String())
+	}
+	return out.String(), nil
+}
+
+func TestChartLint(t *testing.T) {
+	if out, err := helmCmd(t, "lint", "--strict", chartDir); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+}
+
+// rendered is helm template's output, by kind and name.
+type rendered map[string]*unstructured.Unstructured
+
+func (r rendered) get(t *testing.T, kind, name string) *unstructured.Unstructured {
+	t.Helper()
+	o := r[kind+"/"+name]
+	if o == nil {
+		t.Fatalf("no %s %s rendered; have %v", kind, name, keys(r))
+	}
+	return o
+}
+
+func keys(r rendered) []string {
+	var k []string
+	for n := range r {
+		k = append(k, n)
+	}
+	return k
+}
+
+func template(t *testing.T, args ...string) rendered {
+	t.Helper()
+	out, err := helmCmd(t, append([]string{"template", "rel", chartDir, "-n", "syncloop-system", "--include-crds"}, args...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return parseManifests(t, out)
+}
+
+func parseManifests(t *testing.T, out string) rendered {
+	t.Helper()
+	r := rendered{}
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(out), 4096)
+	for {
+		var m map[string]any
+		if err := dec.Decode(&m); err != nil {
+			if errors.Is(err, io.EOF) {
+				return r
+			}
+			t.Fatal(err)
+		}
+		if len(m) == 0 {
+			continue
+		}
+		u := &unstructured.Unstructured{Object: m}
+		r[u.GetKind()+"/"+u.GetName()] = u
+	}
+}
+
+func podSpec(t *testing.T, r rendered) corev1.PodSpec { return podSpecOf(t, r, "rel-syncloop") }
+
+func podSpecOf(t *testing.T, r rendered, deployment string) corev1.PodSpec {
+	t.Helper()
+	var d struct {
+		Spec struct {
+			Template corev1.PodTemplateSpec `json:"template"`
+		} `json:"spec"`
+	}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(r.get(t, "Deployment", deployment).Object, &d); err != nil {
+		t.Fatal(err)
+	}
+	return d.Spec.Template.Spec
+}
+
+func TestChartTemplate(t *testing.T) {
+	tenant := "rules.tenant\\.yaml=../../examples/tenant-defaults/rules.yaml"
+
+	t.Run("defaults", func(t *testing.T) {
+		r := template(t, "--set-file", tenant)
+		dep := r.get(t, "Deployment", "rel-syncloop")
+		if n, _, _ := unstructured.NestedFieldNoCopy(dep.Object, "spec", "replicas"); fmt.Sprint(n) != "2" {
+			t.Errorf("replicas %v, want 2", n)
+		}
+		spec := podSpec(t, r)
+		c := spec.Containers[0]
+		args := strings.Join(c.Args, " ")
+		for _, want := range []string{"run", "--rules=/etc/syncloop/rules", "--leader-elect", "--leader-elect-namespace=syncloop-system", "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081"} {
+			if !strings.Contains(args, want) {
+				t.Errorf("args %q lack %q", args, want)
+			}
+		}
+		if strings.Contains(args, "--dry-run") {
+			t.Error("--dry-run by default")
+		}
+		if len(c.VolumeMounts) != 1 || c.VolumeMounts[0].MountPath != "/etc/syncloop/rules" || c.VolumeMounts[0].SubPath != "" {
+			t.Errorf("rules mount %+v: want the directory, never subPath", c.VolumeMounts)
+		}
+		if spec.Volumes[0].ConfigMap == nil || spec.Volumes[0].ConfigMap.Name != "rel-syncloop-rules" {
+			t.Errorf("rules volume %+v", spec.Volumes)
+		}
+		sc := c.SecurityContext
+		if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+			sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.Capabilities == nil || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" ||
+			sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+			t.Errorf("container securityContext is not Pod Security restricted: %+v", sc)
+		}
+		if c.LivenessProbe.HTTPGet.Path != "/healthz" || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
+			t.Errorf("probes %v %v", c.LivenessProbe.HTTPGet.Path, c.ReadinessProbe.HTTPGet.Path)
+		}
+		cm := r.get(t, "ConfigMap", "rel-syncloop-rules")
+		data, _, _ := unstructured.NestedStringMap(cm.Object, "data")
+		want, _ := os.ReadFile("../../examples/tenant-defaults/rules.yaml")
+		if strings.TrimSpace(data["tenant.yaml"]) != strings.TrimSpace(string(want)) {
+			t.Errorf("the rules ConfigMap does not hold the rule file as given:\n%s", data["tenant.yaml"])
+		}
+		if _, ok := data["existingConfigMap"]; ok {
+			t.Error("a setting of rules rendered as a rule file")
+		}
+		cr := r.get(t, "ClusterRole", "rel-syncloop")
+		if !strings.Contains(fmt.Sprint(cr.Object["rules"]), "apiGroups:[*]") {
+			t.Errorf("unrestricted ClusterRole rules %v", cr.Object["rules"])
+		}
+		r.get(t, "Role", "rel-syncloop-leader-election")
+		r.get(t, "ServiceAccount", "rel-syncloop")
+		r.get(t, "Service", "rel-syncloop-metrics")
+		r.get(t, "Pod", "rel-syncloop-validate-rules")
+		for _, absent := range []string{"ServiceMonitor/rel-syncloop", "PodDisruptionBudget/rel-syncloop"} {
+			if r[absent] != nil {
+				t.Errorf("%s rendered by default", absent)
+			}
+		}
+	})
+
+	t.Run("restricted RBAC", func(t *testing.T) {
+		r := template(t, "--set-file", tenant, "--set", "rbac.mode=restricted",
+			"--set", "rbac.rules[0].apiGroups[0]=", "--set", "rbac.rules[0].resources[0]=namespaces", "--set", "rbac.rules[0].verbs[0]=list")
+		rules := fmt.Sprint(r.get(t, "ClusterRole", "rel-syncloop").Object["rules"])
+		if strings.Contains(rules, "apiGroups:[*]") || !strings.Contains(rules, "resources:[namespaces]") {
+			t.Errorf("restricted ClusterRole rules %v", rules)
+		}
+		if _, err := helmCmd(t, "template", "rel", chartDir, "--set", "rbac.mode=restricted"); err == nil || !strings.Contains(err.Error(), "rbac.mode restricted needs rbac.rules") {
+			t.Errorf("restricted without rules: %v", err)
+		}
+	})
+
+	t.Run("existing ConfigMap", func(t *testing.T) {
+		r := template(t, "--set", "rules.existingConfigMap=my-rules")
+		if r["ConfigMap/rel-syncloop-rules"] != nil {
+			t.Error("a rules ConfigMap rendered although existingConfigMap is set")
+		}
+		if v := podSpec(t, r).Volumes[0].ConfigMap.Name; v != "my-rules" {
+			t.Errorf("volume uses %q, want my-rules", v)
+		}
+	})
+
+	t.Run("dry run, log level, extra args, rollout on change", func(t *testing.T) {
+		r := template(t, "--set-file", tenant, "--set", "dryRun=true,logLevel=3,rules.rolloutOnChange=true,leaderElection.enabled=false", "--set", "extraArgs[0]=--qps=20")
+		args := strings.Join(podSpec(t, r).Containers[0].Args, " ")
+		for _, want := range []string{"--dry-run", "-v=3", "--qps=20"} {
+			if !strings.Contains(args, want) {
+				t.Errorf("args %q lack %q", args, want)
+			}
+		}
+		if strings.Contains(args, "--leader-elect") || r["Role/rel-syncloop-leader-election"] != nil {
+			t.Error("leader election rendered although disabled")
+		}
+		sum := func(r rendered) string {
+			v, _, _ := unstructured.NestedString(r.get(t, "Deployment", "rel-syncloop").Object, "spec", "template", "metadata", "annotations", "syncloop.dev/rules-checksum")
+			return v
+		}
+		first := sum(r)
+		other := template(t, "--set-file", "rules.tenant\\.yaml=../../examples/app/rules.yaml", "--set", "rules.rolloutOnChange=true")
+		if first == "" || first == sum(other) {
+			t.Errorf("rules checksum %q does not follow the rules (%q)", first, sum(other))
+		}
+	})
+
+	t.Run("ServiceMonitor and PodDisruptionBudget", func(t *testing.T) {
+		r := template(t, "--set", "metrics.serviceMonitor.enabled=true,podDisruptionBudget.enabled=true")
+		r.get(t, "ServiceMonitor", "rel-syncloop")
+		r.get(t, "PodDisruptionBudget", "rel-syncloop")
+	})
+
+	t.Run("typos rejected", func(t *testing.T) {
+		for _, set := range []string{"replicaCont=3", "rbac.mode=open", "rules.notes\\.txt=x", "image.pullPolicy=Sometimes", "metrics.servicemonitor.enabled=true"} {
+			if _, err := helmCmd(t, "template", "rel", chartDir, "--set", set); err == nil {
+				t.Errorf("--set %s was accepted", set)
+			}
+		}
+	})
+}
+
+// TestChartInstall installs the chart into the local API server, in a
+// namespace that enforces Pod Security "restricted", then runs syncloop out
+// of cluster as the chart's ServiceAccount with the rules from the installed
+// ConfigMap: the chart's RBAC must be enough for the bundled examples. It
+// then does the same with rbac.mode=restricted and exactly the rules the
+// tenant example needs.
+func TestChartInstall(t *testing.T) {
+	env := testenv.Get(t)
+	ctx := t.Context()
+	cs, err := kubernetes.NewForConfig(env.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.InstallCRDs(ctx, "../../examples/app/crd.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	newNS := func(name string) {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+			"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}}}
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	newNS("syncloop-system")
+	examples := []string{"tenant-defaults", "replicate", "app", "namespace-metadata"}
+	args := []string{"install", "syncloop", chartDir, "-n", "syncloop-system", "--kubeconfig", env.Kubeconfig()}
+	for _, ex := range examples {
+		args = append(args, "--set-file", "rules."+ex+"\\.yaml=../../examples/"+ex+"/rules.yaml")
+	}
+	if out, err := helmCmd(t, args...); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	manifest, err := helmCmd(t, "get", "manifest", "syncloop", "-n", "syncloop-system", "--kubeconfig", env.Kubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No pod runs here (no scheduler or kubelet): check the Deployment's pod
+	// as Pod Security admission would see it, and that enforcement is on.
+	spec := podSpecOf(t, parseManifests(t, manifest), "syncloop")
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "probe"}, Spec: spec}
+	if _, err := cs.CoreV1().Pods("syncloop-system").Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		t.Fatalf("the chart's pod is rejected in a restricted namespace: %v", err)
+	}
+	loose := pod.DeepCopy()
+	loose.Spec.Containers[0].SecurityContext = nil
+	if _, err := cs.CoreV1().Pods("syncloop-system").Create(ctx, loose, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err == nil {
+		t.Fatal("Pod Security enforcement is not active: a pod without a securityContext was accepted")
+	}
+
+	// Run as the chart's ServiceAccount, with the installed rules; release
+	// is the release's full name (its ServiceAccount, ConfigMap prefix and
+	// Lease).
+	runAs := func(release, namespace string) (stop func()) {
+		t.Helper()
+		sa, err := env.ServiceAccountConfig(ctx, namespace, release)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+		if err := testenv.WriteKubeconfig(kubeconfig, sa, release); err != nil {
+			t.Fatal(err)
+		}
+		cm, err := cs.CoreV1().ConfigMaps(namespace).Get(ctx, release+"-rules", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		for name, text := range cm.Data {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		runCtx, cancel := context.WithCancel(context.Background())
+		var logs syncBuffer
+		exited := make(chan int, 1)
+		go func() {
+			exited <- runContext(runCtx, []string{"run", "-f", dir, "--kubeconfig", kubeconfig, "--leader-elect",
+				"--leader-elect-namespace", namespace, "--leader-elect-id", release,
+				"--metrics-bind-address", "0", "--health-probe-bind-address", "0"}, io.Discard, &logs)
+		}()
+		return func() {
+			cancel()
+			if code := <-exited; code != 0 {
+				t.Errorf("syncloop as %s exited %d", release, code)
+			}
+			if strings.Contains(logs.String(), "forbidden") {
+				t.Errorf("syncloop as %s was forbidden something:\n%s", release, grepLines(logs.String(), "forbidden"))
+			}
+		}
+	}
+	poll := func(what string, cond func() bool) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+	exists := func(get func() error) bool { return get() == nil }
+
+	stop := runAs("syncloop", "syncloop-system")
+	for _, ex := range examples {
+		if err := applySamples(ctx, env, filepath.Join("../../examples", ex, "objects.yaml")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll("children of every example, made with the chart's RBAC", func() bool {
+		return exists(func() error {
+			_, err := cs.NetworkingV1().NetworkPolicies("shop").Get(ctx, "same-namespace-only", metav1.GetOptions{})
+			return err
+		}) &&
+			exists(func() error {
+				_, err := cs.RbacV1().RoleBindings("shop").Get(ctx, "tenant-edit", metav1.GetOptions{})
+				return err
+			}) &&
+			exists(func() error {
+				_, err := cs.CoreV1().Secrets("sandbox").Get(ctx, "registry-pull", metav1.GetOptions{})
+				return err
+			}) &&
+			exists(func() error {
+				_, err := cs.AppsV1().Deployments("shop").Get(ctx, "web", metav1.GetOptions{})
+				return err
+			}) &&
+			exists(func() error {
+				_, err := cs.CoreV1().ConfigMaps("shop").Get(ctx, "namespace-metadata", metav1.GetOptions{})
+				return err
+			})
+	})
+	lease, err := cs.CoordinationV1().Leases("syncloop-system").Get(ctx, "syncloop", metav1.GetOptions{})
+	if err != nil || lease.Spec.HolderIdentity == nil {
+		t.Errorf("no leader Lease held with the chart's RBAC: %v", err)
+	}
+	poll("an Event written with the chart's RBAC", func() bool {
+		evs, _ := cs.CoreV1().Events("shop").List(ctx, metav1.ListOptions{})
+		for _, e := range evs.Items {
+			if e.Reason == "Applied" && e.Source.Component == "syncloop" {
+				return true
+			}
+		}
+		return false
+	})
+	stop()
+
+	// restricted: exactly what the tenant example needs.
+	newNS("syncloop-restricted")
+	restricted := []string{"install", "tenant", chartDir, "-n", "syncloop-restricted", "--kubeconfig", env.Kubeconfig(),
+		"--set-file", "rules.tenant\\.yaml=../../examples/tenant-defaults/rules.yaml", "--set", "rbac.mode=restricted", "-f", "testdata/tenant-rbac.yaml"}
+	if out, err := helmCmd(t, restricted...); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	stop = runAs("tenant-syncloop", "syncloop-restricted")
+	team := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "restricted-team", Labels: map[string]string{"tenant": "r", "tier": "gold"}}}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, team, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll("the tenant defaults, made with restricted RBAC", func() bool {
+		return exists(func() error {
+			_, err := cs.CoreV1().ResourceQuotas("restricted-team").Get(ctx, "tenant-quota", metav1.GetOptions{})
+			return err
+		}) &&
+			exists(func() error {
+				_, err := cs.RbacV1().RoleBindings("restricted-team").Get(ctx, "tenant-edit", metav1.GetOptions{})
+				return err
+			})
+	})
+	stop()
+}
+
+// applySamples server-side applies an example's sample objects as the
+// admin, creating their namespaces; one field manager per file, so that two
+// examples' labels on one namespace merge.
+func applySamples(ctx context.Context, env *testenv.Env, path string) error {
+	objs, err := rules.ReadObjects(path)
+	if err != nil {
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(env.Config())
+	if err != nil {
+		return err
+	}
+	dc, err := k8sdynamic.NewForConfig(env.Config())
+	if err != nil {
+		return err
+	}
+	disco, err := discovery.NewDiscoveryClientForConfig(env.Config())
+	if err != nil {
+		return err
+	}
+	mapper := dynamic.NewMapper(disco, 0)
+	for _, u := range objs {
+		u.SetUID("")
+		if ns := u.GetNamespace(); ns != "" {
+			_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+			if err != nil && !apierrors.IsAlreadyExists(err) {
+				return err
+			}
+		}
+		m, err := mapper.Mapping(ctx, u.GroupVersionKind())
+		if err != nil {
+			return err
+		}
+		w := &dynamic.Writer{Client: dc}
+		if _, err := w.Apply(ctx, m, u, "samples-"+filepath.Base(filepath.Dir(path)), true); err != nil {
+			return fmt.Errorf("%s %s: %w", u.GetKind(), u.GetName(), err)
+		}
+	}
+	return nil
+}
+
+func grepLines(s, substr string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, substr) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
