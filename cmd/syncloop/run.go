@@ -25,6 +25,7 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	clientmetrics "k8s.io/client-go/tools/metrics"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
@@ -158,6 +159,7 @@ version in force; at start, files that fail are left out and reported.`,
 			m := metrics.New(reg, func() int { return eng.Informers() })
 			m.RulesLoaded(loaded.Set.Len())
 			m.Reloaded(len(loaded.Errors) > 0)
+			clientmetrics.Register(clientmetrics.RegisterOpts{RequestResult: m.RESTClient()})
 			opts := engine.Options{
 				Client:       cl.dynamic,
 				Mapper:       dynamic.NewMapper(cl.discovery, 0),

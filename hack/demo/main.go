@@ -405,7 +405,7 @@ func showMetrics(ctx context.Context, probeAddr, metricsAddr string) error {
 	}
 	step("GET /metrics (some of it)")
 	for _, name := range []string{"syncloop_reconcile_total", "syncloop_reconcile_duration_seconds", "syncloop_apply_total",
-		"syncloop_rules_loaded", "syncloop_informers", "workqueue_depth"} {
+		"syncloop_rules_loaded", "syncloop_rules_reload_total", "syncloop_informers", "workqueue_depth", "rest_client_requests_total"} {
 		if !strings.Contains(body, "\n"+name) {
 			return fmt.Errorf("/metrics lacks %s", name)
 		}

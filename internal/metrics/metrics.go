@@ -9,10 +9,12 @@
 package metrics
 
 import (
+	"context"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	clientmetrics "k8s.io/client-go/tools/metrics"
 	"k8s.io/client-go/util/workqueue"
 )
 
@@ -31,6 +33,8 @@ type Metrics struct {
 	queueUnfinished *prometheus.GaugeVec
 	queueLongest    *prometheus.GaugeVec
 	queueRetries    *prometheus.CounterVec
+
+	restRequests *prometheus.CounterVec
 }
 
 // New registers syncloop's metrics, and Go and process collectors, on reg.
@@ -76,8 +80,11 @@ func New(reg prometheus.Registerer, informers func() int) *Metrics {
 		queueRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "workqueue_retries_total", Help: "Retries handled by the workqueue.",
 		}, []string{"name"}),
+		restRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rest_client_requests_total", Help: "API requests by status code, method and host.",
+		}, []string{"code", "method", "host"}),
 	}
-	reg.MustRegister(m.reconciles, m.duration, m.writes, m.rules, m.reloads,
+	reg.MustRegister(m.reconciles, m.duration, m.writes, m.rules, m.reloads, m.restRequests,
 		m.queueDepth, m.queueAdds, m.queueLatency, m.queueWork, m.queueUnfinished, m.queueLongest, m.queueRetries,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "syncloop_informers", Help: "Shared informers running.",
@@ -108,6 +115,17 @@ func (m *Metrics) Reloaded(failed bool) {
 		result = "error"
 	}
 	m.reloads.WithLabelValues(result).Inc()
+}
+
+// RESTClient returns the hook that counts client-go's API requests in
+// rest_client_requests_total. client-go takes it process-wide, once:
+// clientmetrics.Register(clientmetrics.RegisterOpts{RequestResult: m.RESTClient()}).
+func (m *Metrics) RESTClient() clientmetrics.ResultMetric { return restResult{m.restRequests} }
+
+type restResult struct{ c *prometheus.CounterVec }
+
+func (r restResult) Increment(_ context.Context, code, method, host string) {
+	r.c.WithLabelValues(code, method, host).Inc()
 }
 
 // Workqueue returns client-go's workqueue metrics provider; queues are

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +25,7 @@ func TestMetrics(t *testing.T) {
 	m.Reloaded(false)
 	m.Reloaded(true)
 	m.Reloaded(false)
+	m.RESTClient().Increment(context.Background(), "200", "PATCH", "127.0.0.1:6443")
 
 	q := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: "tenant", MetricsProvider: m.Workqueue()})
@@ -32,6 +34,9 @@ func TestMetrics(t *testing.T) {
 	defer q.ShutDown()
 
 	want := `
+# HELP rest_client_requests_total API requests by status code, method and host.
+# TYPE rest_client_requests_total counter
+rest_client_requests_total{code="200",host="127.0.0.1:6443",method="PATCH"} 1
 # HELP syncloop_apply_total Children and statuses by rule and action (create, update, unchanged, delete, status).
 # TYPE syncloop_apply_total counter
 syncloop_apply_total{action="create",rule="tenant"} 1
@@ -57,7 +62,7 @@ workqueue_adds_total{name="tenant"} 2
 # TYPE workqueue_depth gauge
 workqueue_depth{name="tenant"} 2
 `
-	names := []string{"syncloop_apply_total", "syncloop_informers", "syncloop_reconcile_total", "syncloop_rules_loaded",
+	names := []string{"rest_client_requests_total", "syncloop_apply_total", "syncloop_informers", "syncloop_reconcile_total", "syncloop_rules_loaded",
 		"syncloop_rules_reload_total", "workqueue_adds_total", "workqueue_depth"}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
 		t.Error(err)
