@@ -2,11 +2,12 @@
 # testenv.sh builds what syncloop's tests and demo run against: the local
 # control plane — etcd, kube-apiserver and kube-controller-manager, compiled
 # from Go modules pinned in hack/controlplane/{etcd,kube} (DESIGN.md §7) — and
-# helm, from the module pinned in hack/helm, for the chart's tests.
+# helm 3 and 4, from the modules pinned in hack/helm and hack/helm4, for the
+# chart's tests.
 #
 # Binaries go to a cache outside the checkout, keyed by version:
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/syncloop/testenv/<versions>/
-#   ${XDG_CACHE_HOME:-$HOME/.cache}/syncloop/testenv/helm-<version>/helm
+#   ${XDG_CACHE_HOME:-$HOME/.cache}/syncloop/testenv/helm-<version>/helm   (helm 3 and helm 4)
 # A binary already there, or in $KUBEBUILDER_ASSETS, is not built again, so a
 # second call costs a few milliseconds. The last line of output is the folder
 # that holds the binaries (with --print-dir, the only line).
@@ -17,11 +18,13 @@ set -euo pipefail
 KUBE_VERSION=v1.37.2
 ETCD_VERSION=v3.6.16
 HELM_VERSION=v3.22.0
+HELM4_VERSION=v4.3.2
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cache_root=${XDG_CACHE_HOME:-$HOME/.cache}/syncloop/testenv
 cache=${SYNCLOOP_TESTENV_DIR:-$cache_root/kube-${KUBE_VERSION}_etcd-${ETCD_VERSION}}
 helm_cache=${SYNCLOOP_HELM_DIR:-$cache_root/helm-${HELM_VERSION}}
+helm4_cache=$cache_root/helm-${HELM4_VERSION}
 quiet=false
 [[ "${1:-}" == "--print-dir" ]] && quiet=true
 
@@ -74,6 +77,18 @@ if [[ ! -x "$helm_cache/helm" ]]; then
     -o "$helm_cache/.helm.tmp" helm.sh/helm/v3/cmd/helm)
   mv "$helm_cache/.helm.tmp" "$helm_cache/helm"
   log "helm built in $((SECONDS - start))s"
+fi
+
+# Helm 4 too: the chart must work with both.
+if [[ ! -x "$helm4_cache/helm" ]]; then
+  log "building helm $HELM4_VERSION (about 2 minutes on 2 cores)"
+  start=$SECONDS
+  mkdir -p "$helm4_cache"
+  (cd "$here/helm4" && go build -trimpath \
+    -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$HELM4_VERSION" \
+    -o "$helm4_cache/.helm.tmp" helm.sh/helm/v4/cmd/helm)
+  mv "$helm4_cache/.helm.tmp" "$helm4_cache/helm"
+  log "helm $HELM4_VERSION built in $((SECONDS - start))s"
 fi
 
 # Report the folder the harness should use. KUBEBUILDER_ASSETS wins when it

@@ -31,12 +31,18 @@ import (
 
 const chartDir = "../../charts/syncloop"
 
+// helmCmd runs helm 3.
 func helmCmd(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	return runHelm(t, testenv.Helm, args...)
+}
+
+func runHelm(t *testing.T, find func() (string, error), args ...string) (string, error) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("needs helm, built by hack/testenv.sh")
 	}
-	helm, err := testenv.Helm()
+	helm, err := find()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -443,6 +449,48 @@ func applySamples(ctx context.Context, env *testenv.Env, path string) error {
 		}
 	}
 	return nil
+}
+
+// TestChartHelm4: the chart lints, renders, rejects typos and installs with
+// Helm 4 as with Helm 3.
+func TestChartHelm4(t *testing.T) {
+	helm4 := func(args ...string) (string, error) { return runHelm(t, testenv.Helm4, args...) }
+	out, err := helm4("version")
+	if err != nil || !strings.Contains(out, "v4.") {
+		t.Fatalf("helm 4 version: %v %s", err, out)
+	}
+	if out, err := helm4("lint", "--strict", chartDir); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	out, err = helm4("template", "rel", chartDir, "-n", "syncloop-system", "--set-file", "rules.tenant\\.yaml=../../examples/tenant-defaults/rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := parseManifests(t, out)
+	if args := strings.Join(podSpec(t, r).Containers[0].Args, " "); !strings.Contains(args, "--leader-elect") {
+		t.Errorf("helm 4 rendered args %q", args)
+	}
+	r.get(t, "ConfigMap", "rel-syncloop-rules")
+	if _, err := helm4("template", "rel", chartDir, "--set", "replicaCont=3"); err == nil {
+		t.Error("helm 4 accepted a typo in values")
+	}
+
+	env := testenv.Get(t)
+	cs, err := kubernetes.NewForConfig(env.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "syncloop-helm4", Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}}
+	if _, err := cs.CoreV1().Namespaces().Create(t.Context(), ns, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := helm4("install", "h4", chartDir, "-n", "syncloop-helm4", "--kubeconfig", env.Kubeconfig(),
+		"--set-file", "rules.tenant\\.yaml=../../examples/tenant-defaults/rules.yaml"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if _, err := cs.AppsV1().Deployments("syncloop-helm4").Get(t.Context(), "h4-syncloop", metav1.GetOptions{}); err != nil {
+		t.Errorf("helm 4 install: %v", err)
+	}
 }
 
 func grepLines(s, substr string) string {

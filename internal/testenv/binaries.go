@@ -9,9 +9,10 @@ import (
 // Versions of the control plane and of helm this package expects;
 // hack/testenv.sh builds exactly these.
 const (
-	KubeVersion = "v1.37.2"
-	EtcdVersion = "v3.6.16"
-	HelmVersion = "v3.22.0"
+	KubeVersion  = "v1.37.2"
+	EtcdVersion  = "v3.6.16"
+	HelmVersion  = "v3.22.0"
+	Helm4Version = "v4.3.2"
 )
 
 // Binary names, as hack/testenv.sh and envtest's asset folders lay them out.
@@ -44,17 +45,22 @@ func defaultCacheRoot() string {
 	return filepath.Join(base, "syncloop", "testenv")
 }
 
-// Helm returns the path of the helm binary hack/testenv.sh builds:
+// Helm returns the path of the helm 3 binary hack/testenv.sh builds:
 // $SYNCLOOP_HELM_DIR/helm, else the cache's helm-<version>/helm.
 func Helm() (string, error) {
 	dir := os.Getenv("SYNCLOOP_HELM_DIR")
 	if dir == "" {
-		dir = filepath.Join(filepath.Dir(CacheDir()), "helm-"+HelmVersion)
-		if os.Getenv("SYNCLOOP_TESTENV_DIR") != "" {
-			// A custom control plane folder says nothing of helm's: use the default cache.
-			dir = filepath.Join(defaultCacheRoot(), "helm-"+HelmVersion)
-		}
+		dir = filepath.Join(defaultCacheRoot(), "helm-"+HelmVersion)
 	}
+	return helmAt(dir)
+}
+
+// Helm4 returns the path of the helm 4 binary hack/testenv.sh builds.
+func Helm4() (string, error) {
+	return helmAt(filepath.Join(defaultCacheRoot(), "helm-"+Helm4Version))
+}
+
+func helmAt(dir string) (string, error) {
 	p := filepath.Join(dir, "helm")
 	if fi, err := os.Stat(p); err != nil || fi.Mode()&0o111 == 0 {
 		return "", fmt.Errorf("helm not found at %s: run hack/testenv.sh (or make test) to build it", p)
