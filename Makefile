@@ -10,7 +10,7 @@ TESTFLAGS ?= -race -count=1 -timeout=30m
 
 IMAGE    ?= ghcr.io/syncloop/syncloop:$(VERSION)
 
-.PHONY: help build build-static image test test-short testenv demo cluster lint clean
+.PHONY: help build build-static image test test-short testenv demo cluster bench bench-full lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -38,6 +38,12 @@ demo: testenv build ## syncloop reconciling the examples on a local control plan
 
 cluster: testenv ## start the local control plane in the foreground, print its kubeconfig; Ctrl-C stops it
 	$(GO) run ./hack/localcluster
+
+bench: testenv ## benchmark 1,000 triggers against the limit; appends to bench/RESULTS.md
+	$(GO) run ./bench -n 1000 -record bench/RESULTS.md
+
+bench-full: testenv ## the same with 10,000 triggers
+	$(GO) run ./bench -n 10000 -record bench/RESULTS.md
 
 lint: ## gofmt check and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

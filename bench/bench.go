@@ -1,0 +1,266 @@
+// Command bench measures syncloop against the local control plane, in
+// process: how long it takes to converge N triggers compared with the
+// fastest a plain client-go loop can make the same writes (the limit), and
+// what a full resync costs once everything is in sync. It prints a table,
+// appends it to bench/RESULTS.md with -record, and prints one JSON object as
+// its last line. Its test runs it small in CI and checks only the counts,
+// never times.
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	applycorev1 "k8s.io/client-go/applyconfigurations/core/v1"
+	"k8s.io/client-go/discovery"
+	k8sdynamic "k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/syncloop/syncloop/dynamic"
+	"github.com/syncloop/syncloop/engine"
+	"github.com/syncloop/syncloop/internal/testenv"
+	"github.com/syncloop/syncloop/rules"
+	"github.com/syncloop/syncloop/rules/expr"
+)
+
+// Config says what to measure.
+type Config struct {
+	Triggers int     // N
+	QPS      float32 // client-side limit, for syncloop and the limit loop alike
+	Burst    int
+	Workers  int // syncloop's workers for the rule, and the limit loop's goroutines
+	// Resync is the rule's resync period; the steady-state phase waits for
+	// two. Long enough not to disturb convergence.
+	Resync time.Duration
+}
+
+// Result is what one run measured. JSON names are the benchmark's contract.
+type Result struct {
+	Triggers           int     `json:"triggers"`
+	ConvergenceSeconds float64 `json:"convergence_seconds"`
+	LimitSeconds       float64 `json:"limit_seconds"`
+	// ConvergenceRatio is LimitSeconds / ConvergenceSeconds: 1 means
+	// syncloop converges as fast as the writes alone can be made.
+	ConvergenceRatio float64 `json:"convergence_ratio"`
+	// ColdStartRequests counts syncloop's API requests from its start to
+	// convergence.
+	ColdStartRequests int `json:"cold_start_requests"`
+	// SteadyWrites and SteadyReads count API requests during one full
+	// resync with everything in sync (watches excluded).
+	SteadyWrites int `json:"steady_writes"`
+	SteadyReads  int `json:"steady_reads"`
+}
+
+const rule = `apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: bench}
+spec:
+  watch: {apiVersion: v1, kind: ConfigMap, namespace: NS, labelSelector: bench-trigger}
+  resources:
+    - id: child
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "${object.metadata.name}-child"}
+        data: {from: "${object.metadata.name}", value: "${object.data.value}"}
+  workers: WORKERS
+  resyncPeriod: RESYNC
+`
+
+// Run measures on env. logf reports progress.
+func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ...any)) (*Result, error) {
+	admin, err := kubernetes.NewForConfig(env.Config())
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{Triggers: cfg.Triggers}
+
+	// The limit: the same N server-side applies from a plain client-go loop,
+	// with the same QPS, burst and concurrency.
+	limitNS, err := namespace(ctx, admin, "bench-limit-")
+	if err != nil {
+		return nil, err
+	}
+	limited, err := kubernetes.NewForConfig(throttled(env.Config(), cfg))
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	if err := applyAll(ctx, limited, limitNS, cfg); err != nil {
+		return nil, err
+	}
+	res.LimitSeconds = time.Since(start).Seconds()
+	logf("limit: %d applies in %.2fs", cfg.Triggers, res.LimitSeconds)
+
+	// syncloop: N triggers exist before it starts (cold start).
+	ns, err := namespace(ctx, admin, "bench-")
+	if err != nil {
+		return nil, err
+	}
+	if err := createTriggers(ctx, admin, ns, cfg.Triggers); err != nil {
+		return nil, err
+	}
+	resync := cfg.Resync
+	text := strings.NewReplacer("NS", ns, "WORKERS", fmt.Sprint(cfg.Workers), "RESYNC", resync.String()).Replace(rule)
+	loader, err := rules.NewLoader(expr.Options{})
+	if err != nil {
+		return nil, err
+	}
+	f, err := loader.Parse("bench.yaml", []byte(text))
+	if err != nil {
+		return nil, err
+	}
+	set, err := rules.NewSet(f)
+	if err != nil {
+		return nil, err
+	}
+	var counter testenv.RequestCounter
+	engCfg := counter.Wrap(throttled(env.Config(), cfg))
+	dc, err := k8sdynamic.NewForConfig(engCfg)
+	if err != nil {
+		return nil, err
+	}
+	disco, err := discovery.NewDiscoveryClientForConfig(engCfg)
+	if err != nil {
+		return nil, err
+	}
+	m := &counts{}
+	eng := engine.New(engine.Options{Client: dc, Mapper: dynamic.NewMapper(disco, 0), Metrics: m})
+	engCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	start = time.Now()
+	go func() {
+		defer close(done)
+		_ = eng.Run(engCtx, set, nil)
+	}()
+	defer func() { stop(); <-done }()
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Minute, true, func(ctx context.Context) (bool, error) {
+		return m.writes.Load() >= int64(cfg.Triggers), nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("syncloop did not converge: %d of %d children applied", m.writes.Load(), cfg.Triggers)
+	}
+	res.ConvergenceSeconds = time.Since(start).Seconds()
+	res.ColdStartRequests = len(counter.Requests(nil))
+	res.ConvergenceRatio = res.LimitSeconds / res.ConvergenceSeconds
+	logf("syncloop: %d children in %.2fs (%d requests)", cfg.Triggers, res.ConvergenceSeconds, res.ColdStartRequests)
+
+	// Steady state: one full resync with nothing to do. The echoes of our
+	// own applies reconcile first; then count over a resync's reconciles.
+	quiet := func() error {
+		r0 := m.reconciles.Load()
+		return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 2*resync+time.Minute, true, func(context.Context) (bool, error) {
+			return m.reconciles.Load() >= r0+int64(cfg.Triggers), nil
+		})
+	}
+	if err := quiet(); err != nil {
+		return nil, fmt.Errorf("waiting for a resync: %w", err)
+	}
+	counter.Reset()
+	if err := quiet(); err != nil {
+		return nil, fmt.Errorf("waiting for a resync: %w", err)
+	}
+	for _, r := range counter.Requests(nil) {
+		switch {
+		case r.IsWrite():
+			res.SteadyWrites++
+		case !r.Watch:
+			res.SteadyReads++
+		}
+	}
+	logf("steady state: one resync of %d triggers: %d writes, %d reads", cfg.Triggers, res.SteadyWrites, res.SteadyReads)
+	return res, nil
+}
+
+// counts implements engine.Metrics for the benchmark.
+type counts struct {
+	reconciles atomic.Int64
+	writes     atomic.Int64 // creates and updates
+}
+
+func (c *counts) ReconcileDone(string, string, time.Duration) { c.reconciles.Add(1) }
+func (c *counts) Write(_, action string) {
+	if action == "create" || action == "update" {
+		c.writes.Add(1)
+	}
+}
+
+func throttled(cfg *rest.Config, c Config) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = c.QPS, c.Burst
+	return cfg
+}
+
+func namespace(ctx context.Context, cs kubernetes.Interface, prefix string) (string, error) {
+	ns, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", err
+	}
+	return ns.Name, nil
+}
+
+func createTriggers(ctx context.Context, cs kubernetes.Interface, ns string, n int) error {
+	return parallel(ctx, n, 8, func(ctx context.Context, i int) error {
+		_, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("t-%05d", i), Labels: map[string]string{"bench-trigger": "1"}},
+			Data:       map[string]string{"value": "v"},
+		}, metav1.CreateOptions{})
+		return err
+	})
+}
+
+// applyAll is the limit: one server-side apply per child, as syncloop makes
+// them, from cfg.Workers goroutines through a client with syncloop's limits.
+func applyAll(ctx context.Context, cs kubernetes.Interface, ns string, cfg Config) error {
+	return parallel(ctx, cfg.Triggers, cfg.Workers, func(ctx context.Context, i int) error {
+		name := fmt.Sprintf("t-%05d", i)
+		// Not labelled as syncloop's: its child informer must not cache them.
+		cm := applycorev1.ConfigMap(name+"-child", ns).WithData(map[string]string{"from": name, "value": "v"})
+		_, err := cs.CoreV1().ConfigMaps(ns).Apply(ctx, cm, metav1.ApplyOptions{FieldManager: "bench", Force: true})
+		return err
+	})
+}
+
+func parallel(ctx context.Context, n, workers int, do func(context.Context, int) error) error {
+	next := make(chan int)
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := do(ctx, i); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	var err error
+loop:
+	for i := range n {
+		select {
+		case next <- i:
+		case err = <-errs:
+			break loop
+		}
+	}
+	close(next)
+	wg.Wait()
+	if err == nil {
+		select {
+		case err = <-errs:
+		default:
+		}
+	}
+	return err
+}

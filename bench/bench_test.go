@@ -1,0 +1,27 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/syncloop/syncloop/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m, testenv.Options{}) }
+
+// TestBenchSmoke runs the benchmark small. It asserts the counts — every
+// child applied, nothing at all requested in steady state — never times.
+func TestBenchSmoke(t *testing.T) {
+	env := testenv.Get(t)
+	res, err := Run(t.Context(), env, Config{Triggers: 50, QPS: 200, Burst: 200, Workers: 2, Resync: 2 * time.Second}, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.SteadyWrites != 0 || res.SteadyReads != 0 {
+		t.Errorf("steady state: %d writes, %d reads; want 0 and 0", res.SteadyWrites, res.SteadyReads)
+	}
+	if res.ConvergenceSeconds <= 0 || res.LimitSeconds <= 0 {
+		t.Errorf("times not measured: %+v", res)
+	}
+	t.Logf("%+v", res)
+}
