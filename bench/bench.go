@@ -40,6 +40,10 @@ type Config struct {
 	// Resync is the rule's resync period; the steady-state phase waits for
 	// two. Long enough not to disturb convergence.
 	Resync time.Duration
+	// Updates is how many trigger updates the latency phase times.
+	Updates int
+	// Cycles is how many rule add/remove cycles the churn phase makes.
+	Cycles int
 }
 
 // Result is what one run measured. JSON names are the benchmark's contract.
@@ -57,6 +61,17 @@ type Result struct {
 	// resync with everything in sync (watches excluded).
 	SteadyWrites int `json:"steady_writes"`
 	SteadyReads  int `json:"steady_reads"`
+	// Heap in use per cached trigger: syncloop's informer cache
+	// (managedFields stripped) and a plain dynamic informer's (kept).
+	HeapBytesPerObject           float64 `json:"heap_bytes_per_object"`
+	HeapBytesPerObjectUnstripped float64 `json:"heap_bytes_per_object_unstripped"`
+	// Trigger update → child updated, over Config.Updates updates.
+	LatencyP50Ms float64 `json:"latency_p50_ms"`
+	LatencyP90Ms float64 `json:"latency_p90_ms"`
+	LatencyP99Ms float64 `json:"latency_p99_ms"`
+	// GoroutinesDelta is the goroutine count after 200 rule add/remove
+	// cycles minus before.
+	GoroutinesDelta int `json:"goroutines_delta"`
 }
 
 const rule = `apiVersion: syncloop.dev/v1alpha1
@@ -108,6 +123,15 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 	if err := createTriggers(ctx, admin, ns, cfg.Triggers); err != nil {
 		return nil, err
 	}
+	plain, err := k8sdynamic.NewForConfig(env.Config())
+	if err != nil {
+		return nil, err
+	}
+	res.HeapBytesPerObject, res.HeapBytesPerObjectUnstripped, err = cacheHeap(ctx, plain, ns, cfg.Triggers)
+	if err != nil {
+		return nil, err
+	}
+	logf("informer cache: %.0f bytes per trigger stripped, %.0f with managedFields", res.HeapBytesPerObject, res.HeapBytesPerObjectUnstripped)
 	resync := cfg.Resync
 	text := strings.NewReplacer("NS", ns, "WORKERS", fmt.Sprint(cfg.Workers), "RESYNC", resync.String()).Replace(rule)
 	loader, err := rules.NewLoader(expr.Options{})
@@ -177,8 +201,30 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 		}
 	}
 	logf("steady state: one resync of %d triggers: %d writes, %d reads", cfg.Triggers, res.SteadyWrites, res.SteadyReads)
+
+	p50, p90, p99, err := latency(ctx, admin, ns, cfg.Triggers, cfg.Updates)
+	if err != nil {
+		return nil, err
+	}
+	res.LatencyP50Ms, res.LatencyP90Ms, res.LatencyP99Ms = ms(p50), ms(p90), ms(p99)
+	logf("latency over %d updates: p50 %.1fms p90 %.1fms p99 %.1fms", cfg.Updates, res.LatencyP50Ms, res.LatencyP90Ms, res.LatencyP99Ms)
+
+	extra, err := loader.Parse("extra.yaml", []byte(strings.NewReplacer("name: bench", "name: bench-extra", "bench-trigger", "bench-extra").Replace(text)))
+	if err != nil {
+		return nil, err
+	}
+	both, err := rules.NewSet(f, extra)
+	if err != nil {
+		return nil, err
+	}
+	if res.GoroutinesDelta, err = churn(engCtx, eng, set, both, cfg.Cycles); err != nil {
+		return nil, err
+	}
+	logf("%d rule add/remove cycles: goroutines %+d", cfg.Cycles, res.GoroutinesDelta)
 	return res, nil
 }
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // counts implements engine.Metrics for the benchmark.
 type counts struct {

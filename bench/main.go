@@ -23,6 +23,8 @@ func main() {
 	flag.IntVar(&cfg.Burst, "burst", 100, "client-side burst")
 	flag.IntVar(&cfg.Workers, "workers", 2, "the rule's workers, and the limit loop's goroutines")
 	flag.DurationVar(&cfg.Resync, "resync", 30*time.Second, "the rule's resync period (the steady-state phase waits for two)")
+	flag.IntVar(&cfg.Updates, "updates", 200, "trigger updates the latency phase times")
+	flag.IntVar(&cfg.Cycles, "cycles", 200, "rule add/remove cycles the churn phase makes")
 	record := flag.String("record", "", "append the results to this Markdown file (e.g. bench/RESULTS.md)")
 	flag.Parse()
 	cfg.QPS = float32(*qps)
@@ -71,6 +73,10 @@ func report(cfg Config, r *Result) string {
 	fmt.Fprintf(&b, "| API requests, cold start to converged | %d |\n", r.ColdStartRequests)
 	fmt.Fprintf(&b, "| steady state, one full resync: writes | %d |\n", r.SteadyWrites)
 	fmt.Fprintf(&b, "| steady state, one full resync: reads (GET/LIST) | %d |\n", r.SteadyReads)
+	fmt.Fprintf(&b, "| informer cache heap per trigger, managedFields stripped | %.0f B |\n", r.HeapBytesPerObject)
+	fmt.Fprintf(&b, "| the same, plain informer (managedFields kept) | %.0f B (stripped = %.2f×) |\n", r.HeapBytesPerObjectUnstripped, r.HeapBytesPerObject/r.HeapBytesPerObjectUnstripped)
+	fmt.Fprintf(&b, "| latency trigger update → child updated, p50 / p90 / p99 (%d updates) | %.1f / %.1f / %.1f ms |\n", cfg.Updates, r.LatencyP50Ms, r.LatencyP90Ms, r.LatencyP99Ms)
+	fmt.Fprintf(&b, "| goroutines after %d rule add/remove cycles, minus before | %+d |\n", cfg.Cycles, r.GoroutinesDelta)
 	return b.String()
 }
 
