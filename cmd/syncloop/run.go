@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -36,6 +37,28 @@ import (
 	"github.com/syncloop/syncloop/rules/expr"
 	"github.com/syncloop/syncloop/rules/reload"
 )
+
+// restRequests forwards client-go's API request counts to the running
+// command's metrics. client-go takes this hook process-wide and once, so it
+// is registered before any client exists (init) and pointed at each run's
+// registry; a package-level value because client-go's hook is one.
+var restRequests restForwarder
+
+func init() {
+	clientmetrics.Register(clientmetrics.RegisterOpts{RequestResult: &restRequests})
+}
+
+type restForwarder struct {
+	m atomic.Pointer[metrics.Metrics]
+}
+
+func (f *restForwarder) Store(m *metrics.Metrics) { f.m.Store(m) }
+
+func (f *restForwarder) Increment(ctx context.Context, code, method, host string) {
+	if m := f.m.Load(); m != nil {
+		m.RESTClient().Increment(ctx, code, method, host)
+	}
+}
 
 // clients are the API clients a cluster command needs.
 type clients struct {
@@ -159,7 +182,7 @@ version in force; at start, files that fail are left out and reported.`,
 			m := metrics.New(reg, func() int { return eng.Informers() })
 			m.RulesLoaded(loaded.Set.Len())
 			m.Reloaded(len(loaded.Errors) > 0)
-			clientmetrics.Register(clientmetrics.RegisterOpts{RequestResult: m.RESTClient()})
+			restRequests.Store(m)
 			opts := engine.Options{
 				Client:       cl.dynamic,
 				Mapper:       dynamic.NewMapper(cl.discovery, 0),
