@@ -44,6 +44,8 @@ type Config struct {
 	Updates int
 	// Cycles is how many rule add/remove cycles the churn phase makes.
 	Cycles int
+	// Rules is how many rules the reload phase loads.
+	Rules int
 }
 
 // Result is what one run measured. JSON names are the benchmark's contract.
@@ -72,6 +74,10 @@ type Result struct {
 	// GoroutinesDelta is the goroutine count after 200 rule add/remove
 	// cycles minus before.
 	GoroutinesDelta int `json:"goroutines_delta"`
+	// ReloadMs is the time from a rule file change, with Config.Rules rules
+	// loaded, to the changed rule's new template applied to its child
+	// (the watcher's debounce included).
+	ReloadMs float64 `json:"reload_ms"`
 }
 
 const rule = `apiVersion: syncloop.dev/v1alpha1
@@ -221,6 +227,13 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 		return nil, err
 	}
 	logf("%d rule add/remove cycles: goroutines %+d", cfg.Cycles, res.GoroutinesDelta)
+
+	reloaded, err := reloadTime(ctx, plain, dynamic.NewMapper(disco, 0), admin, ns, cfg.Rules)
+	if err != nil {
+		return nil, err
+	}
+	res.ReloadMs = ms(reloaded)
+	logf("reload with %d rules loaded: %.0fms from the file change to the new template applied", cfg.Rules, res.ReloadMs)
 	return res, nil
 }
 

@@ -25,6 +25,7 @@ func main() {
 	flag.DurationVar(&cfg.Resync, "resync", 30*time.Second, "the rule's resync period (the steady-state phase waits for two)")
 	flag.IntVar(&cfg.Updates, "updates", 200, "trigger updates the latency phase times")
 	flag.IntVar(&cfg.Cycles, "cycles", 200, "rule add/remove cycles the churn phase makes")
+	flag.IntVar(&cfg.Rules, "rules", 100, "rules the reload phase loads")
 	record := flag.String("record", "", "append the results to this Markdown file (e.g. bench/RESULTS.md)")
 	flag.Parse()
 	cfg.QPS = float32(*qps)
@@ -77,6 +78,7 @@ func report(cfg Config, r *Result) string {
 	fmt.Fprintf(&b, "| the same, plain informer (managedFields kept) | %.0f B (stripped = %.2f×) |\n", r.HeapBytesPerObjectUnstripped, r.HeapBytesPerObject/r.HeapBytesPerObjectUnstripped)
 	fmt.Fprintf(&b, "| latency trigger update → child updated, p50 / p90 / p99 (%d updates) | %.1f / %.1f / %.1f ms |\n", cfg.Updates, r.LatencyP50Ms, r.LatencyP90Ms, r.LatencyP99Ms)
 	fmt.Fprintf(&b, "| goroutines after %d rule add/remove cycles, minus before | %+d |\n", cfg.Cycles, r.GoroutinesDelta)
+	fmt.Fprintf(&b, "| reload: rule file change → new rule applied, %d rules loaded (250 ms debounce included) | %.0f ms |\n", cfg.Rules, r.ReloadMs)
 	return b.String()
 }
 

@@ -2,10 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -21,6 +25,8 @@ import (
 	"github.com/syncloop/syncloop/dynamic"
 	"github.com/syncloop/syncloop/engine"
 	"github.com/syncloop/syncloop/rules"
+	"github.com/syncloop/syncloop/rules/expr"
+	"github.com/syncloop/syncloop/rules/reload"
 )
 
 // heapAfterGC is the heap in use after two collections.
@@ -62,7 +68,8 @@ func cacheHeap(ctx context.Context, dc k8sdynamic.Interface, ns string, n int) (
 	sub.Stop()
 
 	base = heapAfterGC()
-	inf := dynamicinformer.NewFilteredDynamicInformer(dc, gvr, ns, 0, cache.Indexers{},
+	// The same namespace index the registry keeps, so only managedFields differ.
+	inf := dynamicinformer.NewFilteredDynamicInformer(dc, gvr, ns, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
 		func(o *metav1.ListOptions) { o.LabelSelector = "bench-trigger" }).Informer()
 	infCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -150,4 +157,98 @@ func churn(ctx context.Context, eng *engine.Engine, base, both *rules.Set, cycle
 		return delta <= 0, nil
 	})
 	return delta, nil
+}
+
+// reloadTime loads 100 rules from files, as `run` does (reload.Source and
+// Watcher feeding the engine), then rewrites one rule's file and times how
+// long until its new template has acted on its trigger's child.
+func reloadTime(ctx context.Context, dc k8sdynamic.Interface, mapper *dynamic.Mapper, cs kubernetes.Interface, ns string, rulesCount int) (time.Duration, error) {
+	dir, err := os.MkdirTemp("", "syncloop-bench-rules-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	ruleText := func(i int, value string) string {
+		return fmt.Sprintf(`apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: reload-%03d}
+spec:
+  watch: {apiVersion: v1, kind: ConfigMap, namespace: %s, labelSelector: "bench-reload=r%03d"}
+  resources:
+    - id: child
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "${object.metadata.name}-reloaded"}
+        data: {value: "%s"}
+`, i, ns, i, value)
+	}
+	for i := range rulesCount {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("rule-%03d.yaml", i)), []byte(ruleText(i, "before")), 0o644); err != nil {
+			return 0, err
+		}
+	}
+	loader, err := rules.NewLoader(expr.Options{})
+	if err != nil {
+		return 0, err
+	}
+	src := reload.NewSource(loader, []string{dir})
+	first := src.Load()
+	if len(first.Errors) > 0 || first.Set.Len() != rulesCount {
+		return 0, fmt.Errorf("loading %d rules: %d loaded, errors %v", rulesCount, first.Set.Len(), first.Errors)
+	}
+	eng := engine.New(engine.Options{Client: dc, Mapper: mapper})
+	updates := make(chan *rules.Set, 1)
+	runCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { stop(); wg.Wait() }()
+	w := reload.NewWatcher(src, 0)
+	wg.Add(2)
+	go func() { defer wg.Done(); _ = eng.Run(runCtx, first.Set, updates) }()
+	go func() {
+		defer wg.Done()
+		_ = w.Run(runCtx, func(st reload.Status) {
+			select {
+			case <-updates:
+			default:
+			}
+			updates <- st.Set
+		})
+	}()
+	<-w.Ready()
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		return eng.Ready(), nil
+	}); err != nil {
+		return 0, fmt.Errorf("%d rules did not start", rulesCount)
+	}
+	trigger := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "reload-trigger", Labels: map[string]string{"bench-reload": "r000"}}}
+	if _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, trigger, metav1.CreateOptions{}); err != nil {
+		return 0, err
+	}
+	childValue := func() string {
+		cm, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, "reload-trigger-reloaded", metav1.GetOptions{})
+		if err != nil {
+			return ""
+		}
+		return cm.Data["value"]
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return childValue() == "before", nil
+	}); err != nil {
+		return 0, errors.New("the first rule never made its child")
+	}
+	start := time.Now()
+	tmp := filepath.Join(dir, ".rule-000.yaml.tmp")
+	if err := os.WriteFile(tmp, []byte(ruleText(0, "after")), 0o644); err != nil {
+		return 0, err
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "rule-000.yaml")); err != nil {
+		return 0, err
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return childValue() == "after", nil
+	}); err != nil {
+		return 0, errors.New("the changed rule never took effect")
+	}
+	return time.Since(start), nil
 }
