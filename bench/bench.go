@@ -74,6 +74,11 @@ type Result struct {
 	// GoroutinesDelta is the goroutine count after 200 rule add/remove
 	// cycles minus before.
 	GoroutinesDelta int `json:"goroutines_delta"`
+	// InformersDelta is the same for the informers running.
+	InformersDelta int `json:"informers_delta"`
+	// RSSBytes is the process's resident memory with the engine converged
+	// on N triggers.
+	RSSBytes int64 `json:"rss_bytes"`
 	// ReloadMs is the time from a rule file change, with Config.Rules rules
 	// loaded, to the changed rule's new template applied to its child
 	// (the watcher's debounce included).
@@ -181,6 +186,7 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 	res.ConvergenceSeconds = time.Since(start).Seconds()
 	res.ColdStartRequests = len(counter.Requests(nil))
 	res.ConvergenceRatio = res.LimitSeconds / res.ConvergenceSeconds
+	res.RSSBytes = rss()
 	logf("syncloop: %d children in %.2fs (%d requests)", cfg.Triggers, res.ConvergenceSeconds, res.ColdStartRequests)
 
 	// Steady state: one full resync with nothing to do. The echoes of our
@@ -223,10 +229,12 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 	if err != nil {
 		return nil, err
 	}
+	informers := eng.Informers()
 	if res.GoroutinesDelta, err = churn(engCtx, eng, set, both, cfg.Cycles); err != nil {
 		return nil, err
 	}
-	logf("%d rule add/remove cycles: goroutines %+d", cfg.Cycles, res.GoroutinesDelta)
+	res.InformersDelta = eng.Informers() - informers
+	logf("%d rule add/remove cycles: goroutines %+d, informers %+d", cfg.Cycles, res.GoroutinesDelta, res.InformersDelta)
 
 	reloaded, err := reloadTime(ctx, plain, dynamic.NewMapper(disco, 0), admin, ns, cfg.Rules)
 	if err != nil {

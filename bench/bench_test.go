@@ -20,6 +20,9 @@ func TestBenchSmoke(t *testing.T) {
 	if res.SteadyWrites != 0 || res.SteadyReads != 0 {
 		t.Errorf("steady state: %d writes, %d reads; want 0 and 0", res.SteadyWrites, res.SteadyReads)
 	}
+	if res.InformersDelta != 0 {
+		t.Errorf("rule add/remove cycles left %+d informers", res.InformersDelta)
+	}
 	if res.ConvergenceSeconds <= 0 || res.LimitSeconds <= 0 {
 		t.Errorf("times not measured: %+v", res)
 	}

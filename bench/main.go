@@ -77,7 +77,8 @@ func report(cfg Config, r *Result) string {
 	fmt.Fprintf(&b, "| informer cache heap per trigger, managedFields stripped | %.0f B |\n", r.HeapBytesPerObject)
 	fmt.Fprintf(&b, "| the same, plain informer (managedFields kept) | %.0f B (stripped = %.2f×) |\n", r.HeapBytesPerObjectUnstripped, r.HeapBytesPerObject/r.HeapBytesPerObjectUnstripped)
 	fmt.Fprintf(&b, "| latency trigger update → child updated, p50 / p90 / p99 (%d updates) | %.1f / %.1f / %.1f ms |\n", cfg.Updates, r.LatencyP50Ms, r.LatencyP90Ms, r.LatencyP99Ms)
-	fmt.Fprintf(&b, "| goroutines after %d rule add/remove cycles, minus before | %+d |\n", cfg.Cycles, r.GoroutinesDelta)
+	fmt.Fprintf(&b, "| process RSS, converged on %d triggers | %.0f MiB |\n", r.Triggers, float64(r.RSSBytes)/(1<<20))
+	fmt.Fprintf(&b, "| goroutines / informers after %d rule add/remove cycles, minus before | %+d / %+d |\n", cfg.Cycles, r.GoroutinesDelta, r.InformersDelta)
 	fmt.Fprintf(&b, "| reload: rule file change → new rule applied, %d rules loaded (250 ms debounce included) | %.0f ms |\n", cfg.Rules, r.ReloadMs)
 	return b.String()
 }

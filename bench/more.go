@@ -29,6 +29,19 @@ import (
 	"github.com/syncloop/syncloop/rules/reload"
 )
 
+// rss is this process's resident set size, from /proc/self/status.
+func rss() int64 {
+	data, _ := os.ReadFile("/proc/self/status")
+	for _, l := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(l, "VmRSS:") {
+			var kb int64
+			fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(l, "VmRSS:")), "%d", &kb)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
 // heapAfterGC is the heap in use after two collections.
 func heapAfterGC() uint64 {
 	runtime.GC()
