@@ -96,13 +96,8 @@ func cpuModel() string {
 }
 
 func memTotal() string {
-	data, _ := os.ReadFile("/proc/meminfo")
-	for _, l := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(l, "MemTotal:") {
-			var kb int64
-			fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(l, "MemTotal:")), "%d", &kb)
-			return fmt.Sprintf("%.0f GiB", float64(kb)/(1<<20))
-		}
+	if kb := procKB("/proc/meminfo", "MemTotal:"); kb > 0 {
+		return fmt.Sprintf("%.0f GiB", float64(kb)/(1<<20))
 	}
 	return "? GiB"
 }

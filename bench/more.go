@@ -29,14 +29,17 @@ import (
 	"github.com/syncloop/syncloop/rules/reload"
 )
 
-// rss is this process's resident set size, from /proc/self/status.
-func rss() int64 {
-	data, _ := os.ReadFile("/proc/self/status")
+// rss is this process's resident set size.
+func rss() int64 { return procKB("/proc/self/status", "VmRSS:") << 10 }
+
+// procKB reads the "<key> <n> kB" line of a /proc file; 0 if absent.
+func procKB(file, key string) int64 {
+	data, _ := os.ReadFile(file)
 	for _, l := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(l, "VmRSS:") {
+		if rest, ok := strings.CutPrefix(l, key); ok {
 			var kb int64
-			fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(l, "VmRSS:")), "%d", &kb)
-			return kb << 10
+			fmt.Sscanf(strings.TrimSpace(rest), "%d", &kb)
+			return kb
 		}
 	}
 	return 0

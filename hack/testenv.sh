@@ -68,28 +68,23 @@ if ((${#missing[@]})); then
   log "${missing[*]} built in $((SECONDS - start))s"
 fi
 
-if [[ ! -x "$helm_cache/helm" ]]; then
-  log "building helm $HELM_VERSION (about 2 minutes on 2 cores)"
-  start=$SECONDS
-  mkdir -p "$helm_cache"
-  (cd "$here/helm" && go build -trimpath \
-    -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
-    -o "$helm_cache/.helm.tmp" helm.sh/helm/v3/cmd/helm)
-  mv "$helm_cache/.helm.tmp" "$helm_cache/helm"
-  log "helm built in $((SECONDS - start))s"
-fi
-
-# Helm 4 too: the chart must work with both.
-if [[ ! -x "$helm4_cache/helm" ]]; then
-  log "building helm $HELM4_VERSION (about 2 minutes on 2 cores)"
-  start=$SECONDS
-  mkdir -p "$helm4_cache"
-  (cd "$here/helm4" && go build -trimpath \
-    -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$HELM4_VERSION" \
-    -o "$helm4_cache/.helm.tmp" helm.sh/helm/v4/cmd/helm)
-  mv "$helm4_cache/.helm.tmp" "$helm4_cache/helm"
-  log "helm $HELM4_VERSION built in $((SECONDS - start))s"
-fi
+# build_helm VERSION MODULE_DIR MAJOR DEST builds helm from the pinned
+# scratch module into DEST/helm unless it is there.
+build_helm() {
+  local version=$1 dir=$2 major=$3 dest=$4
+  [[ -x "$dest/helm" ]] && return
+  log "building helm $version (about 2 minutes on 2 cores)"
+  local start=$SECONDS
+  mkdir -p "$dest"
+  (cd "$dir" && go build -trimpath \
+    -ldflags "-s -w -X helm.sh/helm/$major/internal/version.version=$version" \
+    -o "$dest/.helm.tmp" "helm.sh/helm/$major/cmd/helm")
+  mv "$dest/.helm.tmp" "$dest/helm"
+  log "helm $version built in $((SECONDS - start))s"
+}
+# Helm 3 and Helm 4: the chart must work with both.
+build_helm "$HELM_VERSION" "$here/helm" v3 "$helm_cache"
+build_helm "$HELM4_VERSION" "$here/helm4" v4 "$helm4_cache"
 
 # Report the folder the harness should use. KUBEBUILDER_ASSETS wins when it
 # holds the binaries; the harness looks in both, binary by binary.
