@@ -29,6 +29,7 @@ func TestMain(m *testing.M) { testenv.Main(m, testenv.Options{ControllerManager:
 // harness is one test's view of the cluster and a running engine.
 type harness struct {
 	t       *testing.T
+	env     *testenv.Env
 	cs      kubernetes.Interface
 	ns      string
 	counter *testenv.RequestCounter // requests of the engine only
@@ -36,11 +37,17 @@ type harness struct {
 	updates chan *rules.Set // rule sets for the running engine
 	plan    Planner         // set before start for a dry run
 	stop    func()
+	done    chan struct{} // closed when the engine's Run has returned
 }
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
-	env := testenv.Get(t)
+	return newHarnessOn(t, testenv.Get(t))
+}
+
+// newHarnessOn is newHarness on a control plane of the test's own.
+func newHarnessOn(t *testing.T, env *testenv.Env) *harness {
+	t.Helper()
 	cs, err := kubernetes.NewForConfig(env.Config())
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +56,7 @@ func newHarness(t *testing.T) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &harness{t: t, cs: cs, ns: ns.Name, counter: &testenv.RequestCounter{}, updates: make(chan *rules.Set)}
+	return &harness{t: t, env: env, cs: cs, ns: ns.Name, counter: &testenv.RequestCounter{}, updates: make(chan *rules.Set)}
 }
 
 // loadRules parses rule YAML in which NS stands for the test's namespace.
@@ -79,8 +86,7 @@ func (h *harness) start(set *rules.Set) {
 
 func (h *harness) startWith(set *rules.Set, waitReady bool) {
 	h.t.Helper()
-	env := testenv.Get(h.t)
-	cfg := h.counter.Wrap(env.Config())
+	cfg := h.counter.Wrap(h.env.Config())
 	dc, err := k8sdynamic.NewForConfig(cfg)
 	if err != nil {
 		h.t.Fatal(err)
@@ -96,6 +102,7 @@ func (h *harness) startWith(set *rules.Set, waitReady bool) {
 	h.engine = New(Options{Client: dc, Mapper: dynamic.NewMapper(disco, 200*time.Millisecond), Recorder: recorder, DrainTimeout: 5 * time.Second, Plan: h.plan})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
+	h.done = done
 	go func() {
 		defer close(done)
 		_ = h.engine.Run(ctx, set, h.updates)
@@ -128,7 +135,12 @@ func (h *harness) controller(name string) *controller {
 
 func (h *harness) eventually(what string, cond func() bool) {
 	h.t.Helper()
-	err := wait.PollUntilContextTimeout(h.t.Context(), 25*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+	h.eventuallyWithin(30*time.Second, what, cond)
+}
+
+func (h *harness) eventuallyWithin(timeout time.Duration, what string, cond func() bool) {
+	h.t.Helper()
+	err := wait.PollUntilContextTimeout(h.t.Context(), 25*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
 		return cond(), nil
 	})
 	if err != nil {

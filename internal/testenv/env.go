@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -44,6 +45,11 @@ type Env struct {
 	etcd       *process
 	apiServer  *process
 	kcm        *process // nil unless Options.ControllerManager
+
+	// How to start kube-apiserver again: RestartAPIServer, AddAPIServer.
+	apiServerBin  string
+	apiServerArgs []string
+	extra         []*process // API servers added by AddAPIServer
 }
 
 // adminUser is the identity of the admin token; group system:masters passes
@@ -140,7 +146,8 @@ func (e *Env) start(ctx context.Context, bins map[string]string, opts Options) e
 		"--profiling=false",
 	}
 	args = append(args, opts.APIServerArgs...)
-	e.apiServer, err = startProcess(e.dir, "kube-apiserver", bins[apiServerBinary], args...)
+	e.apiServerBin, e.apiServerArgs = bins[apiServerBinary], args
+	e.apiServer, err = startProcess(e.dir, "kube-apiserver", e.apiServerBin, e.apiServerArgs...)
 	if err != nil {
 		return err
 	}
@@ -177,7 +184,11 @@ func (e *Env) start(ctx context.Context, bins map[string]string, opts Options) e
 // waitReady polls /readyz until the API server reports ready and the default
 // namespace exists, failing early if a process exits.
 func (e *Env) waitReady(ctx context.Context) error {
-	cs, err := kubernetes.NewForConfig(e.config)
+	return waitReady(ctx, e.config, e.etcd, e.apiServer)
+}
+
+func waitReady(ctx context.Context, cfg *rest.Config, etcd, apiServer *process) error {
+	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
@@ -185,7 +196,7 @@ func (e *Env) waitReady(ctx context.Context) error {
 	defer cancel()
 	var last error
 	err = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		for _, p := range []*process{e.etcd, e.apiServer} {
+		for _, p := range []*process{etcd, apiServer} {
 			if err := p.exitError(); err != nil {
 				return false, err
 			}
@@ -205,18 +216,68 @@ func (e *Env) waitReady(ctx context.Context) error {
 	})
 	if err != nil {
 		if wait.Interrupted(err) && last != nil {
-			return fmt.Errorf("kube-apiserver not ready: %w; last lines of its log:\n%s", last, e.apiServer.logTail(20))
+			return fmt.Errorf("kube-apiserver not ready: %w; last lines of its log:\n%s", last, apiServer.logTail(20))
 		}
 		return err
 	}
 	return nil
 }
 
+// StopAPIServer stops kube-apiserver (SIGTERM, as an upgrade or a crashed
+// node would) and leaves etcd running: clients see connection errors until
+// StartAPIServer. It is for fault tests; use a control plane of the test's
+// own (Start), not the shared one.
+func (e *Env) StopAPIServer() { e.apiServer.stop(10 * time.Second) }
+
+// StartAPIServer starts kube-apiserver again after StopAPIServer, on the
+// same port with the same flags and data, and returns once it is ready.
+func (e *Env) StartAPIServer(ctx context.Context) error {
+	if e.apiServer.exitError() == nil {
+		return errors.New("kube-apiserver is running")
+	}
+	p, err := startProcess(e.dir, "kube-apiserver", e.apiServerBin, e.apiServerArgs...)
+	if err != nil {
+		return err
+	}
+	e.apiServer = p
+	return e.waitReady(ctx)
+}
+
+// AddAPIServer starts another kube-apiserver on the same etcd, as in a
+// highly available control plane, and returns an admin config for it and a
+// function that stops it. Writes through either server are seen by both.
+func (e *Env) AddAPIServer(ctx context.Context) (*rest.Config, func(), error) {
+	ports, err := freePorts(1)
+	if err != nil {
+		return nil, nil, err
+	}
+	args := make([]string, 0, len(e.apiServerArgs))
+	for _, a := range e.apiServerArgs {
+		if strings.HasPrefix(a, "--secure-port=") {
+			a = "--secure-port=" + strconv.Itoa(ports[0])
+		}
+		args = append(args, a)
+	}
+	p, err := startProcess(e.dir, fmt.Sprintf("kube-apiserver-%d", len(e.extra)+2), e.apiServerBin, args...)
+	if err != nil {
+		return nil, nil, err
+	}
+	e.extra = append(e.extra, p)
+	stop := func() { p.stop(10 * time.Second) }
+	cfg := rest.CopyConfig(e.config)
+	cfg.Host = "https://127.0.0.1:" + strconv.Itoa(ports[0])
+	if err := waitReady(ctx, cfg, e.etcd, p); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return cfg, stop, nil
+}
+
 // Stop stops the processes (kube-controller-manager, kube-apiserver, etcd,
 // in that order) and removes the scratch directory if Start created it. It
 // may be called more than once.
 func (e *Env) Stop() {
-	for _, p := range []*process{e.kcm, e.apiServer, e.etcd} {
+	for _, p := range append(append([]*process{e.kcm}, e.extra...), e.apiServer, e.etcd) {
 		if p != nil {
 			p.stop(10 * time.Second)
 		}

@@ -11,7 +11,7 @@ import (
 )
 
 // process is one control plane binary running as a child of this process,
-// its output going to <dir>/<name>.log.
+// its output appended to <dir>/<name>.log.
 type process struct {
 	name    string
 	cmd     *exec.Cmd
@@ -22,7 +22,8 @@ type process struct {
 
 func startProcess(dir, name, bin string, args ...string) (*process, error) {
 	logPath := filepath.Join(dir, name+".log")
-	logFile, err := os.Create(logPath)
+	// Append: a restarted process keeps its earlier log.
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
 	}

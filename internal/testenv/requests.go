@@ -19,6 +19,9 @@ type Request struct {
 	Watch bool
 	// Body is the body of a DELETE (its DeleteOptions).
 	Body string
+	// Status is the response's HTTP status code; 0 when no response came
+	// (connection refused).
+	Status int
 }
 
 // Verb is the request's Kubernetes verb, roughly: get/list/watch (all GET),
@@ -83,10 +86,14 @@ func (c *RequestCounter) Wrap(cfg *rest.Config) *rest.Config {
 				r.Body = string(body)
 				req.Body = io.NopCloser(bytes.NewReader(body))
 			}
+			resp, err := rt.RoundTrip(req)
+			if err == nil {
+				r.Status = resp.StatusCode
+			}
 			c.mu.Lock()
 			c.reqs = append(c.reqs, r)
 			c.mu.Unlock()
-			return rt.RoundTrip(req)
+			return resp, err
 		})
 	})
 	return cfg
