@@ -22,7 +22,7 @@ import (
 var widgets = schema.GroupVersionResource{Group: "test.syncloop.dev", Version: "v1", Resource: "widgets"}
 
 func (h *harness) dynamic() k8sdynamic.Interface {
-	dc, err := k8sdynamic.NewForConfig(testenv.Get(h.t).Config())
+	dc, err := k8sdynamic.NewForConfig(h.env.Config())
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"k8s.io/client-go/rest"
 )
@@ -19,6 +20,8 @@ type Request struct {
 	Watch bool
 	// Body is the body of a DELETE (its DeleteOptions).
 	Body string
+	// Time is when the request was sent.
+	Time time.Time
 	// Status is the response's HTTP status code; 0 when no response came
 	// (connection refused).
 	Status int
@@ -75,7 +78,7 @@ func (c *RequestCounter) Wrap(cfg *rest.Config) *rest.Config {
 		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
 			r := Request{
 				Method: req.Method, Path: req.URL.Path, Query: req.URL.RawQuery,
-				Watch: req.URL.Query().Get("watch") == "true",
+				Watch: req.URL.Query().Get("watch") == "true", Time: time.Now(),
 			}
 			if req.Method == http.MethodDelete && req.Body != nil {
 				body, err := io.ReadAll(req.Body)
