@@ -2,8 +2,13 @@ package dynamic
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"sync"
+	"sync/atomic"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -54,6 +59,11 @@ type Registry struct {
 	client   dynamic.Interface
 	indexers cache.Indexers
 
+	// OnWatchError, when set before the first Subscribe, is called with
+	// every failed list or watch of an informer (its reflector then retries
+	// with backoff, as client-go's do).
+	OnWatchError func(key WatchKey, err error)
+
 	mu      sync.Mutex
 	entries map[WatchKey]*entry
 }
@@ -64,6 +74,7 @@ type entry struct {
 	cancel   context.CancelFunc
 	done     chan struct{} // closed when the informer's goroutine has returned
 	subs     int
+	lastErr  atomic.Pointer[error] // the last failed list or watch
 }
 
 // NewRegistry returns a Registry whose informers list and watch through
@@ -117,11 +128,36 @@ func (r *Registry) start(ctx context.Context, key WatchKey) (*entry, error) {
 	ictx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	ictx = klog.NewContext(ictx, klog.FromContext(ctx).WithValues("watch", key.String()))
 	e := &entry{key: key, informer: inf, cancel: cancel, done: make(chan struct{})}
+	if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, _ *cache.Reflector, err error) {
+		e.lastErr.Store(&err)
+		logWatchError(ctx, err)
+		if r.OnWatchError != nil {
+			r.OnWatchError(key, err)
+		}
+	}); err != nil {
+		cancel()
+		return nil, err
+	}
 	go func() {
 		defer close(e.done)
 		inf.RunWithContext(ictx)
 	}()
 	return e, nil
+}
+
+// logWatchError logs a failed list or watch as client-go's default handler
+// does: an expired watch (410 Gone, after etcd compaction) is routine and
+// only relists; anything else is an error worth seeing.
+func logWatchError(ctx context.Context, err error) {
+	logger := klog.FromContext(ctx)
+	switch {
+	case apierrors.IsResourceExpired(err), apierrors.IsGone(err), errors.Is(err, io.EOF):
+		logger.V(2).Info("Watch ended; relisting", "err", err)
+	case apierrors.IsForbidden(err):
+		logger.Error(err, "Not allowed to list or watch: grant syncloop's ServiceAccount list and watch on this resource")
+	default:
+		logger.Error(err, "List or watch failed; retrying with backoff")
+	}
 }
 
 func (e *entry) stop() {
@@ -175,6 +211,16 @@ func (s *Subscription) HasSynced() bool { return s.reg.HasSynced() }
 // WaitForSync blocks until HasSynced or ctx ends; it reports which.
 func (s *Subscription) WaitForSync(ctx context.Context) bool {
 	return cache.WaitForCacheSync(ctx.Done(), s.reg.HasSynced)
+}
+
+// LastError is the error of the informer's last failed list or watch, or
+// nil if none failed. Until HasSynced it says why the cache is not filled:
+// missing RBAC, an unreachable API server.
+func (s *Subscription) LastError() error {
+	if p := s.e.lastErr.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // Indexer is the informer's cache. Callers must not modify what it returns.

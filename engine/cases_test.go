@@ -169,7 +169,7 @@ spec:
 	h.startUnready(set)
 	h.eventually("the rule to report that it waits for Gadget", func() bool {
 		st := h.engine.States()
-		return len(st) == 1 && st[0].State == stateWaiting && strings.Contains(st[0].Detail, "Gadget")
+		return len(st) == 1 && st[0].State == StateWaiting && strings.Contains(st[0].Detail, "Gadget")
 	})
 	if h.engine.Ready() {
 		t.Fatal("the engine is ready while a rule waits for its kind")

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,10 +22,15 @@ import (
 	"github.com/syncloop/syncloop/rules/expr"
 )
 
+// A rule's controller is in one of these states (RuleState.State).
 const (
-	stateWaiting = "waiting"
-	stateSyncing = "syncing"
-	stateRunning = "running"
+	// StateWaiting: a kind of the rule is not served (yet).
+	StateWaiting = "waiting"
+	// StateSyncing: the rule's informers are listing, or cannot (the
+	// detail says why: RBAC, an unreachable API server).
+	StateSyncing = "syncing"
+	// StateRunning: the rule reconciles.
+	StateRunning = "running"
 )
 
 // childrenSelector selects every object syncloop manages: child informers
@@ -86,7 +92,7 @@ func newController(e *Engine, r *rules.Rule) *controller {
 		done:     make(chan struct{}),
 		children: map[schema.GroupVersionKind]*childKind{},
 		applied:  map[childRef]string{},
-		state:    stateWaiting,
+		state:    StateWaiting,
 	}
 }
 
@@ -126,10 +132,10 @@ func (c *controller) run(ctx context.Context) {
 		c.queue.ShutDown()
 		return
 	}
-	c.setState(stateSyncing, "")
+	c.setState(StateSyncing, "")
 	if err := c.subscribe(ctx); err != nil {
 		logger.Error(err, "Cannot watch")
-		c.setState(stateWaiting, err.Error())
+		c.setState(StateWaiting, err.Error())
 		c.queue.ShutDown()
 		return
 	}
@@ -138,7 +144,7 @@ func (c *controller) run(ctx context.Context) {
 		return
 	}
 	c.sweep(ctx) // children whose trigger went away while syncloop was down
-	c.setState(stateRunning, "")
+	c.setState(StateRunning, "")
 	logger.Info("Rule running", "workers", c.rule.Workers)
 
 	// Workers get a context that outlives ctx by the drain timeout, so
@@ -205,7 +211,7 @@ func (c *controller) resolve(ctx context.Context) bool {
 		if missing == nil {
 			return true
 		}
-		c.setState(stateWaiting, missing.Error())
+		c.setState(StateWaiting, missing.Error())
 		logger.Info("Rule waiting for a kind the API server does not serve", "err", missing)
 		select {
 		case <-ctx.Done():
@@ -275,16 +281,39 @@ func (c *controller) unsubscribe() {
 	}
 }
 
+// waitForSync waits until every informer of the rule has synced. While
+// one has not, the rule's detail says why — a list or watch the API server
+// refused (missing RBAC) or could not answer — and each new reason is
+// logged once; the informers retry with backoff meanwhile.
 func (c *controller) waitForSync(ctx context.Context) bool {
-	if !c.trigger.WaitForSync(ctx) {
-		return false
-	}
+	subs := []*dynamic.Subscription{c.trigger}
 	for _, ck := range c.children {
-		if !ck.sub.WaitForSync(ctx) {
-			return false
-		}
+		subs = append(subs, ck.sub)
 	}
-	return true
+	logged := ""
+	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		detail := ""
+		for _, s := range subs {
+			if s.HasSynced() {
+				continue
+			}
+			if err := s.LastError(); err != nil {
+				detail = fmt.Sprintf("cannot list and watch %s: %v", s.Key(), err)
+				break
+			}
+			detail = "listing " + s.Key().String()
+		}
+		if detail == "" {
+			return true, nil
+		}
+		c.setState(StateSyncing, detail)
+		if strings.HasPrefix(detail, "cannot") && detail != logged {
+			logged = detail
+			klog.FromContext(ctx).Error(nil, "Rule cannot start: its informers cannot sync", "reason", detail)
+		}
+		return false, nil
+	})
+	return err == nil
 }
 
 // wants evaluates the rule's `when` for an event's object. An evaluation

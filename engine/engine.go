@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
 	k8sdynamic "k8s.io/client-go/dynamic"
@@ -27,12 +29,17 @@ type Metrics interface {
 	// Write counts one write action of rule: create, update, unchanged,
 	// delete or status.
 	Write(rule, action string)
+	// WatchError counts one failed list or watch of resource
+	// ("resource.group"), by reason: the API status reason (Forbidden,
+	// Expired, …) or Unreachable when no answer came.
+	WatchError(resource, reason string)
 }
 
 type noMetrics struct{}
 
 func (noMetrics) ReconcileDone(string, string, time.Duration) {}
 func (noMetrics) Write(string, string)                        {}
+func (noMetrics) WatchError(string, string)                   {}
 
 // Options configure an Engine.
 type Options struct {
@@ -91,6 +98,9 @@ func New(o Options) *Engine {
 	if e.metrics == nil {
 		e.metrics = noMetrics{}
 	}
+	e.registry.OnWatchError = func(key dynamic.WatchKey, err error) {
+		e.metrics.WatchError(key.GVR.GroupResource().String(), errorReason(err))
+	}
 	if e.drain == 0 {
 		e.drain = 30 * time.Second
 	}
@@ -126,9 +136,9 @@ func (e *Engine) PlanOnce(ctx context.Context, set *rules.Set) error {
 		for name, c := range e.controllers {
 			state, detail := c.getState()
 			switch {
-			case state == stateWaiting && detail != "":
+			case state == StateWaiting && detail != "":
 				return false, fmt.Errorf("rule %q: %s", name, detail)
-			case state != stateRunning || !c.idle():
+			case state != StateRunning || !c.idle():
 				quiet = 0
 				return false, nil
 			}
@@ -237,11 +247,24 @@ func (e *Engine) Ready() bool {
 		return false
 	}
 	for _, s := range e.States() {
-		if s.State != stateRunning {
+		if s.State != StateRunning {
 			return false
 		}
 	}
 	return true
+}
+
+// errorReason is the API status reason of err (Forbidden, Expired, …),
+// Unreachable when the API server did not answer.
+func errorReason(err error) string {
+	if r := apierrors.ReasonForError(err); r != metav1.StatusReasonUnknown {
+		return string(r)
+	}
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		return fmt.Sprintf("HTTP%d", status.Status().Code)
+	}
+	return "Unreachable"
 }
 
 // event emits an Event on obj if there is a recorder.

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/syncloop/syncloop/dynamic"
@@ -36,6 +37,8 @@ type harness struct {
 	engine  *Engine
 	updates chan *rules.Set // rule sets for the running engine
 	plan    Planner         // set before start for a dry run
+	config  *rest.Config    // the engine's identity, set before start; nil: admin
+	metrics Metrics         // set before start; nil: none
 	stop    func()
 	done    chan struct{} // closed when the engine's Run has returned
 }
@@ -86,7 +89,11 @@ func (h *harness) start(set *rules.Set) {
 
 func (h *harness) startWith(set *rules.Set, waitReady bool) {
 	h.t.Helper()
-	cfg := h.counter.Wrap(h.env.Config())
+	cfg := h.env.Config()
+	if h.config != nil {
+		cfg = h.config
+	}
+	cfg = h.counter.Wrap(cfg)
 	dc, err := k8sdynamic.NewForConfig(cfg)
 	if err != nil {
 		h.t.Fatal(err)
@@ -99,7 +106,7 @@ func (h *harness) startWith(set *rules.Set, waitReady bool) {
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: h.cs.CoreV1().Events("")})
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "syncloop"})
 
-	h.engine = New(Options{Client: dc, Mapper: dynamic.NewMapper(disco, 200*time.Millisecond), Recorder: recorder, DrainTimeout: 5 * time.Second, Plan: h.plan})
+	h.engine = New(Options{Client: dc, Mapper: dynamic.NewMapper(disco, 200*time.Millisecond), Recorder: recorder, DrainTimeout: 5 * time.Second, Plan: h.plan, Metrics: h.metrics})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	h.done = done

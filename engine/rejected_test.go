@@ -6,11 +6,13 @@ import (
 	"math"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -123,7 +125,7 @@ spec:
 	}
 	t.Logf("%d attempts in %v", n, elapsed.Round(time.Millisecond))
 	for _, s := range h.engine.States() {
-		if s.State != stateRunning {
+		if s.State != StateRunning {
 			t.Errorf("rule %s is %s, want running", s.Rule, s.State)
 		}
 	}
@@ -176,5 +178,170 @@ func (h *harness) denyInNamespace(message, validation string) {
 	})
 	if err != nil {
 		h.t.Fatalf("the admission policy is not enforced: %v", err)
+	}
+}
+
+// watchErrors records the engine's WatchError calls.
+type watchErrors struct {
+	mu     sync.Mutex
+	counts map[string]int // "resource reason"
+}
+
+func (w *watchErrors) ReconcileDone(string, string, time.Duration) {}
+func (w *watchErrors) Write(string, string)                        {}
+func (w *watchErrors) WatchError(resource, reason string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.counts == nil {
+		w.counts = map[string]int{}
+	}
+	w.counts[resource+" "+reason]++
+}
+
+func (w *watchErrors) count(key string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.counts[key]
+}
+
+// TestForbiddenKinds: syncloop runs as a user that may not list Secrets nor
+// write ServiceAccounts. The rule watching Secrets reports why it cannot
+// start (state detail, metric), its informer retries with backoff, and it
+// starts once RBAC allows it; the rule whose child is forbidden gets a
+// Failed Event; the rule with every right runs throughout.
+func TestForbiddenKinds(t *testing.T) {
+	h := newHarness(t)
+	ctx := t.Context()
+	rbac := h.cs.RbacV1().ClusterRoles()
+	user := "limited-" + h.ns
+	allow := func(rules ...rbacv1.PolicyRule) {
+		t.Helper()
+		role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: user}, Rules: rules}
+		if _, err := rbac.Get(ctx, user, metav1.GetOptions{}); err == nil {
+			_, err = rbac.Update(ctx, role, metav1.UpdateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		if _, err := rbac.Create(ctx, role, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all := []string{"get", "list", "watch", "create", "update", "patch", "delete"}
+	base := []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: all},
+		{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+	}
+	allow(base...)
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: user},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: user},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
+	}
+	if _, err := h.cs.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = h.cs.RbacV1().ClusterRoleBindings().Delete(context.Background(), user, metav1.DeleteOptions{})
+		_ = rbac.Delete(context.Background(), user, metav1.DeleteOptions{})
+	})
+	h.config = h.env.ImpersonatedConfig(user, "system:authenticated")
+	errs := &watchErrors{}
+	h.metrics = errs
+
+	h.createCM("allowed", map[string]string{"copy": "yes"}, nil)
+	h.createCM("account", map[string]string{"account": "yes"}, nil)
+	if _, err := h.cs.CoreV1().Secrets(h.ns).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "s", Labels: map[string]string{"keys": "yes"}},
+		StringData: map[string]string{"password": "hunter2"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.startWith(h.loadRules(copyRule+`---
+apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: secret-keys}
+spec:
+  watch: {apiVersion: v1, kind: Secret, namespace: NS, labelSelector: keys}
+  resources:
+    - id: keys
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "${object.metadata.name}-keys"}
+        data: {keys: "${object.data.map(k, k).join(',')}"}
+---
+apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: account}
+spec:
+  watch: {apiVersion: v1, kind: ConfigMap, namespace: NS, labelSelector: account}
+  resources:
+    - id: sa
+      template: {apiVersion: v1, kind: ServiceAccount, metadata: {name: "${object.metadata.name}"}}
+`), false)
+
+	h.eventually("the allowed rule's child", func() bool { _, ok := h.configMap(h.ns, "allowed-copy"); return ok })
+	state := func(rule string) RuleState {
+		for _, s := range h.engine.States() {
+			if s.Rule == rule {
+				return s
+			}
+		}
+		return RuleState{}
+	}
+	h.eventually("the Secret rule to report why it cannot start", func() bool {
+		s := state("secret-keys")
+		return s.State == StateSyncing && strings.Contains(s.Detail, "cannot list and watch secrets") && strings.Contains(s.Detail, "forbidden")
+	})
+	h.eventually("the forbidden watch to be counted", func() bool { return errs.count("secrets Forbidden") >= 2 })
+	if h.engine.Ready() {
+		t.Error("the engine is ready with a rule that cannot start")
+	}
+	// Writing a forbidden child fails that trigger only, with the reason.
+	h.eventually("a Failed event for the forbidden ServiceAccount", func() bool {
+		for _, e := range h.events("Failed") {
+			if e.InvolvedObject.Name == "account" && strings.Contains(e.Message, "forbidden") {
+				return true
+			}
+		}
+		return false
+	})
+	if s := state("copy"); s.State != StateRunning {
+		t.Errorf("the allowed rule is %s: %s", s.State, s.Detail)
+	}
+
+	// The reflector backs off: the attempts to list Secrets (each a
+	// watch-list request, then a plain list) in a time T are at most those
+	// of exponential backoff from client-go's 800 ms.
+	var first time.Time
+	attempts := func() int {
+		n := 0
+		for _, r := range h.counter.Requests(nil) {
+			if classify(r) == "list" && strings.HasSuffix(r.Path, "/secrets") {
+				if n == 0 {
+					first = r.Time
+				}
+				n++
+			}
+		}
+		return n
+	}
+	h.eventually("three attempts to list Secrets", func() bool { return attempts() >= 3 })
+	n, elapsed := attempts(), time.Since(first)
+	if limit := int(math.Log2(float64(elapsed)/float64(800*time.Millisecond)+1)) + 2; n > limit {
+		t.Errorf("%d attempts to list Secrets in %v: more than backoff allows (%d)", n, elapsed, limit)
+	}
+
+	// Granted the right, the rule starts on its own.
+	allow(append(base, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"list", "watch"}})...)
+	h.eventuallyWithin(90*time.Second, "the Secret rule to start once allowed", func() bool {
+		cm, ok := h.configMap(h.ns, "s-keys")
+		return ok && cm.Data["keys"] == "password"
+	})
+	if s := state("secret-keys"); s.State != StateRunning {
+		t.Errorf("the Secret rule is %s: %s", s.State, s.Detail)
 	}
 }

@@ -179,7 +179,13 @@ version in force; at start, files that fail are left out and reported.`,
 			defer broadcaster.Shutdown()
 			reg := prometheus.NewRegistry()
 			var eng *engine.Engine
-			m := metrics.New(reg, func() int { return eng.Informers() })
+			m := metrics.New(reg, func() int { return eng.Informers() }, func() map[string]bool {
+				ready := map[string]bool{}
+				for _, s := range eng.States() {
+					ready[s.Rule] = s.State == engine.StateRunning
+				}
+				return ready
+			})
 			m.RulesLoaded(loaded.Set.Len())
 			m.Reloaded(len(loaded.Errors) > 0)
 			restRequests.Store(m)

@@ -25,6 +25,7 @@ type Metrics struct {
 	writes     *prometheus.CounterVec
 	rules      prometheus.Gauge
 	reloads    *prometheus.CounterVec
+	watchErrs  *prometheus.CounterVec
 
 	queueDepth      *prometheus.GaugeVec
 	queueAdds       *prometheus.CounterVec
@@ -38,8 +39,9 @@ type Metrics struct {
 }
 
 // New registers syncloop's metrics, and Go and process collectors, on reg.
-// informers is read at every scrape for syncloop_informers.
-func New(reg prometheus.Registerer, informers func() int) *Metrics {
+// informers is read at every scrape for syncloop_informers, and rules —
+// each rule in force and whether it runs — for syncloop_rule_ready.
+func New(reg prometheus.Registerer, informers func() int, rules func() map[string]bool) *Metrics {
 	m := &Metrics{
 		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "syncloop_reconcile_total", Help: "Reconciles by rule and result (success, error).",
@@ -57,6 +59,9 @@ func New(reg prometheus.Registerer, informers func() int) *Metrics {
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "syncloop_rules_reload_total", Help: "Loads of the rule files by result: success, or error when a file failed (its last good version stays in force).",
 		}, []string{"result"}),
+		watchErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "syncloop_watch_errors_total", Help: "Failed lists and watches of an informer by resource and reason (Forbidden: missing RBAC; Expired: etcd compacted, relisting; Unreachable: no answer). Each is retried with backoff.",
+		}, []string{"resource", "reason"}),
 		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "workqueue_depth", Help: "Current depth of the workqueue.",
 		}, []string{"name"}),
@@ -84,15 +89,36 @@ func New(reg prometheus.Registerer, informers func() int) *Metrics {
 			Name: "rest_client_requests_total", Help: "API requests by status code, method and host.",
 		}, []string{"code", "method", "host"}),
 	}
-	reg.MustRegister(m.reconciles, m.duration, m.writes, m.rules, m.reloads, m.restRequests,
+	reg.MustRegister(m.reconciles, m.duration, m.writes, m.rules, m.reloads, m.watchErrs, m.restRequests,
 		m.queueDepth, m.queueAdds, m.queueLatency, m.queueWork, m.queueUnfinished, m.queueLongest, m.queueRetries,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "syncloop_informers", Help: "Shared informers running.",
 		}, func() float64 { return float64(informers()) }),
+		rulesReady{rules},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	return m
+}
+
+// rulesReady collects syncloop_rule_ready at scrape time, so a removed
+// rule leaves no series behind.
+type rulesReady struct{ rules func() map[string]bool }
+
+var ruleReadyDesc = prometheus.NewDesc("syncloop_rule_ready",
+	"1 when the rule runs; 0 while it waits for a kind the API server does not serve or for informers that cannot sync (see /readyz for why).",
+	[]string{"rule"}, nil)
+
+func (r rulesReady) Describe(ch chan<- *prometheus.Desc) { ch <- ruleReadyDesc }
+
+func (r rulesReady) Collect(ch chan<- prometheus.Metric) {
+	for rule, ready := range r.rules() {
+		v := 0.0
+		if ready {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(ruleReadyDesc, prometheus.GaugeValue, v, rule)
+	}
 }
 
 // ReconcileDone implements engine.Metrics.
@@ -103,6 +129,11 @@ func (m *Metrics) ReconcileDone(rule, result string, took time.Duration) {
 
 // Write implements engine.Metrics.
 func (m *Metrics) Write(rule, action string) { m.writes.WithLabelValues(rule, action).Inc() }
+
+// WatchError implements engine.Metrics.
+func (m *Metrics) WatchError(resource, reason string) {
+	m.watchErrs.WithLabelValues(resource, reason).Inc()
+}
 
 // RulesLoaded sets syncloop_rules_loaded.
 func (m *Metrics) RulesLoaded(n int) { m.rules.Set(float64(n)) }

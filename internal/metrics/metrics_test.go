@@ -14,7 +14,10 @@ import (
 func TestMetrics(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	informers := 3
-	m := New(reg, func() int { return informers })
+	ready := map[string]bool{"tenant": true, "secrets": false}
+	m := New(reg, func() int { return informers }, func() map[string]bool { return ready })
+	m.WatchError("secrets", "Forbidden")
+	m.WatchError("secrets", "Forbidden")
 	m.ReconcileDone("tenant", "success", 20*time.Millisecond)
 	m.ReconcileDone("tenant", "success", 30*time.Millisecond)
 	m.ReconcileDone("tenant", "error", time.Millisecond)
@@ -48,6 +51,10 @@ syncloop_informers 3
 # TYPE syncloop_reconcile_total counter
 syncloop_reconcile_total{result="error",rule="tenant"} 1
 syncloop_reconcile_total{result="success",rule="tenant"} 2
+# HELP syncloop_rule_ready 1 when the rule runs; 0 while it waits for a kind the API server does not serve or for informers that cannot sync (see /readyz for why).
+# TYPE syncloop_rule_ready gauge
+syncloop_rule_ready{rule="secrets"} 0
+syncloop_rule_ready{rule="tenant"} 1
 # HELP syncloop_rules_loaded Rules in force.
 # TYPE syncloop_rules_loaded gauge
 syncloop_rules_loaded 4
@@ -55,6 +62,9 @@ syncloop_rules_loaded 4
 # TYPE syncloop_rules_reload_total counter
 syncloop_rules_reload_total{result="error"} 1
 syncloop_rules_reload_total{result="success"} 2
+# HELP syncloop_watch_errors_total Failed lists and watches of an informer by resource and reason (Forbidden: missing RBAC; Expired: etcd compacted, relisting; Unreachable: no answer). Each is retried with backoff.
+# TYPE syncloop_watch_errors_total counter
+syncloop_watch_errors_total{reason="Forbidden",resource="secrets"} 2
 # HELP workqueue_adds_total Adds handled by the workqueue.
 # TYPE workqueue_adds_total counter
 workqueue_adds_total{name="tenant"} 2
@@ -62,13 +72,17 @@ workqueue_adds_total{name="tenant"} 2
 # TYPE workqueue_depth gauge
 workqueue_depth{name="tenant"} 2
 `
-	names := []string{"rest_client_requests_total", "syncloop_apply_total", "syncloop_informers", "syncloop_reconcile_total", "syncloop_rules_loaded",
-		"syncloop_rules_reload_total", "workqueue_adds_total", "workqueue_depth"}
+	names := []string{"rest_client_requests_total", "syncloop_apply_total", "syncloop_informers", "syncloop_reconcile_total", "syncloop_rule_ready", "syncloop_rules_loaded",
+		"syncloop_rules_reload_total", "syncloop_watch_errors_total", "workqueue_adds_total", "workqueue_depth"}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
 		t.Error(err)
 	}
 	if n := testutil.CollectAndCount(reg, "syncloop_reconcile_duration_seconds"); n != 1 {
 		t.Errorf("%d duration series, want 1", n)
+	}
+	delete(ready, "secrets") // a removed rule leaves no series
+	if n := testutil.CollectAndCount(reg, "syncloop_rule_ready"); n != 1 {
+		t.Errorf("%d syncloop_rule_ready series after a rule was removed, want 1", n)
 	}
 	informers = 5 // read at scrape time
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
