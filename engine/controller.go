@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -59,7 +60,8 @@ type controller struct {
 	mu      sync.Mutex
 	state   string
 	detail  string
-	applied map[childRef]string // resourceVersion our last apply of a child returned
+	applied map[childRef]string    // resourceVersion our last apply of a child returned
+	deleted map[childRef]types.UID // children deleted whose removal the cache has not shown yet
 }
 
 // childKind is one kind of child: how to reach it and its shared informer.
@@ -92,6 +94,7 @@ func newController(e *Engine, r *rules.Rule) *controller {
 		done:     make(chan struct{}),
 		children: map[schema.GroupVersionKind]*childKind{},
 		applied:  map[childRef]string{},
+		deleted:  map[childRef]types.UID{},
 		state:    StateWaiting,
 	}
 }
@@ -260,7 +263,10 @@ func (c *controller) subscribe(ctx context.Context) error {
 			cache.ResourceEventHandlerFuncs{
 				AddFunc:    c.enqueueOwner,
 				UpdateFunc: func(_, obj any) { c.enqueueOwner(obj) },
-				DeleteFunc: c.enqueueOwner,
+				DeleteFunc: func(obj any) {
+					c.forget(obj)
+					c.enqueueOwner(obj)
+				},
 			})
 		if err != nil {
 			return err
@@ -354,6 +360,22 @@ func (c *controller) enqueueOwner(obj any) {
 	if key, ok := c.ownTrigger(m.GetAnnotations()[rules.AnnotationOwner]); ok {
 		c.queue.Add(key)
 	}
+}
+
+// forget drops what the controller remembers of a child that is gone.
+func (c *controller) forget(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return
+	}
+	ref := refOf(u)
+	c.mu.Lock()
+	delete(c.applied, ref)
+	delete(c.deleted, ref)
+	c.mu.Unlock()
 }
 
 // ownTrigger parses a child's owner annotation and reports whether the

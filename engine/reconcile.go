@@ -38,7 +38,7 @@ func (c *controller) reconcile(ctx context.Context, key cache.ObjectName) error 
 	}
 	ref := rules.ObjectRef{APIVersion: c.rule.Watch.APIVersion, Kind: c.rule.Watch.Kind, Namespace: key.Namespace, Name: key.Name}
 	if trigger == nil || trigger.GetDeletionTimestamp() != nil {
-		return c.prune(ctx, nil, ref, existing, nil)
+		return c.prune(ctx, nil, ref, owner, existing, nil)
 	}
 
 	rd, err := c.rule.Render(ctx, trigger, c.e.mapper)
@@ -47,7 +47,7 @@ func (c *controller) reconcile(ctx context.Context, key cache.ObjectName) error 
 		return err
 	}
 	if rd.Skipped {
-		return c.prune(ctx, trigger, ref, existing, nil)
+		return c.prune(ctx, trigger, ref, owner, existing, nil)
 	}
 
 	desired := map[childRef]bool{}
@@ -64,7 +64,7 @@ func (c *controller) reconcile(ctx context.Context, key cache.ObjectName) error 
 		}
 		live[ref] = out
 	}
-	if err := c.prune(ctx, trigger, ref, existing, desired); err != nil {
+	if err := c.prune(ctx, trigger, ref, owner, existing, desired); err != nil {
 		errs = append(errs, err)
 	}
 	if c.rule.Status != nil {
@@ -161,21 +161,31 @@ func (c *controller) upToDate(ref childRef, cached, desired *unstructured.Unstru
 }
 
 // prune deletes this trigger's children that are not desired — all of them
-// when desired is nil — unless the rule orphans them. It deletes only
-// objects carrying this rule's label, each with a UID precondition, so an
+// when desired is nil — unless the rule orphans them. mayPrune decides each
+// delete; every delete carries the child's UID as a precondition, so an
 // object replaced meanwhile is never deleted.
-func (c *controller) prune(ctx context.Context, trigger *unstructured.Unstructured, triggerRef rules.ObjectRef, existing []*unstructured.Unstructured, desired map[childRef]bool) error {
+//
+// existing comes from synced informer caches only: a controller reconciles
+// nothing before its informers have synced, and a relist replaces a cache
+// whole, so a stale or empty cache never stands for an absent child.
+func (c *controller) prune(ctx context.Context, trigger *unstructured.Unstructured, triggerRef rules.ObjectRef, owner string, existing []*unstructured.Unstructured, desired map[childRef]bool) error {
 	if c.rule.DeletionPolicy == rules.DeletionOrphan {
 		return nil
 	}
 	var errs []error
 	for _, child := range existing {
-		ref := refOf(child)
-		if desired[ref] || child.GetLabels()[rules.LabelRule] != c.rule.Name {
+		if !mayPrune(c.rule.Name, owner, child, desired) {
 			continue
 		}
+		ref := refOf(child)
 		ck, ok := c.children[ref.gvk]
 		if !ok {
+			continue
+		}
+		c.mu.Lock()
+		gone := c.deleted[ref] == child.GetUID()
+		c.mu.Unlock()
+		if gone { // deleted already; the cache has not caught up
 			continue
 		}
 		err := c.e.writer.Delete(ctx, ck.mapping, ref.namespace, ref.name, child.GetUID())
@@ -192,12 +202,31 @@ func (c *controller) prune(ctx context.Context, trigger *unstructured.Unstructur
 		}
 		c.mu.Lock()
 		delete(c.applied, ref)
+		c.deleted[ref] = child.GetUID()
 		c.mu.Unlock()
 		c.e.metrics.Write(c.rule.Name, "delete")
 		klog.FromContext(ctx).V(2).Info("Pruned child", "kind", ref.gvk.Kind, "child", klog.KObj(child))
 		c.e.event(trigger, corev1.EventTypeNormal, "Pruned", "Deleted %s %s", ref.gvk.Kind, cacheKey(ref))
 	}
 	return errors.Join(errs...)
+}
+
+// mayPrune is the one test every delete passes: child carries syncloop's
+// managed-by label, this rule's label, a trigger UID label, and the owner
+// annotation of the trigger being reconciled — and is not among that
+// trigger's desired children (desired nil: the trigger is gone or its
+// when is false, and no child is desired). An object without any of these
+// labels is never deleted, whatever its name. A child whose UID label names
+// an earlier trigger of the same name (deleted and created again) is that
+// trigger's orphan: pruned unless desired, and then adopted.
+func mayPrune(rule, owner string, child *unstructured.Unstructured, desired map[childRef]bool) bool {
+	l := child.GetLabels()
+	return child.GetUID() != "" && // the delete's precondition
+		l[rules.LabelManagedBy] == rules.ManagedByValue &&
+		l[rules.LabelRule] == rule &&
+		l[rules.LabelOwnerUID] != "" &&
+		child.GetAnnotations()[rules.AnnotationOwner] == owner &&
+		!desired[refOf(child)]
 }
 
 // writeStatus server-side applies the rendered status to the trigger's

@@ -28,7 +28,17 @@ import (
 	"github.com/syncloop/syncloop/rules/expr"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m, testenv.Options{}) }
+// runAsSyncloop, set in a child's environment, makes this test binary be
+// syncloop: tests that must SIGKILL syncloop run it as a process of its own
+// without building it first.
+const runAsSyncloop = "SYNCLOOP_TEST_RUN_AS_SYNCLOOP"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(runAsSyncloop) == "1" {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	testenv.Main(m, testenv.Options{})
+}
 
 const planRules = `apiVersion: syncloop.dev/v1alpha1
 kind: Rule
