@@ -83,6 +83,11 @@ func (t Trigger) String() string {
 	return t.APIVersion + "/" + t.Kind + "/" + t.Namespace + "/" + t.Name
 }
 
+// MaxChildren bounds the children one trigger may render, over all of a
+// rule's resources: a forEach over a list from the trigger must not turn one
+// object into a flood of writes.
+const MaxChildren = 10_000
+
 // Render computes the children the rule wants for trigger: it evaluates
 // `when`, the variables, each resource's `when` and `forEach`, renders the
 // templates, defaults namespaces (scoper says which kinds are namespaced),
@@ -129,6 +134,10 @@ func (r *Rule) Render(ctx context.Context, trigger *unstructured.Unstructured, s
 			items, err = res.ForEach.EvalList(ctx, act)
 			if err != nil {
 				return nil, r.exprError(res.ForEach, res.ID, err)
+			}
+			if n := len(out.Children) + len(items); n > MaxChildren {
+				return nil, &RenderError{Pos: res.ForEach.Pos, Rule: r.Name, Resource: res.ID, Field: res.ForEach.Field,
+					Err: fmt.Errorf("%d children, more than the %d one trigger may have", n, MaxChildren)}
 			}
 		}
 		for i, item := range items {

@@ -267,3 +267,27 @@ func TestRenderCostLimit(t *testing.T) {
 		t.Errorf("err = %v", err)
 	}
 }
+
+// TestRenderMaxChildren: a forEach may not make one trigger the owner of
+// more than MaxChildren children, counted over all resources.
+func TestRenderMaxChildren(t *testing.T) {
+	r := parseRule(t, head+watchNS+`  resources:
+    - id: a
+      forEach: "lists.range(int(object.metadata.labels.a))"
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "a-${item}", namespace: n}}
+    - id: b
+      forEach: "lists.range(int(object.metadata.labels.b))"
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "b-${item}", namespace: n}}
+`)
+	at := func(a, b int) *unstructured.Unstructured {
+		return obj("v1", "Namespace", "", "team-a", map[string]any{"a": fmt.Sprint(a), "b": fmt.Sprint(b)})
+	}
+	rd, err := r.Render(context.Background(), at(MaxChildren-1, 1), testScopes)
+	if err != nil || len(rd.Children) != MaxChildren {
+		t.Fatalf("at the limit: %v children, err %v", len(rd.Children), err)
+	}
+	_, err = r.Render(context.Background(), at(MaxChildren, 1), testScopes)
+	if err == nil || !strings.HasPrefix(err.Error(), `rule.yaml:14:16: rule "r": resource "b": spec.resources[1].forEach: 10001 children, more than the 10000 one trigger may have`) {
+		t.Errorf("over the limit: err = %v", err)
+	}
+}
