@@ -228,16 +228,41 @@ func runtimeDeepCopy(m map[string]any) map[string]any {
 	return (&unstructured.Unstructured{Object: m}).DeepCopy().Object
 }
 
+// maxDiffCells bounds the LCS table of unifiedDiff (8 bytes a cell): two
+// objects of a few thousand lines each get a whole-object diff instead.
+const maxDiffCells = 4 << 20
+
+// wholeDiff is a valid unified diff of x against y in one hunk that removes
+// every line of x and adds every line of y.
+func wholeDiff(x, y []string) string {
+	var out strings.Builder
+	fmt.Fprintf(&out, "--- live\n+++ desired\n@@ -%d,%d +%d,%d @@\n", min(1, len(x)), len(x), min(1, len(y)), len(y))
+	for _, l := range x {
+		out.WriteString("-" + l + "\n")
+	}
+	for _, l := range y {
+		out.WriteString("+" + l + "\n")
+	}
+	return out.String()
+}
+
+// splitLines is text's lines; none for empty text.
+func splitLines(s string) []string {
+	if s = strings.TrimRight(s, "\n"); s == "" {
+		return nil
+	}
+	return strings.Split(s, "\n")
+}
+
 // unifiedDiff is a line diff of a against b with three lines of context,
 // headed "--- live" / "+++ desired"; empty when they are equal.
 func unifiedDiff(a, b string) string {
 	if a == b {
 		return ""
 	}
-	x := strings.Split(strings.TrimRight(a, "\n"), "\n")
-	y := strings.Split(strings.TrimRight(b, "\n"), "\n")
-	if a == "" {
-		x = nil
+	x, y := splitLines(a), splitLines(b)
+	if len(x)*len(y) > maxDiffCells {
+		return wholeDiff(x, y)
 	}
 	// Longest common subsequence table, from the ends.
 	lcs := make([][]int, len(x)+1)
@@ -309,7 +334,15 @@ func unifiedDiff(a, b string) string {
 				bLen++
 			}
 		}
-		fmt.Fprintf(&out, "@@ -%d,%d +%d,%d @@\n", script[start].ai+1, aLen, script[start].bi+1, bLen)
+		// A side with no lines in the hunk names the line before it.
+		aStart, bStart := script[start].ai+1, script[start].bi+1
+		if aLen == 0 {
+			aStart--
+		}
+		if bLen == 0 {
+			bStart--
+		}
+		fmt.Fprintf(&out, "@@ -%d,%d +%d,%d @@\n", aStart, aLen, bStart, bLen)
 		for _, l := range script[start:end] {
 			out.WriteByte(l.op)
 			out.WriteString(l.text)

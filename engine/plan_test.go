@@ -62,7 +62,7 @@ func TestUnifiedDiff(t *testing.T) {
 	if got := unifiedDiff(a, a); got != "" {
 		t.Errorf("diff of equal texts = %q", got)
 	}
-	if got := unifiedDiff("", "x: 1\n"); got != "--- live\n+++ desired\n@@ -1,0 +1,1 @@\n+x: 1\n" {
+	if got := unifiedDiff("", "x: 1\n"); got != "--- live\n+++ desired\n@@ -0,0 +1,1 @@\n+x: 1\n" { // as GNU diff: an empty side names the line before
 		t.Errorf("diff from nothing = %q", got)
 	}
 }
