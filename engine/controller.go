@@ -32,6 +32,9 @@ const (
 	StateSyncing = "syncing"
 	// StateRunning: the rule reconciles.
 	StateRunning = "running"
+	// StateFailed: the rule cannot run as written here (a cluster-scoped
+	// kind under --watch-namespace); changing the rule restarts it.
+	StateFailed = "failed"
 )
 
 // childrenSelector selects every object syncloop manages: child informers
@@ -135,6 +138,12 @@ func (c *controller) run(ctx context.Context) {
 		c.queue.ShutDown()
 		return
 	}
+	if err := c.checkNamespace(); err != nil {
+		logger.Error(err, "Rule cannot run")
+		c.setState(StateFailed, err.Error())
+		c.queue.ShutDown()
+		return
+	}
 	c.setState(StateSyncing, "")
 	if err := c.subscribe(ctx); err != nil {
 		logger.Error(err, "Cannot watch")
@@ -224,6 +233,37 @@ func (c *controller) resolve(ctx context.Context) bool {
 	}
 }
 
+// watchNamespace is the namespace the rule's triggers are watched in: the
+// rule's own, else the engine's (empty: all).
+func (c *controller) watchNamespace() string {
+	if c.rule.Watch.Namespace != "" {
+		return c.rule.Watch.Namespace
+	}
+	return c.e.ns
+}
+
+// checkNamespace reports why the rule cannot run in the engine's namespace,
+// if the engine is limited to one.
+func (c *controller) checkNamespace() error {
+	ns := c.e.ns
+	if ns == "" {
+		return nil
+	}
+	w := c.rule.Watch
+	switch {
+	case c.triggerMapping.Scope.Name() != meta.RESTScopeNameNamespace:
+		return fmt.Errorf("it watches %s, which is cluster-scoped, but syncloop is limited to namespace %q (--watch-namespace)", w.Kind, ns)
+	case w.Namespace != "" && w.Namespace != ns:
+		return fmt.Errorf("it watches namespace %q, but syncloop is limited to namespace %q (--watch-namespace)", w.Namespace, ns)
+	}
+	for gvk, ck := range c.children {
+		if ck.mapping.Scope.Name() != meta.RESTScopeNameNamespace {
+			return fmt.Errorf("its children include %s, which is cluster-scoped, but syncloop is limited to namespace %q (--watch-namespace)", gvk.Kind, ns)
+		}
+	}
+	return nil
+}
+
 func (c *controller) isChildKind(gvk schema.GroupVersionKind) bool {
 	for _, r := range c.rule.Resources {
 		if r.GVK == gvk {
@@ -237,7 +277,7 @@ func (c *controller) subscribe(ctx context.Context) error {
 	w := c.rule.Watch
 	key := dynamic.WatchKey{GVR: c.triggerMapping.Resource, LabelSelector: w.LabelSelector.String(), FieldSelector: w.FieldSelector.String()}
 	if c.triggerMapping.Scope.Name() == meta.RESTScopeNameNamespace {
-		key.Namespace = w.Namespace
+		key.Namespace = c.watchNamespace()
 	}
 	sub, err := c.e.registry.Subscribe(ctx, key, cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
@@ -259,7 +299,7 @@ func (c *controller) subscribe(ctx context.Context) error {
 	}
 	c.trigger = sub
 	for _, ck := range c.children {
-		sub, err := c.e.registry.Subscribe(ctx, dynamic.WatchKey{GVR: ck.mapping.Resource, LabelSelector: childrenSelector},
+		sub, err := c.e.registry.Subscribe(ctx, dynamic.WatchKey{GVR: ck.mapping.Resource, Namespace: c.e.ns, LabelSelector: childrenSelector},
 			cache.ResourceEventHandlerFuncs{
 				AddFunc:    c.enqueueOwner,
 				UpdateFunc: func(_, obj any) { c.enqueueOwner(obj) },
@@ -389,7 +429,7 @@ func (c *controller) ownTrigger(owner string) (cache.ObjectName, bool) {
 	if !ok || apiVersion != w.APIVersion || kind != w.Kind {
 		return cache.ObjectName{}, false
 	}
-	if w.Namespace != "" && c.triggerMapping.Scope.Name() == meta.RESTScopeNameNamespace && key.Namespace != w.Namespace {
+	if ns := c.watchNamespace(); ns != "" && c.triggerMapping.Scope.Name() == meta.RESTScopeNameNamespace && key.Namespace != ns {
 		return cache.ObjectName{}, false
 	}
 	return key, true

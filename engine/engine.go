@@ -57,6 +57,12 @@ type Options struct {
 	// DrainTimeout bounds how long shutdown waits for in-flight reconciles
 	// before cancelling their requests; 0 means 30 seconds.
 	DrainTimeout time.Duration
+	// Namespace, when set, limits the engine to one namespace, so that it
+	// needs no cluster-wide rights: every informer lists and watches in it,
+	// and a rule whose trigger or child kinds are cluster-scoped, or that
+	// watches another namespace, fails (StateFailed); a child rendered into
+	// another namespace fails its trigger.
+	Namespace string
 	// Plan, when set, makes the engine a dry run: every write becomes a
 	// server-side dry-run request (dryRun=All: defaulting and admission
 	// apply, nothing is persisted) and an Action for Plan. No Event is
@@ -74,6 +80,7 @@ type Engine struct {
 	metrics  Metrics
 	queues   workqueue.MetricsProvider
 	drain    time.Duration
+	ns       string  // Options.Namespace
 	plan     Planner // nil unless dry run
 	onePass  bool    // PlanOnce: each trigger once, no retries
 
@@ -93,6 +100,7 @@ func New(o Options) *Engine {
 		metrics:     o.Metrics,
 		queues:      o.QueueMetrics,
 		drain:       o.DrainTimeout,
+		ns:          o.Namespace,
 		controllers: map[string]*controller{},
 	}
 	if e.metrics == nil {
@@ -136,7 +144,7 @@ func (e *Engine) PlanOnce(ctx context.Context, set *rules.Set) error {
 		for name, c := range e.controllers {
 			state, detail := c.getState()
 			switch {
-			case state == StateWaiting && detail != "":
+			case state == StateWaiting && detail != "", state == StateFailed:
 				return false, fmt.Errorf("rule %q: %s", name, detail)
 			case state != StateRunning || !c.idle():
 				quiet = 0
@@ -216,9 +224,9 @@ func (e *Engine) Apply(ctx context.Context, set *rules.Set) {
 // Informers is how many shared informers run.
 func (e *Engine) Informers() int { return e.registry.Len() }
 
-// RuleState says where one rule's controller is: "waiting" (for a kind the
-// API server does not serve yet; Detail says which), "syncing" (informers
-// listing) or "running".
+// RuleState says where one rule's controller is: StateWaiting,
+// StateSyncing, StateRunning or StateFailed; Detail says why a rule does not
+// run.
 type RuleState struct {
 	Rule   string
 	State  string

@@ -39,6 +39,7 @@ type harness struct {
 	plan    Planner         // set before start for a dry run
 	config  *rest.Config    // the engine's identity, set before start; nil: admin
 	metrics Metrics         // set before start; nil: none
+	limitNS string          // Options.Namespace, set before start
 	stop    func()
 	done    chan struct{} // closed when the engine's Run has returned
 }
@@ -106,7 +107,7 @@ func (h *harness) startWith(set *rules.Set, waitReady bool) {
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: h.cs.CoreV1().Events("")})
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "syncloop"})
 
-	h.engine = New(Options{Client: dc, Mapper: dynamic.NewMapper(disco, 200*time.Millisecond), Recorder: recorder, DrainTimeout: 5 * time.Second, Plan: h.plan, Metrics: h.metrics})
+	h.engine = New(Options{Client: dc, Mapper: dynamic.NewMapper(disco, 200*time.Millisecond), Recorder: recorder, DrainTimeout: 5 * time.Second, Plan: h.plan, Metrics: h.metrics, Namespace: h.limitNS})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	h.done = done

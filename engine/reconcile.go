@@ -93,6 +93,9 @@ func (c *controller) childrenOf(owner string) []*unstructured.Unstructured {
 func (c *controller) applyChild(ctx context.Context, trigger *unstructured.Unstructured, child rules.Child) (map[string]any, error) {
 	obj := child.Object
 	ref := refOf(obj)
+	if c.e.ns != "" && ref.namespace != c.e.ns {
+		return nil, fmt.Errorf("resource %q: %s %s is outside namespace %q, to which syncloop is limited (--watch-namespace)", child.ResourceID, ref.gvk.Kind, cacheKey(ref), c.e.ns)
+	}
 	ck := c.children[ref.gvk]
 	hash := contentHash(obj.Object)
 	ann := obj.GetAnnotations()

@@ -36,7 +36,7 @@ nothing to do, 2 when changes are pending and 1 on any error.`,
 				return err
 			}
 			printer := engine.NewPlanPrinter(cmd.OutOrStdout(), cmd.ErrOrStderr(), output == "json", false)
-			eng := engine.New(engine.Options{Client: cl.dynamic, Mapper: dynamic.NewMapper(cl.discovery, 0), Plan: printer})
+			eng := engine.New(engine.Options{Client: cl.dynamic, Mapper: dynamic.NewMapper(cl.discovery, 0), Plan: printer, Namespace: cf.watchNamespace})
 			if err := eng.PlanOnce(cmd.Context(), set); err != nil {
 				fmt.Fprintln(cmd.ErrOrStderr(), "error:", err)
 				return exitCode(1)

@@ -88,10 +88,11 @@ func (f *clusterFlags) clients() (*clients, error) {
 
 // clusterFlags are the flags of every command that talks to a cluster.
 type clusterFlags struct {
-	kubeconfig string
-	context    string
-	qps        float32
-	burst      int
+	kubeconfig     string
+	context        string
+	qps            float32
+	burst          int
+	watchNamespace string
 }
 
 func (f *clusterFlags) register(cmd *cobra.Command) {
@@ -99,6 +100,7 @@ func (f *clusterFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.context, "context", "", "kubeconfig context to use")
 	cmd.Flags().Float32Var(&f.qps, "qps", 50, "client-side limit of API requests per second")
 	cmd.Flags().IntVar(&f.burst, "burst", 100, "client-side burst of API requests")
+	cmd.Flags().StringVar(&f.watchNamespace, "watch-namespace", "", "limit syncloop to this namespace, so that it needs no cluster-wide rights: rules must watch and make namespaced kinds there")
 }
 
 // restConfig loads the client configuration the way kubectl does.
@@ -196,6 +198,7 @@ version in force; at start, files that fail are left out and reported.`,
 				Metrics:      m,
 				QueueMetrics: m.Workqueue(),
 				DrainTimeout: drainPeriod,
+				Namespace:    cf.watchNamespace,
 			}
 			if dryRun {
 				opts.Plan = engine.NewPlanPrinter(cmd.OutOrStdout(), cmd.ErrOrStderr(), output == "json", true)
