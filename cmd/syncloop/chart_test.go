@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery"
@@ -197,6 +198,26 @@ func TestChartTemplate(t *testing.T) {
 		}
 	})
 
+	t.Run("one namespace", func(t *testing.T) {
+		r := template(t, "--set-file", tenant, "--set", "watchNamespace=team")
+		if args := strings.Join(podSpec(t, r).Containers[0].Args, " "); !strings.Contains(args, "--watch-namespace=team") {
+			t.Errorf("args %q lack --watch-namespace=team", args)
+		}
+		for _, kind := range []string{"Role", "RoleBinding"} {
+			if ns := r.get(t, kind, "rel-syncloop").GetNamespace(); ns != "team" {
+				t.Errorf("%s in namespace %q, want team", kind, ns)
+			}
+		}
+		for key := range r {
+			if strings.HasPrefix(key, "Cluster") {
+				t.Errorf("%s rendered: with watchNamespace syncloop needs no cluster-wide rights", key)
+			}
+		}
+		if _, err := helmCmd(t, "template", "rel", chartDir, "--set", "watchNamespace=Team_A"); err == nil {
+			t.Error("an invalid namespace name was accepted")
+		}
+	})
+
 	t.Run("existing ConfigMap", func(t *testing.T) {
 		r := template(t, "--set", "rules.existingConfigMap=my-rules")
 		if r["ConfigMap/rel-syncloop-rules"] != nil {
@@ -296,7 +317,7 @@ func TestChartInstall(t *testing.T) {
 	// Run as the chart's ServiceAccount, with the installed rules; release
 	// is the release's full name (its ServiceAccount, ConfigMap prefix and
 	// Lease).
-	runAs := func(release, namespace string) (stop func()) {
+	runAs := func(release, namespace string, extra ...string) (stop func()) {
 		t.Helper()
 		sa, err := env.ServiceAccountConfig(ctx, namespace, release)
 		if err != nil {
@@ -320,9 +341,9 @@ func TestChartInstall(t *testing.T) {
 		var logs syncBuffer
 		exited := make(chan int, 1)
 		go func() {
-			exited <- runContext(runCtx, []string{"run", "-f", dir, "--kubeconfig", kubeconfig, "--leader-elect",
+			exited <- runContext(runCtx, append([]string{"run", "-f", dir, "--kubeconfig", kubeconfig, "--leader-elect",
 				"--leader-elect-namespace", namespace, "--leader-elect-id", release,
-				"--metrics-bind-address", "0", "--health-probe-bind-address", "0"}, io.Discard, &logs)
+				"--metrics-bind-address", "0", "--health-probe-bind-address", "0"}, extra...), io.Discard, &logs)
 		}()
 		return func() {
 			cancel()
@@ -406,6 +427,51 @@ func TestChartInstall(t *testing.T) {
 				_, err := cs.RbacV1().RoleBindings("restricted-team").Get(ctx, "tenant-edit", metav1.GetOptions{})
 				return err
 			})
+	})
+	stop()
+
+	// One namespace: a Role there is all the chart grants, and all the app
+	// example needs.
+	newNS("apps-team")
+	namespaced := []string{"install", "apps", chartDir, "-n", "apps-team", "--kubeconfig", env.Kubeconfig(),
+		"--set-file", "rules.app\\.yaml=../../examples/app/rules.yaml", "--set", "watchNamespace=apps-team"}
+	if out, err := helmCmd(t, namespaced...); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	bindings, err := cs.RbacV1().ClusterRoleBindings().List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=apps"})
+	if err != nil || len(bindings.Items) != 0 {
+		t.Fatalf("the namespaced release bound cluster-wide rights: %v %v", bindings, err)
+	}
+	stop = runAs("apps-syncloop", "apps-team", "--watch-namespace", "apps-team")
+	app := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "example.syncloop.dev/v1", "kind": "App",
+		"metadata": map[string]any{"name": "api", "namespace": "apps-team"},
+		"spec":     map[string]any{"image": "nginx:1.29", "replicas": int64(2)},
+	}}
+	dc, err := k8sdynamic.NewForConfig(env.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	apps := dc.Resource(schema.GroupVersionResource{Group: "example.syncloop.dev", Version: "v1", Resource: "apps"}).Namespace("apps-team")
+	if _, err := apps.Create(ctx, app, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll("the app's children, made with a Role in one namespace", func() bool {
+		return exists(func() error {
+			_, err := cs.AppsV1().Deployments("apps-team").Get(ctx, "api", metav1.GetOptions{})
+			return err
+		}) && exists(func() error {
+			_, err := cs.CoreV1().Services("apps-team").Get(ctx, "api", metav1.GetOptions{})
+			return err
+		}) && exists(func() error {
+			a, err := apps.Get(ctx, "api", metav1.GetOptions{})
+			if err == nil {
+				if _, ok, _ := unstructured.NestedString(a.Object, "status", "url"); !ok {
+					return errors.New("no status yet")
+				}
+			}
+			return err
+		})
 	})
 	stop()
 }
