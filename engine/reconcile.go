@@ -185,13 +185,23 @@ func (c *controller) prune(ctx context.Context, trigger *unstructured.Unstructur
 		if !ok {
 			continue
 		}
+		// Remembered before the request, so that the informer's delete
+		// event, which may come before Delete returns, forgets it.
 		c.mu.Lock()
 		gone := c.deleted[ref] == child.GetUID()
+		if !gone && c.e.plan == nil {
+			c.deleted[ref] = child.GetUID()
+		}
 		c.mu.Unlock()
 		if gone { // deleted already; the cache has not caught up
 			continue
 		}
 		err := c.e.writer.Delete(ctx, ck.mapping, ref.namespace, ref.name, child.GetUID())
+		if err != nil {
+			c.mu.Lock()
+			delete(c.deleted, ref)
+			c.mu.Unlock()
+		}
 		switch {
 		case apierrors.IsNotFound(err), apierrors.IsConflict(err):
 			// Gone already, or replaced by another object: nothing to prune.
@@ -205,7 +215,6 @@ func (c *controller) prune(ctx context.Context, trigger *unstructured.Unstructur
 		}
 		c.mu.Lock()
 		delete(c.applied, ref)
-		c.deleted[ref] = child.GetUID()
 		c.mu.Unlock()
 		c.e.metrics.Write(c.rule.Name, "delete")
 		klog.FromContext(ctx).V(2).Info("Pruned child", "kind", ref.gvk.Kind, "child", klog.KObj(child))
