@@ -10,7 +10,7 @@ TESTFLAGS ?= -race -count=1 -timeout=30m
 
 IMAGE    ?= ghcr.io/syncloop/syncloop:$(VERSION)
 
-.PHONY: help build build-static image test test-short testenv demo cluster bench bench-full lint clean
+.PHONY: help build build-static image test test-short testenv demo cluster bench bench-full soak lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -44,6 +44,9 @@ bench: testenv ## benchmark 1,000 triggers against the limit; appends to bench/R
 
 bench-full: testenv ## the same with 10,000 triggers
 	$(GO) run ./bench -n 10000 -record bench/RESULTS.md
+
+soak: testenv ## churn triggers and rules for DURATION (default 10m), printing memory and goroutines; not in CI
+	$(GO) run ./hack/soak -duration $(or $(DURATION),10m)
 
 lint: ## gofmt check and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
