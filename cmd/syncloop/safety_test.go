@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -120,4 +122,106 @@ func TestRulesVanishing(t *testing.T) {
 	if uid("t-c") != kept {
 		t.Error("t-c was deleted while the rule files were broken or gone")
 	}
+}
+
+// TestForbiddenReported: run as a ServiceAccount that may not list Secrets,
+// a rule watching them is reported where an operator looks — /readyz
+// (503, quoting the refusal), syncloop_rule_ready and
+// syncloop_watch_errors_total — while the rule it may run works.
+func TestForbiddenReported(t *testing.T) {
+	env := testenv.Get(t)
+	ctx := t.Context()
+	cs, err := kubernetes.NewForConfig(env.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "forbidden-"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	role := &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "configmaps", Namespace: ns.Name},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+		},
+	}
+	if _, err := cs.RbacV1().Roles(ns.Name).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.RbacV1().RoleBindings(ns.Name).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "configmaps", Namespace: ns.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "configmaps"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "syncloop", Namespace: ns.Name}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := env.ServiceAccountConfig(ctx, ns.Name, "syncloop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := testenv.WriteKubeconfig(kubeconfig, sa, "syncloop"); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	rulesText := strings.ReplaceAll(fanoutRules, "NS", ns.Name) + `---
+apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: secret-keys}
+spec:
+  watch: {apiVersion: v1, kind: Secret, namespace: NS}
+  resources:
+    - id: keys
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${object.metadata.name}-keys"}}
+`
+	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte(strings.ReplaceAll(rulesText, "NS", ns.Name)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().ConfigMaps(ns.Name).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "t", Labels: map[string]string{"fanout": "yes"}}, Data: map[string]string{"v": "1"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	metrics, probes := freeAddr(t), freeAddr(t)
+	runCtx, cancel := context.WithCancel(context.Background())
+	exited := make(chan int, 1)
+	go func() {
+		exited <- runContext(runCtx, []string{"run", "-f", dir, "--kubeconfig", kubeconfig, "--watch-namespace", ns.Name,
+			"--metrics-bind-address", metrics, "--health-probe-bind-address", probes}, io.Discard, io.Discard)
+	}()
+	defer func() {
+		cancel()
+		if code := <-exited; code != 0 {
+			t.Errorf("syncloop run exited %d", code)
+		}
+	}()
+	poll := func(what string, cond func() bool) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true,
+			func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+	poll("the allowed rule's children", func() bool {
+		_, err := cs.CoreV1().ConfigMaps(ns.Name).Get(ctx, "t-c", metav1.GetOptions{})
+		return err == nil
+	})
+	var body string
+	poll("/readyz to report the forbidden rule", func() bool {
+		resp, err := http.Get("http://" + probes + "/readyz")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		body = string(b)
+		return resp.StatusCode == http.StatusServiceUnavailable && strings.Contains(body, "rule secret-keys: syncing: cannot list and watch secrets/v1 in "+ns.Name) &&
+			strings.Contains(body, "forbidden") && strings.Contains(body, "rule fanout: running")
+	})
+	poll("the metrics to report it", func() bool {
+		m := httpGet("http://" + metrics + "/metrics")
+		return strings.Contains(m, `syncloop_rule_ready{rule="secret-keys"} 0`) && strings.Contains(m, `syncloop_rule_ready{rule="fanout"} 1`) &&
+			strings.Contains(m, `syncloop_watch_errors_total{reason="Forbidden",resource="secrets"}`)
+	})
 }
