@@ -284,14 +284,7 @@ spec:
 		return ok && cm.Labels[rules.LabelRule] == "first"
 	})
 	h.createCM("b", map[string]string{"second": "1"}, nil)
-	h.eventually("a Failed event naming the conflict", func() bool {
-		for _, e := range h.events("Failed") {
-			if e.InvolvedObject.Name == "b" && strings.Contains(e.Message, `is managed by rule "first"`) {
-				return true
-			}
-		}
-		return false
-	})
+	h.waitForFailed("b", `is managed by rule "first"`)
 	before, _ := h.configMap(h.ns, "shared")
 	c := h.controller("second")
 	r0 := c.resyncs.Load()

@@ -146,6 +146,13 @@ func (h *harness) eventually(what string, cond func() bool) {
 	h.eventuallyWithin(30*time.Second, what, cond)
 }
 
+// within reports whether cond holds within timeout.
+func (h *harness) within(timeout time.Duration, cond func() bool) bool {
+	return wait.PollUntilContextTimeout(h.t.Context(), 25*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	}) == nil
+}
+
 func (h *harness) eventuallyWithin(timeout time.Duration, what string, cond func() bool) {
 	h.t.Helper()
 	err := wait.PollUntilContextTimeout(h.t.Context(), 25*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
@@ -208,6 +215,20 @@ func (h *harness) events(reason string) []corev1.Event {
 		}
 	}
 	return out
+}
+
+// waitForFailed waits for a Failed Event on the trigger named object whose
+// message contains text.
+func (h *harness) waitForFailed(object, text string) {
+	h.t.Helper()
+	h.eventually(fmt.Sprintf("a Failed event on %s saying %q", object, text), func() bool {
+		for _, e := range h.events("Failed") {
+			if e.InvolvedObject.Name == object && strings.Contains(e.Message, text) {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // copyRule: every ConfigMap labelled copy=yes in NS gets a copy named

@@ -53,14 +53,7 @@ spec:
 	pairs := map[string]string{"pairs": "yes"}
 	h.createCM("small", pairs, map[string]string{"items": "a,b,c"})
 	h.createCM("bomb", pairs, map[string]string{"items": strings.TrimSuffix(strings.Repeat("x,", 5000), ",")})
-	h.eventually("the bomb's cost-limit error", func() bool {
-		for _, e := range h.events("Failed") {
-			if e.InvolvedObject.Name == "bomb" && strings.Contains(e.Message, "CEL cost limit exceeded") {
-				return true
-			}
-		}
-		return false
-	})
+	h.waitForFailed("bomb", "CEL cost limit exceeded")
 	h.eventually("the small trigger's child", func() bool {
 		cm, ok := h.configMap(h.ns, "small-pairs")
 		return ok && cm.Data["n"] == "3"

@@ -49,11 +49,15 @@ func TestTriggerChurnDoesNotLeak(t *testing.T) {
 				_, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"copy": "yes"}}}, metav1.CreateOptions{})
 				return err
 			})
-			h.eventuallyWithin(2*time.Minute, "the batch's children", func() bool { return len(c.cachedChildren()) == batch })
+			if !h.within(2*time.Minute, func() bool { return len(c.cachedChildren()) == batch }) {
+				t.Fatalf("round %d: %d children in the cache, want %d; queue %d, in flight %d", round, len(c.cachedChildren()), batch, c.queue.Len(), c.inFlight.Load())
+			}
 			parallel(t, names, func(ctx context.Context, name string) error {
 				return cms.Delete(ctx, name, metav1.DeleteOptions{})
 			})
-			h.eventuallyWithin(2*time.Minute, "the batch's children pruned", func() bool { return len(c.cachedChildren()) == 0 && c.idle() })
+			if !h.within(2*time.Minute, func() bool { return len(c.cachedChildren()) == 0 && c.idle() }) {
+				t.Fatalf("round %d: %d children still in the cache; queue %d, in flight %d", round, len(c.cachedChildren()), c.queue.Len(), c.inFlight.Load())
+			}
 		}
 	}
 	churn(warmup)

@@ -82,14 +82,7 @@ spec:
 		}
 		return false
 	})
-	h.eventually("a Failed event for the child outside the namespace", func() bool {
-		for _, e := range h.events("Failed") {
-			if e.InvolvedObject.Name == "escape" && strings.Contains(e.Message, `is outside namespace "`+h.ns+`"`) {
-				return true
-			}
-		}
-		return false
-	})
+	h.waitForFailed("escape", `is outside namespace "`+h.ns+`"`)
 	prefix := "/api/v1/namespaces/" + h.ns + "/"
 	for _, r := range h.counter.Requests(nil) {
 		if r.Status == 403 {

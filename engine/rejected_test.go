@@ -16,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/syncloop/syncloop/internal/testenv"
 )
 
 var gizmosGVR = schema.GroupVersionResource{Group: "test.syncloop.dev", Version: "v1", Resource: "gizmos"}
@@ -72,14 +74,7 @@ spec:
 		"schema":  "should be less than or equal to 10",
 		"denied":  denial,
 	} {
-		h.eventually("a Failed event on "+trigger+" quoting the API server", func() bool {
-			for _, e := range h.events("Failed") {
-				if e.InvolvedObject.Name == trigger && strings.Contains(e.Message, message) {
-					return true
-				}
-			}
-			return false
-		})
+		h.waitForFailed(trigger, message)
 	}
 	// Everything else was made: the good trigger's children, the siblings
 	// of each rejected child, the other rule's child.
@@ -101,33 +96,40 @@ spec:
 		t.Error("the Gizmo violating the schema exists")
 	}
 
-	// Retries back off exponentially: attempt k comes (2^k - 1) base
-	// delays after the first, so the attempts in a time T are at most
-	// log2(T/base + 1) + 1; a child event may add one. A hot loop would
-	// make hundreds.
-	var first time.Time
-	attempts := func() int {
-		n := 0
-		for _, r := range h.counter.Requests(nil) {
-			if r.Method == "PATCH" && strings.HasSuffix(r.Path, "/configmaps/Bad_Name") {
-				if n == 0 {
-					first = r.Time
-				}
-				n++
-			}
-		}
-		return n
-	}
-	h.eventually("the rejected child to be retried", func() bool { return attempts() >= 5 })
-	n, elapsed := attempts(), time.Since(first)
-	if limit := int(math.Log2(float64(elapsed)/float64(baseDelay)+1)) + 2; n > limit {
-		t.Errorf("%d attempts in %v: more than exponential backoff from %v allows (%d)", n, elapsed, baseDelay, limit)
-	}
-	t.Logf("%d attempts in %v", n, elapsed.Round(time.Millisecond))
+	// Retries back off exponentially.
+	h.checkBackoff("applies of the rejected child", baseDelay, 5, func(r testenv.Request) bool {
+		return r.Method == "PATCH" && strings.HasSuffix(r.Path, "/configmaps/Bad_Name")
+	})
 	for _, s := range h.engine.States() {
 		if s.State != StateRunning {
 			t.Errorf("rule %s is %s, want running", s.Rule, s.State)
 		}
+	}
+}
+
+// checkBackoff waits for at least min requests matching match, then
+// checks that there are no more than exponential backoff from base allows
+// since the first: attempt k comes at least (2^k - 1) base delays after the
+// first, so a time T holds at most log2(T/base + 1) + 1 attempts (one more
+// is allowed for a retry an event brings early). A hot loop would make
+// hundreds. Only an upper bound: a slow machine makes fewer.
+func (h *harness) checkBackoff(what string, base time.Duration, min int, match func(testenv.Request) bool) {
+	h.t.Helper()
+	var first time.Time
+	attempts := func() int {
+		n := 0
+		for _, r := range h.counter.Requests(match) {
+			if n == 0 {
+				first = r.Time
+			}
+			n++
+		}
+		return n
+	}
+	h.eventually(fmt.Sprintf("%d %s", min, what), func() bool { return attempts() >= min })
+	n, elapsed := attempts(), time.Since(first)
+	if limit := int(math.Log2(float64(elapsed)/float64(base)+1)) + 2; n > limit {
+		h.t.Errorf("%d %s in %v: more than exponential backoff from %v allows (%d)", n, what, elapsed, base, limit)
 	}
 }
 
@@ -301,39 +303,16 @@ spec:
 		t.Error("the engine is ready with a rule that cannot start")
 	}
 	// Writing a forbidden child fails that trigger only, with the reason.
-	h.eventually("a Failed event for the forbidden ServiceAccount", func() bool {
-		for _, e := range h.events("Failed") {
-			if e.InvolvedObject.Name == "account" && strings.Contains(e.Message, "forbidden") {
-				return true
-			}
-		}
-		return false
-	})
+	h.waitForFailed("account", "forbidden")
 	if s := state("copy"); s.State != StateRunning {
 		t.Errorf("the allowed rule is %s: %s", s.State, s.Detail)
 	}
 
-	// The reflector backs off: the attempts to list Secrets (each a
-	// watch-list request, then a plain list) in a time T are at most those
-	// of exponential backoff from client-go's 800 ms.
-	var first time.Time
-	attempts := func() int {
-		n := 0
-		for _, r := range h.counter.Requests(nil) {
-			if classify(r) == "list" && strings.HasSuffix(r.Path, "/secrets") {
-				if n == 0 {
-					first = r.Time
-				}
-				n++
-			}
-		}
-		return n
-	}
-	h.eventually("three attempts to list Secrets", func() bool { return attempts() >= 3 })
-	n, elapsed := attempts(), time.Since(first)
-	if limit := int(math.Log2(float64(elapsed)/float64(800*time.Millisecond)+1)) + 2; n > limit {
-		t.Errorf("%d attempts to list Secrets in %v: more than backoff allows (%d)", n, elapsed, limit)
-	}
+	// The reflector backs off from client-go's 800 ms; each attempt is a
+	// watch-list request, then a plain list.
+	h.checkBackoff("lists of Secrets", 800*time.Millisecond, 3, func(r testenv.Request) bool {
+		return classify(r) == "list" && strings.HasSuffix(r.Path, "/secrets")
+	})
 
 	// Granted the right, the rule starts on its own.
 	allow(append(base, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"list", "watch"}})...)

@@ -86,13 +86,10 @@ func TestCrashAndRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "crash-"}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cms := cs.CoreV1().ConfigMaps(ns.Name)
+	ns := newNamespace(t, cs, "crash")
+	cms := cs.CoreV1().ConfigMaps(ns)
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte(strings.ReplaceAll(fanoutRules, "NS", ns.Name)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte(strings.ReplaceAll(fanoutRules, "NS", ns)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	const triggers = 60
@@ -111,13 +108,7 @@ func TestCrashAndRestart(t *testing.T) {
 		}
 		return list.Items
 	}
-	poll := func(what string, cond func() bool) {
-		t.Helper()
-		if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 60*time.Second, true,
-			func(context.Context) (bool, error) { return cond(), nil }); err != nil {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
+	poll := func(what string, cond func() bool) { t.Helper(); pollUntil(t, 60*time.Second, what, cond) }
 	common := []string{"run", "-f", dir, "--kubeconfig", env.Kubeconfig(), "--metrics-bind-address=0", "--health-probe-bind-address=0"}
 
 	// 180 applies at 15 requests a second take 12 s: kill it early on.
@@ -200,14 +191,7 @@ func TestSecretsStayOutOfOutput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var nss []string
-	for range 3 {
-		ns, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "secret-"}}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		nss = append(nss, ns.Name)
-	}
+	nss := []string{newNamespace(t, cs, "secret"), newNamespace(t, cs, "secret"), newNamespace(t, cs, "secret")}
 	src, dst1, dst2 := nss[0], nss[1], nss[2]
 	values := []string{"s3cr3t-first-4242", "s3cr3t-second-8686", "s3cr3t-third-1357"}
 	secrets := cs.CoreV1().Secrets(src)
@@ -224,13 +208,7 @@ func TestSecretsStayOutOfOutput(t *testing.T) {
 			return err == nil && string(s.Data["password"]) == value
 		}
 	}
-	poll := func(what string, cond func() bool) {
-		t.Helper()
-		if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true,
-			func(context.Context) (bool, error) { return cond(), nil }); err != nil {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
+	poll := func(what string, cond func() bool) { t.Helper(); pollUntil(t, 30*time.Second, what, cond) }
 	rulesFile := filepath.Join(examplesDir, "replicate", "rules.yaml")
 	proc := syncloopProcess(t, "syncloop", "run", "-v=10", "-f", rulesFile, "--kubeconfig", env.Kubeconfig(),
 		"--metrics-bind-address=0", "--health-probe-bind-address=0")

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"os"
@@ -16,7 +15,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/syncloop/syncloop/internal/testenv"
@@ -34,17 +32,14 @@ func TestRulesVanishing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "vanish-"}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cms := cs.CoreV1().ConfigMaps(ns.Name)
+	ns := newNamespace(t, cs, "vanish")
+	cms := cs.CoreV1().ConfigMaps(ns)
 	dir := filepath.Join(t.TempDir(), "rules")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	file := filepath.Join(dir, "rules.yaml")
-	if err := os.WriteFile(file, []byte(strings.ReplaceAll(fanoutRules, "NS", ns.Name)), 0o644); err != nil {
+	if err := os.WriteFile(file, []byte(strings.ReplaceAll(fanoutRules, "NS", ns)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cms.Create(ctx, &corev1.ConfigMap{
@@ -53,27 +48,8 @@ func TestRulesVanishing(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	metrics, probes := freeAddr(t), freeAddr(t)
-	runCtx, cancel := context.WithCancel(context.Background())
-	exited := make(chan int, 1)
-	go func() {
-		exited <- runContext(runCtx, []string{"run", "-f", dir, "--kubeconfig", env.Kubeconfig(),
-			"--metrics-bind-address", metrics, "--health-probe-bind-address", probes}, io.Discard, io.Discard)
-	}()
-	defer func() {
-		cancel()
-		if code := <-exited; code != 0 {
-			t.Errorf("syncloop run exited %d", code)
-		}
-	}()
-
-	poll := func(what string, cond func() bool) {
-		t.Helper()
-		if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true,
-			func(context.Context) (bool, error) { return cond(), nil }); err != nil {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
+	metrics, probes := runInProcess(t, "-f", dir, "--kubeconfig", env.Kubeconfig())
+	poll := func(what string, cond func() bool) { t.Helper(); pollUntil(t, 30*time.Second, what, cond) }
 	uid := func(name string) string {
 		cm, err := cms.Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -135,28 +111,25 @@ func TestForbiddenReported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "forbidden-"}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ns := newNamespace(t, cs, "forbidden")
 	role := &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Name: "configmaps", Namespace: ns.Name},
+		ObjectMeta: metav1.ObjectMeta{Name: "configmaps", Namespace: ns},
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
 			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		},
 	}
-	if _, err := cs.RbacV1().Roles(ns.Name).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+	if _, err := cs.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cs.RbacV1().RoleBindings(ns.Name).Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "configmaps", Namespace: ns.Name},
+	if _, err := cs.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "configmaps", Namespace: ns},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "configmaps"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "syncloop", Namespace: ns.Name}},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "syncloop", Namespace: ns}},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	sa, err := env.ServiceAccountConfig(ctx, ns.Name, "syncloop")
+	sa, err := env.ServiceAccountConfig(ctx, ns, "syncloop")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +138,7 @@ func TestForbiddenReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	rulesText := strings.ReplaceAll(fanoutRules, "NS", ns.Name) + `---
+	rulesText := strings.ReplaceAll(fanoutRules, "NS", ns) + `---
 apiVersion: syncloop.dev/v1alpha1
 kind: Rule
 metadata: {name: secret-keys}
@@ -175,36 +148,18 @@ spec:
     - id: keys
       template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${object.metadata.name}-keys"}}
 `
-	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte(strings.ReplaceAll(rulesText, "NS", ns.Name)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte(strings.ReplaceAll(rulesText, "NS", ns)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cs.CoreV1().ConfigMaps(ns.Name).Create(ctx, &corev1.ConfigMap{
+	if _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: "t", Labels: map[string]string{"fanout": "yes"}}, Data: map[string]string{"v": "1"},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	metrics, probes := freeAddr(t), freeAddr(t)
-	runCtx, cancel := context.WithCancel(context.Background())
-	exited := make(chan int, 1)
-	go func() {
-		exited <- runContext(runCtx, []string{"run", "-f", dir, "--kubeconfig", kubeconfig, "--watch-namespace", ns.Name,
-			"--metrics-bind-address", metrics, "--health-probe-bind-address", probes}, io.Discard, io.Discard)
-	}()
-	defer func() {
-		cancel()
-		if code := <-exited; code != 0 {
-			t.Errorf("syncloop run exited %d", code)
-		}
-	}()
-	poll := func(what string, cond func() bool) {
-		t.Helper()
-		if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true,
-			func(context.Context) (bool, error) { return cond(), nil }); err != nil {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
+	metrics, probes := runInProcess(t, "-f", dir, "--kubeconfig", kubeconfig, "--watch-namespace", ns)
+	poll := func(what string, cond func() bool) { t.Helper(); pollUntil(t, 30*time.Second, what, cond) }
 	poll("the allowed rule's children", func() bool {
-		_, err := cs.CoreV1().ConfigMaps(ns.Name).Get(ctx, "t-c", metav1.GetOptions{})
+		_, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, "t-c", metav1.GetOptions{})
 		return err == nil
 	})
 	var body string
@@ -216,7 +171,7 @@ spec:
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
 		body = string(b)
-		return resp.StatusCode == http.StatusServiceUnavailable && strings.Contains(body, "rule secret-keys: syncing: cannot list and watch secrets/v1 in "+ns.Name) &&
+		return resp.StatusCode == http.StatusServiceUnavailable && strings.Contains(body, "rule secret-keys: syncing: cannot list and watch secrets/v1 in "+ns) &&
 			strings.Contains(body, "forbidden") && strings.Contains(body, "rule fanout: running")
 	})
 	poll("the metrics to report it", func() bool {

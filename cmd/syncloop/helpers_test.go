@@ -1,0 +1,54 @@
+package main
+
+import (
+	"context"
+	"io"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+)
+
+// newNamespace creates a namespace named from prefix and returns its name.
+func newNamespace(t *testing.T, cs kubernetes.Interface, prefix string) string {
+	t.Helper()
+	ns, err := cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+// pollUntil checks cond every 20 ms and fails the test if it does not hold
+// within timeout.
+func pollUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, timeout, true,
+		func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// runInProcess runs `syncloop run` with args, serving metrics and probes on
+// free addresses it returns, until the test ends; the test fails if it
+// exits other than 0.
+func runInProcess(t *testing.T, args ...string) (metrics, probes string) {
+	t.Helper()
+	metrics, probes = freeAddr(t), freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	exited := make(chan int, 1)
+	go func() {
+		exited <- runContext(ctx, append(append([]string{"run"}, args...),
+			"--metrics-bind-address", metrics, "--health-probe-bind-address", probes), io.Discard, io.Discard)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if code := <-exited; code != 0 {
+			t.Errorf("syncloop run exited %d", code)
+		}
+	})
+	return metrics, probes
+}
