@@ -1,6 +1,15 @@
 package main
 
-import "strings"
+import (
+	"strings"
+
+	"k8s.io/klog/v2"
+)
+
+// At -v=8 and above client-go logs API request and response bodies, which
+// hold Secret data: the filter drops them at every verbosity. klog's filter
+// is process-wide and must be set before anything logs, hence init.
+func init() { klog.SetLogFilter(bodyFilter{}) }
 
 // omittedBody replaces an API body in the logs.
 const omittedBody = "<omitted by syncloop: API bodies may hold Secret data>"

@@ -67,8 +67,5 @@ pruned when no longer desired, with status written back.`,
 	for _, name := range []string{"v", "vmodule"} {
 		root.PersistentFlags().AddGoFlag(logFlags.Lookup(name))
 	}
-	// At -v=8 and above client-go logs API request and response bodies,
-	// which hold Secret data: the filter drops them at every verbosity.
-	klog.SetLogFilter(bodyFilter{})
 	return root
 }
