@@ -10,6 +10,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/syncloop/syncloop/rules"
 )
 
 // heapAfterGC is the live heap once garbage is collected.
@@ -49,14 +53,14 @@ func TestTriggerChurnDoesNotLeak(t *testing.T) {
 				_, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"copy": "yes"}}}, metav1.CreateOptions{})
 				return err
 			})
-			if !h.within(2*time.Minute, func() bool { return len(c.cachedChildren()) == batch }) {
-				t.Fatalf("round %d: %d children in the cache, want %d; queue %d, in flight %d", round, len(c.cachedChildren()), batch, c.queue.Len(), c.inFlight.Load())
+			if !h.within(2*time.Minute, func() bool { return len(c.cachedChildren(h.ns)) == batch }) {
+				t.Fatalf("round %d: %d children in the cache, want %d; queue %d, in flight %d", round, len(c.cachedChildren(h.ns)), batch, c.queue.Len(), c.inFlight.Load())
 			}
 			parallel(t, names, func(ctx context.Context, name string) error {
 				return cms.Delete(ctx, name, metav1.DeleteOptions{})
 			})
-			if !h.within(2*time.Minute, func() bool { return len(c.cachedChildren()) == 0 && c.idle() }) {
-				t.Fatalf("round %d: %d children still in the cache; queue %d, in flight %d", round, len(c.cachedChildren()), c.queue.Len(), c.inFlight.Load())
+			if !h.within(2*time.Minute, func() bool { return len(c.cachedChildren(h.ns)) == 0 && c.idle() }) {
+				t.Fatalf("round %d: %d children still in the cache; queue %d, in flight %d", round, len(c.cachedChildren(h.ns)), c.queue.Len(), c.inFlight.Load())
 			}
 		}
 	}
@@ -81,12 +85,17 @@ func TestTriggerChurnDoesNotLeak(t *testing.T) {
 	}
 }
 
-// cachedChildren lists the rule's children in its cache.
-func (c *controller) cachedChildren() []any {
+// cachedChildren lists the rule's children in namespace ns in its cache
+// (other tests leave children of same-named rules elsewhere).
+func (c *controller) cachedChildren(ns string) []any {
 	var out []any
 	for _, ck := range c.children {
-		objs, _ := ck.sub.Indexer().ByIndex(ruleIndex, c.rule.Name)
-		out = append(out, objs...)
+		objs, _ := ck.sub.Indexer().ByIndex(cache.NamespaceIndex, ns)
+		for _, o := range objs {
+			if o.(*unstructured.Unstructured).GetLabels()[rules.LabelRule] == c.rule.Name {
+				out = append(out, o)
+			}
+		}
 	}
 	return out
 }
