@@ -33,6 +33,9 @@ type Metrics interface {
 	// ("resource.group"), by reason: the API status reason (Forbidden,
 	// Expired, …) or Unreachable when no answer came.
 	WatchError(resource, reason string)
+	// RuleRemoved drops what is counted for a rule no longer in force, so
+	// that rules coming and going leave no series behind.
+	RuleRemoved(rule string)
 }
 
 type noMetrics struct{}
@@ -40,6 +43,7 @@ type noMetrics struct{}
 func (noMetrics) ReconcileDone(string, string, time.Duration) {}
 func (noMetrics) Write(string, string)                        {}
 func (noMetrics) WatchError(string, string)                   {}
+func (noMetrics) RuleRemoved(string)                          {}
 
 // Options configure an Engine.
 type Options struct {
@@ -212,6 +216,11 @@ func (e *Engine) Apply(ctx context.Context, set *rules.Set) {
 		}()
 	}
 	wg.Wait()
+	for _, c := range stopping {
+		if _, kept := want[c.rule.Name]; !kept {
+			e.metrics.RuleRemoved(c.rule.Name)
+		}
+	}
 	for name, r := range want {
 		if _, running := e.controllers[name]; !running {
 			c := newController(e, r)

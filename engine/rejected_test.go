@@ -183,14 +183,20 @@ func (h *harness) denyInNamespace(message, validation string) {
 	}
 }
 
-// watchErrors records the engine's WatchError calls.
+// watchErrors records the engine's WatchError and RuleRemoved calls.
 type watchErrors struct {
-	mu     sync.Mutex
-	counts map[string]int // "resource reason"
+	mu      sync.Mutex
+	counts  map[string]int // "resource reason"
+	removed []string
 }
 
 func (w *watchErrors) ReconcileDone(string, string, time.Duration) {}
 func (w *watchErrors) Write(string, string)                        {}
+func (w *watchErrors) RuleRemoved(rule string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.removed = append(w.removed, rule)
+}
 func (w *watchErrors) WatchError(resource, reason string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -177,3 +177,19 @@ func TestReloadCyclesDoNotLeak(t *testing.T) {
 	})
 	t.Logf("heap %d → %d bytes (%+.1f%%) over 200 rule cycles", heap, after, 100*(float64(after)/float64(heap)-1))
 }
+
+// TestRemovedRuleMetrics: the metrics of a removed rule are dropped; those
+// of a changed rule, which keeps running, are not.
+func TestRemovedRuleMetrics(t *testing.T) {
+	h := newHarness(t)
+	m := &watchErrors{}
+	h.metrics = m
+	h.start(h.loadRules(labelRule("changed", "a", "x") + "---\n" + labelRule("removed", "b", "y")))
+	h.engine.Apply(t.Context(), h.loadRules(labelRule("changed", "a", "z")))
+	h.eventually("the changed rule running", func() bool { return h.engine.Ready() })
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.removed) != 1 || m.removed[0] != "removed" {
+		t.Errorf("RuleRemoved for %v, want only the removed rule", m.removed)
+	}
+}

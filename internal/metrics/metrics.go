@@ -135,6 +135,21 @@ func (m *Metrics) WatchError(resource, reason string) {
 	m.watchErrs.WithLabelValues(resource, reason).Inc()
 }
 
+// RuleRemoved implements engine.Metrics: every series labelled with the
+// rule, or with its workqueue's name, goes.
+func (m *Metrics) RuleRemoved(rule string) {
+	for _, v := range []interface {
+		DeletePartialMatch(prometheus.Labels) int
+	}{m.reconciles, m.duration, m.writes} {
+		v.DeletePartialMatch(prometheus.Labels{"rule": rule})
+	}
+	for _, v := range []interface {
+		DeletePartialMatch(prometheus.Labels) int
+	}{m.queueDepth, m.queueAdds, m.queueLatency, m.queueWork, m.queueUnfinished, m.queueLongest, m.queueRetries} {
+		v.DeletePartialMatch(prometheus.Labels{"name": rule})
+	}
+}
+
 // RulesLoaded sets syncloop_rules_loaded.
 func (m *Metrics) RulesLoaded(n int) { m.rules.Set(float64(n)) }
 

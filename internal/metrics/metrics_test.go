@@ -80,6 +80,30 @@ workqueue_depth{name="tenant"} 2
 	if n := testutil.CollectAndCount(reg, "syncloop_reconcile_duration_seconds"); n != 1 {
 		t.Errorf("%d duration series, want 1", n)
 	}
+	m.ReconcileDone("gone", "success", time.Millisecond)
+	m.Write("gone", "create")
+	gq := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "gone", MetricsProvider: m.Workqueue()})
+	gq.Add("x")
+	gq.ShutDown()
+	m.RuleRemoved("gone")
+	out, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range out {
+		for _, metric := range mf.GetMetric() {
+			for _, l := range metric.GetLabel() {
+				if l.GetValue() == "gone" {
+					t.Errorf("%s keeps a series of the removed rule", mf.GetName())
+				}
+			}
+		}
+	}
+	if n := testutil.CollectAndCount(reg, "syncloop_reconcile_total"); n != 2 {
+		t.Errorf("%d syncloop_reconcile_total series after removing another rule, want tenant's 2", n)
+	}
+
 	delete(ready, "secrets") // a removed rule leaves no series
 	if n := testutil.CollectAndCount(reg, "syncloop_rule_ready"); n != 1 {
 		t.Errorf("%d syncloop_rule_ready series after a rule was removed, want 1", n)
