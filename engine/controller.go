@@ -60,6 +60,8 @@ type controller struct {
 	reconciles atomic.Int64 // reconciles finished
 	inFlight   atomic.Int64 // reconciles under way
 
+	retired []schema.GroupVersionKind // see newController
+
 	mu      sync.Mutex
 	state   string
 	detail  string
@@ -71,6 +73,10 @@ type controller struct {
 type childKind struct {
 	mapping *meta.RESTMapping
 	sub     *dynamic.Subscription
+	// retired: the rule made this kind before it changed and makes it no
+	// more. Its children are watched only to be pruned, best effort: the
+	// rule neither waits for the kind nor for its informer.
+	retired bool
 }
 
 // childRef names a child object.
@@ -84,7 +90,10 @@ func refOf(obj *unstructured.Unstructured) childRef {
 	return childRef{gvk: obj.GroupVersionKind(), namespace: obj.GetNamespace(), name: obj.GetName()}
 }
 
-func newController(e *Engine, r *rules.Rule) *controller {
+// newController makes the controller of rule r. retired are kinds an
+// earlier version of the rule made and r does not: their children are
+// pruned.
+func newController(e *Engine, r *rules.Rule, retired []schema.GroupVersionKind) *controller {
 	limiter := workqueue.NewTypedMaxOfRateLimiter(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](r.RateLimit.BaseDelay, r.RateLimit.MaxDelay),
 		&workqueue.TypedBucketRateLimiter[cache.ObjectName]{Limiter: rate.NewLimiter(rate.Limit(r.RateLimit.QPS), r.RateLimit.Burst)},
@@ -99,6 +108,7 @@ func newController(e *Engine, r *rules.Rule) *controller {
 		applied:  map[childRef]string{},
 		deleted:  map[childRef]types.UID{},
 		state:    StateWaiting,
+		retired:  retired,
 	}
 }
 
@@ -221,6 +231,11 @@ func (c *controller) resolve(ctx context.Context) bool {
 			}
 		}
 		if missing == nil {
+			for _, gvk := range c.retired {
+				if m, err := c.e.mapper.Mapping(ctx, gvk); err == nil && c.children[gvk] == nil {
+					c.children[gvk] = &childKind{mapping: m, retired: true}
+				}
+			}
 			return true
 		}
 		c.setState(StateWaiting, missing.Error())
@@ -257,7 +272,7 @@ func (c *controller) checkNamespace() error {
 		return fmt.Errorf("it watches namespace %q, but syncloop is limited to namespace %q (--watch-namespace)", w.Namespace, ns)
 	}
 	for gvk, ck := range c.children {
-		if ck.mapping.Scope.Name() != meta.RESTScopeNameNamespace {
+		if !ck.retired && ck.mapping.Scope.Name() != meta.RESTScopeNameNamespace {
 			return fmt.Errorf("its children include %s, which is cluster-scoped, but syncloop is limited to namespace %q (--watch-namespace)", gvk.Kind, ns)
 		}
 	}
@@ -308,6 +323,9 @@ func (c *controller) subscribe(ctx context.Context) error {
 					c.enqueueOwner(obj)
 				},
 			})
+		if err != nil && ck.retired {
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -334,7 +352,9 @@ func (c *controller) unsubscribe() {
 func (c *controller) waitForSync(ctx context.Context) bool {
 	subs := []*dynamic.Subscription{c.trigger}
 	for _, ck := range c.children {
-		subs = append(subs, ck.sub)
+		if !ck.retired {
+			subs = append(subs, ck.sub)
+		}
 	}
 	logged := ""
 	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
@@ -453,6 +473,9 @@ func (c *controller) resync(ctx context.Context) {
 func (c *controller) sweep(ctx context.Context) {
 	n := 0
 	for _, ck := range c.children {
+		if ck.sub == nil {
+			continue
+		}
 		objs, err := ck.sub.Indexer().ByIndex(ruleIndex, c.rule.Name)
 		if err != nil {
 			continue

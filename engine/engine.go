@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	k8sdynamic "k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
@@ -201,10 +202,14 @@ func (e *Engine) Apply(ctx context.Context, set *rules.Set) {
 	defer e.mu.Unlock()
 	e.applied = set != nil
 	var stopping []*controller
+	retired := map[string][]schema.GroupVersionKind{}
 	for name, c := range e.controllers {
 		if r, ok := want[name]; !ok || r.Hash != c.rule.Hash {
 			stopping = append(stopping, c)
 			delete(e.controllers, name)
+			if ok {
+				retired[name] = retiredKinds(c, r)
+			}
 		}
 	}
 	var wg sync.WaitGroup
@@ -223,11 +228,33 @@ func (e *Engine) Apply(ctx context.Context, set *rules.Set) {
 	}
 	for name, r := range want {
 		if _, running := e.controllers[name]; !running {
-			c := newController(e, r)
+			c := newController(e, r, retired[name])
 			e.controllers[name] = c
 			c.start(klog.NewContext(ctx, klog.FromContext(ctx).WithValues("rule", name)))
 		}
 	}
+}
+
+// retiredKinds are the child kinds that c's rule, or a version before it,
+// made and r does not: the new controller prunes their children.
+func retiredKinds(c *controller, r *rules.Rule) []schema.GroupVersionKind {
+	keep := map[schema.GroupVersionKind]bool{}
+	for _, res := range r.Resources {
+		keep[res.GVK] = true
+	}
+	var out []schema.GroupVersionKind
+	seen := map[schema.GroupVersionKind]bool{}
+	old := append([]schema.GroupVersionKind{}, c.retired...)
+	for _, res := range c.rule.Resources {
+		old = append(old, res.GVK)
+	}
+	for _, gvk := range old {
+		if !keep[gvk] && !seen[gvk] {
+			seen[gvk] = true
+			out = append(out, gvk)
+		}
+	}
+	return out
 }
 
 // Informers is how many shared informers run.

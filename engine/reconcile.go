@@ -80,6 +80,9 @@ func (c *controller) reconcile(ctx context.Context, key cache.ObjectName) error 
 func (c *controller) childrenOf(owner string) []*unstructured.Unstructured {
 	var out []*unstructured.Unstructured
 	for _, ck := range c.children {
+		if ck.sub == nil {
+			continue
+		}
 		objs, _ := ck.sub.Indexer().ByIndex(ownerIndex, ownerKey(c.rule.Name, owner))
 		for _, o := range objs {
 			out = append(out, o.(*unstructured.Unstructured))

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/syncloop/syncloop/rules"
 	"github.com/syncloop/syncloop/rules/expr"
 	"github.com/syncloop/syncloop/rules/reload"
@@ -192,4 +194,37 @@ func TestRemovedRuleMetrics(t *testing.T) {
 	if len(m.removed) != 1 || m.removed[0] != "removed" {
 		t.Errorf("RuleRemoved for %v, want only the removed rule", m.removed)
 	}
+}
+
+// TestRetiredKindPruned: a rule changed to no longer make a kind of child
+// has those children pruned (their kind is watched by the new controller
+// just for that); its other children stay. A further change keeps it so.
+func TestRetiredKindPruned(t *testing.T) {
+	h := newHarness(t)
+	withAccount := labelRule("retire", "retire", "v1") + `    - id: account
+      template: {apiVersion: v1, kind: ServiceAccount, metadata: {name: "${object.metadata.name}-sa"}}
+`
+	h.createCM("t", map[string]string{"retire": "yes"}, nil)
+	h.start(h.loadRules(withAccount))
+	sa := func() bool {
+		_, err := h.cs.CoreV1().ServiceAccounts(h.ns).Get(t.Context(), "t-sa", metav1.GetOptions{})
+		return err == nil
+	}
+	h.eventually("both children", func() bool { _, ok := h.configMap(h.ns, "t-retire"); return ok && sa() })
+	cm, _ := h.configMap(h.ns, "t-retire")
+
+	h.engine.Apply(t.Context(), h.loadRules(labelRule("retire", "retire", "v2")))
+	h.eventually("the ServiceAccount, a kind the rule no longer makes, to be pruned", func() bool { return !sa() })
+	h.eventually("the ConfigMap child updated in place", func() bool {
+		c, ok := h.configMap(h.ns, "t-retire")
+		return ok && c.Data["value"] == "v2" && c.UID == cm.UID
+	})
+	if kinds := h.controller("retire").retired; len(kinds) != 1 || kinds[0].Kind != "ServiceAccount" {
+		t.Errorf("retired kinds %v, want ServiceAccount", kinds)
+	}
+	h.engine.Apply(t.Context(), h.loadRules(labelRule("retire", "retire", "v3")))
+	if kinds := h.controller("retire").retired; len(kinds) != 1 || kinds[0].Kind != "ServiceAccount" {
+		t.Errorf("after a further change, retired kinds %v, want ServiceAccount still", kinds)
+	}
+	h.eventually("the running rule", func() bool { return h.engine.Ready() })
 }
