@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -358,13 +357,13 @@ func (c *controller) waitForSync(ctx context.Context) bool {
 	}
 	logged := ""
 	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		detail := ""
+		detail, failing := "", false
 		for _, s := range subs {
 			if s.HasSynced() {
 				continue
 			}
 			if err := s.LastError(); err != nil {
-				detail = fmt.Sprintf("cannot list and watch %s: %v", s.Key(), err)
+				detail, failing = fmt.Sprintf("cannot list and watch %s: %v", s.Key(), err), true
 				break
 			}
 			detail = "listing " + s.Key().String()
@@ -373,7 +372,7 @@ func (c *controller) waitForSync(ctx context.Context) bool {
 			return true, nil
 		}
 		c.setState(StateSyncing, detail)
-		if strings.HasPrefix(detail, "cannot") && detail != logged {
+		if failing && detail != logged {
 			logged = detail
 			klog.FromContext(ctx).Error(nil, "Rule cannot start: its informers cannot sync", "reason", detail)
 		}
