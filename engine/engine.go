@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -68,11 +70,38 @@ type Options struct {
 	// watches another namespace, fails (StateFailed); a child rendered into
 	// another namespace fails its trigger.
 	Namespace string
+	// Events says which Events are emitted on triggers: EventsWarnings
+	// (the default) or EventsAll.
+	Events EventMode
 	// Plan, when set, makes the engine a dry run: every write becomes a
 	// server-side dry-run request (dryRun=All: defaulting and admission
 	// apply, nothing is persisted) and an Action for Plan. No Event is
 	// emitted.
 	Plan Planner
+}
+
+// EventMode says which Events the engine emits on triggers.
+type EventMode string
+
+const (
+	// EventsWarnings emits only Warning Events: one Failed Event for every
+	// reconcile that fails. Success costs no write beyond the children's.
+	EventsWarnings EventMode = "warnings"
+	// EventsAll also emits one Normal Event for every reconcile that
+	// changed something (reason Applied, or Pruned when it only deleted),
+	// listing what it created, updated and deleted.
+	EventsAll EventMode = "all"
+)
+
+// ParseEventMode parses "warnings" or "all"; "" is EventsWarnings.
+func ParseEventMode(s string) (EventMode, error) {
+	switch m := EventMode(s); m {
+	case "":
+		return EventsWarnings, nil
+	case EventsWarnings, EventsAll:
+		return m, nil
+	}
+	return "", fmt.Errorf("events must be %q or %q, not %q", EventsWarnings, EventsAll, s)
 }
 
 // Engine runs one RuleController per rule of the set in force. It owns every
@@ -82,6 +111,7 @@ type Engine struct {
 	registry *dynamic.Registry
 	writer   *dynamic.Writer
 	recorder record.EventRecorder
+	events   EventMode
 	metrics  Metrics
 	queues   workqueue.MetricsProvider
 	drain    time.Duration
@@ -101,6 +131,7 @@ func New(o Options) *Engine {
 		registry:    dynamic.NewRegistry(o.Client, cache.Indexers{ownerIndex: ownerIndexFunc, ruleIndex: ruleIndexFunc}),
 		writer:      &dynamic.Writer{Client: o.Client, DryRun: o.Plan != nil},
 		recorder:    o.Recorder,
+		events:      o.Events,
 		plan:        o.Plan,
 		metrics:     o.Metrics,
 		queues:      o.QueueMetrics,
@@ -113,6 +144,9 @@ func New(o Options) *Engine {
 	}
 	e.registry.OnWatchError = func(key dynamic.WatchKey, err error) {
 		e.metrics.WatchError(key.GVR.GroupResource().String(), errorReason(err))
+	}
+	if e.events == "" {
+		e.events = EventsWarnings
 	}
 	if e.drain == 0 {
 		e.drain = 30 * time.Second
@@ -311,9 +345,41 @@ func errorReason(err error) string {
 	return "Unreachable"
 }
 
-// event emits an Event on obj if there is a recorder.
-func (e *Engine) event(obj *unstructured.Unstructured, eventType, reason, format string, args ...any) {
-	if e.recorder != nil && obj != nil {
-		e.recorder.Eventf(obj, eventType, reason, format, args...)
+// failed emits a Failed Warning Event for err on obj, if there is a
+// recorder. A 429 is not a failure: the server asked syncloop to slow down,
+// and the trigger is retried.
+func (e *Engine) failed(obj *unstructured.Unstructured, err error) {
+	if e.recorder != nil && obj != nil && !apierrors.IsTooManyRequests(err) {
+		e.recorder.Eventf(obj, corev1.EventTypeWarning, "Failed", "%v", err)
 	}
+}
+
+// changes are the writes of one reconcile, for its Normal Event.
+type changes struct {
+	applied []string // "Created ConfigMap ns/name", "Updated …"
+	pruned  []string // "Deleted ConfigMap ns/name"
+}
+
+// maxListed is how many writes one Normal Event names.
+const maxListed = 5
+
+// reconciled emits, with EventsAll, one Normal Event on obj listing what a
+// reconcile changed; nothing when it changed nothing.
+func (e *Engine) reconciled(obj *unstructured.Unstructured, ch *changes) {
+	if e.recorder == nil || obj == nil || e.events != EventsAll {
+		return
+	}
+	all := append(append([]string{}, ch.applied...), ch.pruned...)
+	if len(all) == 0 {
+		return
+	}
+	reason := "Applied"
+	if len(ch.applied) == 0 {
+		reason = "Pruned"
+	}
+	msg := strings.Join(all[:min(len(all), maxListed)], ", ")
+	if len(all) > maxListed {
+		msg += fmt.Sprintf(" and %d more", len(all)-maxListed)
+	}
+	e.recorder.Event(obj, corev1.EventTypeNormal, reason, msg)
 }

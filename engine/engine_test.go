@@ -29,19 +29,20 @@ func TestMain(m *testing.M) { testenv.Main(m, testenv.Options{ControllerManager:
 
 // harness is one test's view of the cluster and a running engine.
 type harness struct {
-	t       *testing.T
-	env     *testenv.Env
-	cs      kubernetes.Interface
-	ns      string
-	counter *testenv.RequestCounter // requests of the engine only
-	engine  *Engine
-	updates chan *rules.Set // rule sets for the running engine
-	plan    Planner         // set before start for a dry run
-	config  *rest.Config    // the engine's identity, set before start; nil: admin
-	metrics Metrics         // set before start; nil: none
-	limitNS string          // Options.Namespace, set before start
-	stop    func()
-	done    chan struct{} // closed when the engine's Run has returned
+	t         *testing.T
+	env       *testenv.Env
+	cs        kubernetes.Interface
+	ns        string
+	counter   *testenv.RequestCounter // requests of the engine only
+	engine    *Engine
+	updates   chan *rules.Set // rule sets for the running engine
+	plan      Planner         // set before start for a dry run
+	config    *rest.Config    // the engine's identity, set before start; nil: admin
+	metrics   Metrics         // set before start; nil: none
+	limitNS   string          // Options.Namespace, set before start
+	eventMode EventMode       // Options.Events, set before start
+	stop      func()
+	done      chan struct{} // closed when the engine's Run has returned
 }
 
 func newHarness(t *testing.T) *harness {
@@ -107,7 +108,7 @@ func (h *harness) startWith(set *rules.Set, waitReady bool) {
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: h.cs.CoreV1().Events("")})
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "syncloop"})
 
-	h.engine = New(Options{Client: dc, Mapper: dynamic.NewMapper(disco, 200*time.Millisecond), Recorder: recorder, DrainTimeout: 5 * time.Second, Plan: h.plan, Metrics: h.metrics, Namespace: h.limitNS})
+	h.engine = New(Options{Client: dc, Mapper: dynamic.NewMapper(disco, 200*time.Millisecond), Recorder: recorder, DrainTimeout: 5 * time.Second, Plan: h.plan, Metrics: h.metrics, Namespace: h.limitNS, Events: h.eventMode})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	h.done = done
@@ -325,9 +326,73 @@ func TestTriggerLifecycle(t *testing.T) {
 		_, c := h.configMap(h.ns, "src-team-c")
 		return !cp && !a && !c
 	})
-	if len(h.events("Applied")) == 0 || len(h.events("Pruned")) == 0 {
-		t.Errorf("want Applied and Pruned events, got %d and %d", len(h.events("Applied")), len(h.events("Pruned")))
-	}
+}
+
+// TestEventModes: by default (warnings) a successful reconcile writes no
+// Event, a failure a Failed one; with EventsAll each reconcile that changed
+// something writes one Normal Event naming every child it created, updated
+// or deleted.
+func TestEventModes(t *testing.T) {
+	t.Run("warnings", func(t *testing.T) {
+		h := newHarness(t)
+		h.start(h.loadRules(copyRule))
+		h.createCM("ok", map[string]string{"copy": "yes"}, map[string]string{"k": "v", "teams": "a"})
+		h.eventually("the children of ok", func() bool { _, ok := h.configMap(h.ns, "ok-team-a"); return ok })
+		// Events are sent in order: once the Failed Event of a later
+		// reconcile is there, any Event of the earlier ones is too.
+		h.createCM("bad", map[string]string{"copy": "yes"}, map[string]string{"teams": "Not_A_Name"})
+		h.waitForFailed("bad", "bad-team-Not_A_Name")
+		list, err := h.cs.CoreV1().Events(h.ns).List(t.Context(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range list.Items {
+			if e.Type != corev1.EventTypeWarning {
+				t.Errorf("a %s Event %s %q was written by default", e.Type, e.Reason, e.Message)
+			}
+		}
+	})
+	t.Run("all", func(t *testing.T) {
+		h := newHarness(t)
+		h.eventMode = EventsAll
+		h.start(h.loadRules(copyRule))
+		h.createCM("src", map[string]string{"copy": "yes"}, map[string]string{"k": "v", "teams": "a,b"})
+		var applied corev1.Event
+		h.eventually("one Applied Event naming the three children", func() bool {
+			evs := h.events("Applied")
+			if len(evs) == 0 {
+				return false
+			}
+			applied = evs[0]
+			return true
+		})
+		for _, want := range []string{"Created ConfigMap " + h.ns + "/src-copy", "Created ConfigMap " + h.ns + "/src-team-a", "Created ConfigMap " + h.ns + "/src-team-b"} {
+			if !strings.Contains(applied.Message, want) {
+				t.Errorf("Applied Event %q does not say %q", applied.Message, want)
+			}
+		}
+		if applied.Count != 1 || applied.Type != corev1.EventTypeNormal {
+			t.Errorf("Applied Event: type %s, count %d; want one Normal Event for the reconcile", applied.Type, applied.Count)
+		}
+		h.updateCM("src", func(cm *corev1.ConfigMap) { cm.Data["teams"] = "a"; cm.Data["k"] = "w" })
+		h.eventually("an Applied Event naming the update and the delete", func() bool {
+			for _, e := range h.events("Applied") {
+				if strings.Contains(e.Message, "Updated ConfigMap "+h.ns+"/src-copy") && strings.Contains(e.Message, "Deleted ConfigMap "+h.ns+"/src-team-b") {
+					return true
+				}
+			}
+			return false
+		})
+		h.updateCM("src", func(cm *corev1.ConfigMap) { cm.Data["skip"] = "true" })
+		h.eventually("a Pruned Event when only deletes happened", func() bool {
+			for _, e := range h.events("Pruned") {
+				if strings.Contains(e.Message, "Deleted ConfigMap "+h.ns+"/src-copy") && strings.Contains(e.Message, "Deleted ConfigMap "+h.ns+"/src-team-a") {
+					return true
+				}
+			}
+			return false
+		})
+	})
 }
 
 func TestDriftRepair(t *testing.T) {

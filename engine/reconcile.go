@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
@@ -37,17 +36,19 @@ func (c *controller) reconcile(ctx context.Context, key cache.ObjectName) error 
 		trigger = obj.(*unstructured.Unstructured)
 	}
 	ref := rules.ObjectRef{APIVersion: c.rule.Watch.APIVersion, Kind: c.rule.Watch.Kind, Namespace: key.Namespace, Name: key.Name}
+	ch := &changes{}
 	if trigger == nil || trigger.GetDeletionTimestamp() != nil {
-		return c.prune(ctx, nil, ref, owner, existing, nil)
+		return c.prune(ctx, ch, ref, owner, existing, nil)
 	}
+	defer c.e.reconciled(trigger, ch)
 
 	rd, err := c.rule.Render(ctx, trigger, c.e.mapper)
 	if err != nil {
-		c.e.event(trigger, corev1.EventTypeWarning, "Failed", "%v", err)
+		c.e.failed(trigger, err)
 		return err
 	}
 	if rd.Skipped {
-		return c.prune(ctx, trigger, ref, owner, existing, nil)
+		return c.prune(ctx, ch, ref, owner, existing, nil)
 	}
 
 	desired := map[childRef]bool{}
@@ -56,20 +57,20 @@ func (c *controller) reconcile(ctx context.Context, key cache.ObjectName) error 
 	for _, child := range rd.Children {
 		ref := refOf(child.Object)
 		desired[ref] = true
-		out, err := c.applyChild(ctx, trigger, child)
+		out, err := c.applyChild(ctx, ch, trigger, child)
 		if err != nil {
-			c.e.event(trigger, corev1.EventTypeWarning, "Failed", "%v", err)
+			c.e.failed(trigger, err)
 			errs = append(errs, err)
 			continue
 		}
 		live[ref] = out
 	}
-	if err := c.prune(ctx, trigger, ref, owner, existing, desired); err != nil {
+	if err := c.prune(ctx, ch, ref, owner, existing, desired); err != nil {
 		errs = append(errs, err)
 	}
 	if c.rule.Status != nil {
 		if err := c.writeStatus(ctx, trigger, rd, live); err != nil {
-			c.e.event(trigger, corev1.EventTypeWarning, "Failed", "%v", err)
+			c.e.failed(trigger, err)
 			errs = append(errs, err)
 		}
 	}
@@ -92,8 +93,9 @@ func (c *controller) childrenOf(owner string) []*unstructured.Unstructured {
 }
 
 // applyChild server-side applies one rendered child unless the cached copy
-// already is what the rule wants. It returns the child as it now is.
-func (c *controller) applyChild(ctx context.Context, trigger *unstructured.Unstructured, child rules.Child) (map[string]any, error) {
+// already is what the rule wants, and notes the write in ch. It returns the
+// child as it now is.
+func (c *controller) applyChild(ctx context.Context, ch *changes, trigger *unstructured.Unstructured, child rules.Child) (map[string]any, error) {
 	obj := child.Object
 	ref := refOf(obj)
 	if c.e.ns != "" && ref.namespace != c.e.ns {
@@ -145,7 +147,11 @@ func (c *controller) applyChild(ctx context.Context, trigger *unstructured.Unstr
 	}
 	c.e.metrics.Write(c.rule.Name, action)
 	klog.FromContext(ctx).V(2).Info("Applied child", "action", action, "kind", ref.gvk.Kind, "child", klog.KObj(out))
-	c.e.event(trigger, corev1.EventTypeNormal, "Applied", "%s %s %s", capitalize(action), ref.gvk.Kind, cacheKey(ref))
+	done := "Updated"
+	if cached == nil {
+		done = "Created"
+	}
+	ch.applied = append(ch.applied, fmt.Sprintf("%s %s %s", done, ref.gvk.Kind, cacheKey(ref)))
 	return out.Object, nil
 }
 
@@ -167,14 +173,15 @@ func (c *controller) upToDate(ref childRef, cached, desired *unstructured.Unstru
 }
 
 // prune deletes this trigger's children that are not desired — all of them
-// when desired is nil — unless the rule orphans them. mayPrune decides each
+// when desired is nil — unless the rule orphans them, and notes each delete
+// in ch. mayPrune decides each
 // delete; every delete carries the child's UID as a precondition, so an
 // object replaced meanwhile is never deleted.
 //
 // existing comes from synced informer caches only: a controller reconciles
 // nothing before its informers have synced, and a relist replaces a cache
 // whole, so a stale or empty cache never stands for an absent child.
-func (c *controller) prune(ctx context.Context, trigger *unstructured.Unstructured, triggerRef rules.ObjectRef, owner string, existing []*unstructured.Unstructured, desired map[childRef]bool) error {
+func (c *controller) prune(ctx context.Context, ch *changes, triggerRef rules.ObjectRef, owner string, existing []*unstructured.Unstructured, desired map[childRef]bool) error {
 	if c.rule.DeletionPolicy == rules.DeletionOrphan {
 		return nil
 	}
@@ -221,7 +228,7 @@ func (c *controller) prune(ctx context.Context, trigger *unstructured.Unstructur
 		c.mu.Unlock()
 		c.e.metrics.Write(c.rule.Name, "delete")
 		klog.FromContext(ctx).V(2).Info("Pruned child", "kind", ref.gvk.Kind, "child", klog.KObj(child))
-		c.e.event(trigger, corev1.EventTypeNormal, "Pruned", "Deleted %s %s", ref.gvk.Kind, cacheKey(ref))
+		ch.pruned = append(ch.pruned, fmt.Sprintf("Deleted %s %s", ref.gvk.Kind, cacheKey(ref)))
 	}
 	return errors.Join(errs...)
 }
@@ -291,11 +298,4 @@ func cacheKey(ref childRef) string {
 		return ref.name
 	}
 	return ref.namespace + "/" + ref.name
-}
-
-func capitalize(s string) string {
-	if s == "" {
-		return s
-	}
-	return string(s[0]-'a'+'A') + s[1:]
 }

@@ -250,6 +250,19 @@ func TestChartTemplate(t *testing.T) {
 		}
 	})
 
+	t.Run("flow control and events", func(t *testing.T) {
+		args := strings.Join(podSpec(t, template(t)).Containers[0].Args, " ")
+		if strings.Contains(args, "--qps") || strings.Contains(args, "--burst") || !strings.Contains(args, "--events=warnings") {
+			t.Errorf("default args %q: want no client-side cap and --events=warnings", args)
+		}
+		args = strings.Join(podSpec(t, template(t, "--set", "qps=200,burst=300,events=all")).Containers[0].Args, " ")
+		for _, want := range []string{"--qps=200", "--burst=300", "--events=all"} {
+			if !strings.Contains(args, want) {
+				t.Errorf("args %q lack %q", args, want)
+			}
+		}
+	})
+
 	t.Run("ServiceMonitor and PodDisruptionBudget", func(t *testing.T) {
 		r := template(t, "--set", "metrics.serviceMonitor.enabled=true,podDisruptionBudget.enabled=true")
 		r.get(t, "ServiceMonitor", "rel-syncloop")
@@ -257,7 +270,7 @@ func TestChartTemplate(t *testing.T) {
 	})
 
 	t.Run("typos rejected", func(t *testing.T) {
-		for _, set := range []string{"replicaCont=3", "rbac.mode=open", "rules.notes\\.txt=x", "image.pullPolicy=Sometimes", "metrics.servicemonitor.enabled=true"} {
+		for _, set := range []string{"replicaCont=3", "rbac.mode=open", "rules.notes\\.txt=x", "image.pullPolicy=Sometimes", "events=none", "qps=-1", "metrics.servicemonitor.enabled=true"} {
 			if _, err := helmCmd(t, "template", "rel", chartDir, "--set", set); err == nil {
 				t.Errorf("--set %s was accepted", set)
 			}
@@ -363,7 +376,7 @@ func TestChartInstall(t *testing.T) {
 	}
 	exists := func(get func() error) bool { return get() == nil }
 
-	stop := runAs("syncloop", "syncloop-system")
+	stop := runAs("syncloop", "syncloop-system", "--events=all")
 	for _, ex := range examples {
 		if err := applySamples(ctx, env, filepath.Join("../../examples", ex, "objects.yaml")); err != nil {
 			t.Fatal(err)

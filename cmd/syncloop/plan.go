@@ -31,7 +31,7 @@ nothing to do, 2 when changes are pending and 1 on any error.`,
 			if err != nil {
 				return err
 			}
-			cl, err := cf.clients()
+			cl, err := cf.clients(nil)
 			if err != nil {
 				return err
 			}

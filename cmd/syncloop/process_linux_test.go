@@ -210,7 +210,7 @@ func TestSecretsStayOutOfOutput(t *testing.T) {
 	}
 	poll := func(what string, cond func() bool) { t.Helper(); pollUntil(t, 30*time.Second, what, cond) }
 	rulesFile := filepath.Join(examplesDir, "replicate", "rules.yaml")
-	proc := syncloopProcess(t, "syncloop", "run", "-v=10", "-f", rulesFile, "--kubeconfig", env.Kubeconfig(),
+	proc := syncloopProcess(t, "syncloop", "run", "-v=10", "--events=all", "-f", rulesFile, "--kubeconfig", env.Kubeconfig(),
 		"--metrics-bind-address=0", "--health-probe-bind-address=0")
 	poll("the copies", func() bool { return copyHolds(dst1, values[0])() && copyHolds(dst2, values[0])() })
 

@@ -68,11 +68,14 @@ type clients struct {
 	core      kubernetes.Interface
 }
 
-func (f *clusterFlags) clients() (*clients, error) {
+// clients makes the API clients; every request of all of them passes one
+// FlowControl, which reports to fm (nil: nowhere).
+func (f *clusterFlags) clients(fm dynamic.FlowMetrics) (*clients, error) {
 	cfg, err := f.restConfig()
 	if err != nil {
 		return nil, fmt.Errorf("loading the client configuration: %w", err)
 	}
+	cfg.Wrap(dynamic.NewFlowControl(fm).Wrap)
 	c := &clients{cfg: cfg}
 	if c.dynamic, err = k8sdynamic.NewForConfig(cfg); err != nil {
 		return nil, err
@@ -98,8 +101,8 @@ type clusterFlags struct {
 func (f *clusterFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)")
 	cmd.Flags().StringVar(&f.context, "context", "", "kubeconfig context to use")
-	cmd.Flags().Float32Var(&f.qps, "qps", 50, "client-side limit of API requests per second")
-	cmd.Flags().IntVar(&f.burst, "burst", 100, "client-side burst of API requests")
+	cmd.Flags().Float32Var(&f.qps, "qps", 0, "cap on API requests per second, client-side (default 0: no cap; syncloop adapts to the API server's flow control)")
+	cmd.Flags().IntVar(&f.burst, "burst", 0, "with --qps, the burst of API requests allowed over the cap (default 0: twice --qps)")
 	cmd.Flags().StringVar(&f.watchNamespace, "watch-namespace", "", "limit syncloop to this namespace, so that it needs no cluster-wide rights: rules must watch and make namespaced kinds there")
 }
 
@@ -112,9 +115,22 @@ func (f *clusterFlags) restConfig() (*rest.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.QPS, cfg.Burst = f.qps, f.burst
+	cfg.QPS, cfg.Burst = clientRate(f.qps, f.burst)
 	cfg.UserAgent = "syncloop/" + versionOrDev()
 	return cfg, nil
+}
+
+// clientRate turns --qps and --burst into rest.Config's QPS and Burst: no
+// client-side token bucket unless --qps is set (client-go reads QPS 0 as 5
+// per second; a negative QPS turns its limiter off).
+func clientRate(qps float32, burst int) (float32, int) {
+	if qps <= 0 {
+		return -1, 0
+	}
+	if burst <= 0 {
+		burst = max(1, int(2*qps))
+	}
+	return qps, burst
 }
 
 // namespace is the kubeconfig context's namespace, the pod's namespace
@@ -139,6 +155,7 @@ func newRunCommand() *cobra.Command {
 		drainPeriod time.Duration
 		dryRun      bool
 		output      string
+		events      string
 		lf          leaderFlags
 	)
 	cmd := &cobra.Command{
@@ -156,11 +173,24 @@ version in force; at start, files that fail are left out and reported.`,
 			if output != "text" && output != "json" {
 				return fmt.Errorf("--output must be text or json, not %q", output)
 			}
+			eventMode, err := engine.ParseEventMode(events)
+			if err != nil {
+				return fmt.Errorf("--%w", err)
+			}
 			loader, err := rules.NewLoader(expr.Options{CostLimit: rf.costLimit})
 			if err != nil {
 				return err
 			}
-			cl, err := cf.clients()
+			reg := prometheus.NewRegistry()
+			var eng *engine.Engine
+			m := metrics.New(reg, func() int { return eng.Informers() }, func() map[string]bool {
+				ready := map[string]bool{}
+				for _, s := range eng.States() {
+					ready[s.Rule] = s.State == engine.StateRunning
+				}
+				return ready
+			})
+			cl, err := cf.clients(m)
 			if err != nil {
 				return err
 			}
@@ -179,15 +209,6 @@ version in force; at start, files that fail are left out and reported.`,
 			broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 			broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cl.core.CoreV1().Events("")})
 			defer broadcaster.Shutdown()
-			reg := prometheus.NewRegistry()
-			var eng *engine.Engine
-			m := metrics.New(reg, func() int { return eng.Informers() }, func() map[string]bool {
-				ready := map[string]bool{}
-				for _, s := range eng.States() {
-					ready[s.Rule] = s.State == engine.StateRunning
-				}
-				return ready
-			})
 			m.RulesLoaded(loaded.Set.Len())
 			m.Reloaded(len(loaded.Errors) > 0)
 			restRequests.Store(m)
@@ -199,6 +220,7 @@ version in force; at start, files that fail are left out and reported.`,
 				QueueMetrics: m.Workqueue(),
 				DrainTimeout: drainPeriod,
 				Namespace:    cf.watchNamespace,
+				Events:       eventMode,
 			}
 			if dryRun {
 				opts.Plan = engine.NewPlanPrinter(cmd.OutOrStdout(), cmd.ErrOrStderr(), output == "json", true)
@@ -277,6 +299,7 @@ version in force; at start, files that fail are left out and reported.`,
 	cmd.Flags().StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address of /metrics (0 turns it off)")
 	cmd.Flags().StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (0 turns them off)")
 	cmd.Flags().DurationVar(&drainPeriod, "drain-timeout", 30*time.Second, "on shutdown, how long in-flight reconciles may take before their requests are cancelled")
+	cmd.Flags().StringVar(&events, "events", string(engine.EventsWarnings), "Events on triggers: warnings (a Failed Event for each failure) or all (also one Normal Event for each reconcile that changed something)")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the actions syncloop would take (computed with server-side dry-run requests) instead of taking them")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "with --dry-run, the plan format: text or json (one object per line)")
 	cmd.Flags().BoolVar(&lf.enabled, "leader-elect", false, "run rules only while holding a coordination.k8s.io Lease, so that replicas stand by")

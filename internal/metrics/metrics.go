@@ -36,6 +36,10 @@ type Metrics struct {
 	queueRetries    *prometheus.CounterVec
 
 	restRequests *prometheus.CounterVec
+
+	tooMany   prometheus.Counter
+	throttled *prometheus.CounterVec
+	limit     prometheus.Gauge
 }
 
 // New registers syncloop's metrics, and Go and process collectors, on reg.
@@ -88,8 +92,17 @@ func New(reg prometheus.Registerer, informers func() int, rules func() map[strin
 		restRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rest_client_requests_total", Help: "API requests by status code, method and host.",
 		}, []string{"code", "method", "host"}),
+		tooMany: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "syncloop_api_too_many_requests_total", Help: "API requests the server refused with 429 Too Many Requests (API Priority and Fairness); each is retried after its Retry-After.",
+		}),
+		throttled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "syncloop_api_throttled_seconds_total", Help: "Time API requests spent waiting because the server pushed back, by reason: retry-after (the wait a 429 asked for) or limit (a free slot under the lowered concurrency limit).",
+		}, []string{"reason"}),
+		limit: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "syncloop_api_concurrency_limit", Help: "Concurrent API requests allowed since the server last pushed back; 0 while there is no limit.",
+		}),
 	}
-	reg.MustRegister(m.reconciles, m.duration, m.writes, m.rules, m.reloads, m.watchErrs, m.restRequests,
+	reg.MustRegister(m.reconciles, m.duration, m.writes, m.rules, m.reloads, m.watchErrs, m.restRequests, m.tooMany, m.throttled, m.limit,
 		m.queueDepth, m.queueAdds, m.queueLatency, m.queueWork, m.queueUnfinished, m.queueLongest, m.queueRetries,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "syncloop_informers", Help: "Shared informers running.",
@@ -98,6 +111,9 @@ func New(reg prometheus.Registerer, informers func() int, rules func() map[strin
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	for _, reason := range []string{"retry-after", "limit"} {
+		m.throttled.WithLabelValues(reason)
+	}
 	return m
 }
 
@@ -149,6 +165,17 @@ func (m *Metrics) RuleRemoved(rule string) {
 		v.DeletePartialMatch(prometheus.Labels{"name": rule})
 	}
 }
+
+// TooManyRequests implements dynamic.FlowMetrics.
+func (m *Metrics) TooManyRequests() { m.tooMany.Inc() }
+
+// Waited implements dynamic.FlowMetrics.
+func (m *Metrics) Waited(reason string, d time.Duration) {
+	m.throttled.WithLabelValues(reason).Add(d.Seconds())
+}
+
+// ConcurrencyLimit implements dynamic.FlowMetrics.
+func (m *Metrics) ConcurrencyLimit(n int) { m.limit.Set(float64(n)) }
 
 // RulesLoaded sets syncloop_rules_loaded.
 func (m *Metrics) RulesLoaded(n int) { m.rules.Set(float64(n)) }
