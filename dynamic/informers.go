@@ -122,7 +122,7 @@ func (r *Registry) start(ctx context.Context, key WatchKey) (*entry, error) {
 			o.LabelSelector = key.LabelSelector
 			o.FieldSelector = key.FieldSelector
 		}).Informer()
-	if err := inf.SetTransform(stripManagedFields); err != nil {
+	if err := inf.SetTransform(r.transform); err != nil {
 		return nil, err
 	}
 	ictx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -165,12 +165,13 @@ func (e *entry) stop() {
 	<-e.done
 }
 
-// stripManagedFields drops metadata.managedFields before an object is
-// cached: syncloop never reads them, and they are often the larger part of
-// an object.
-func stripManagedFields(obj any) (any, error) {
+// transform readies an object for the cache: it drops
+// metadata.managedFields — syncloop never reads them, and they are often
+// the larger part of an object — and interns the strings objects repeat.
+func (r *Registry) transform(obj any) (any, error) {
 	if u, ok := obj.(*unstructured.Unstructured); ok {
 		u.SetManagedFields(nil)
+		internObject(u.Object)
 	}
 	return obj, nil
 }
@@ -207,6 +208,9 @@ func (s *Subscription) Key() WatchKey { return s.e.key }
 // HasSynced reports whether the informer has listed and this handler has
 // been sent every object of that list.
 func (s *Subscription) HasSynced() bool { return s.reg.HasSynced() }
+
+// Synced is closed once HasSynced: waiting on it needs no polling.
+func (s *Subscription) Synced() <-chan struct{} { return s.reg.HasSyncedChecker().Done() }
 
 // WaitForSync blocks until HasSynced or ctx ends; it reports which.
 func (s *Subscription) WaitForSync(ctx context.Context) bool {

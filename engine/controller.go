@@ -315,8 +315,8 @@ func (c *controller) subscribe(ctx context.Context) error {
 	for _, ck := range c.children {
 		sub, err := c.e.registry.Subscribe(ctx, dynamic.WatchKey{GVR: ck.mapping.Resource, Namespace: c.e.ns, LabelSelector: childrenSelector},
 			cache.ResourceEventHandlerFuncs{
-				AddFunc:    c.enqueueOwner,
-				UpdateFunc: func(_, obj any) { c.enqueueOwner(obj) },
+				AddFunc:    c.childChanged,
+				UpdateFunc: func(_, obj any) { c.childChanged(obj) },
 				DeleteFunc: func(obj any) {
 					c.forget(obj)
 					c.enqueueOwner(obj)
@@ -355,30 +355,41 @@ func (c *controller) waitForSync(ctx context.Context) bool {
 			subs = append(subs, ck.sub)
 		}
 	}
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
 	logged := ""
-	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		detail, failing := "", false
-		for _, s := range subs {
-			if s.HasSynced() {
-				continue
+	for _, s := range subs {
+		for !s.HasSynced() {
+			select {
+			case <-s.Synced():
+			case <-ctx.Done():
+				return false
+			case <-tick.C:
+				detail, failing := syncDetail(subs)
+				c.setState(StateSyncing, detail)
+				if failing && detail != logged {
+					logged = detail
+					klog.FromContext(ctx).Error(nil, "Rule cannot start: its informers cannot sync", "reason", detail)
+				}
 			}
-			if err := s.LastError(); err != nil {
-				detail, failing = fmt.Sprintf("cannot list and watch %s: %v", s.Key(), err), true
-				break
-			}
-			detail = "listing " + s.Key().String()
 		}
-		if detail == "" {
-			return true, nil
+	}
+	return true
+}
+
+// syncDetail says why subs have not all synced, and whether because a
+// list or watch fails.
+func syncDetail(subs []*dynamic.Subscription) (detail string, failing bool) {
+	for _, s := range subs {
+		if s.HasSynced() {
+			continue
 		}
-		c.setState(StateSyncing, detail)
-		if failing && detail != logged {
-			logged = detail
-			klog.FromContext(ctx).Error(nil, "Rule cannot start: its informers cannot sync", "reason", detail)
+		if err := s.LastError(); err != nil {
+			return fmt.Sprintf("cannot list and watch %s: %v", s.Key(), err), true
 		}
-		return false, nil
-	})
-	return err == nil
+		detail = "listing " + s.Key().String()
+	}
+	return detail, false
 }
 
 // wants evaluates the rule's `when` for an event's object. An evaluation
@@ -419,6 +430,23 @@ func (c *controller) enqueueOwner(obj any) {
 	if key, ok := c.ownTrigger(m.GetAnnotations()[rules.AnnotationOwner]); ok {
 		c.queue.Add(key)
 	}
+}
+
+// childChanged queues the trigger of a child that was added or updated —
+// unless the event is the echo of syncloop's own last apply of it (the
+// version that apply returned), which changes nothing the reconcile that
+// made it did not already see: a cold start then costs one reconcile per
+// trigger, not two.
+func (c *controller) childChanged(obj any) {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		c.mu.Lock()
+		rv, ok := c.applied[refOf(u)]
+		c.mu.Unlock()
+		if ok && rv == u.GetResourceVersion() {
+			return
+		}
+	}
+	c.enqueueOwner(obj)
 }
 
 // forget drops what the controller remembers of a child that is gone.
