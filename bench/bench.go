@@ -17,8 +17,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
-	applycorev1 "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/discovery"
 	k8sdynamic "k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -33,10 +34,15 @@ import (
 
 // Config says what to measure.
 type Config struct {
-	Triggers int     // N
-	QPS      float32 // client-side limit, for syncloop and the limit loop alike
-	Burst    int
-	Workers  int // syncloop's workers for the rule, and the limit loop's goroutines
+	Triggers int // N
+	// QPS and Burst cap syncloop's requests client-side, as --qps and
+	// --burst do; QPS 0 is syncloop's default: no cap, flow control only.
+	QPS   float32
+	Burst int
+	// Workers is the rule's workers; 0 is the rule's default.
+	Workers int
+	// LimitWorkers is how many goroutines the limit loop applies from.
+	LimitWorkers int
 	// Resync is the rule's resync period; the steady-state phase waits for
 	// two. Long enough not to disturb convergence.
 	Resync time.Duration
@@ -56,6 +62,9 @@ type Result struct {
 	// ConvergenceRatio is LimitSeconds / ConvergenceSeconds: 1 means
 	// syncloop converges as fast as the writes alone can be made.
 	ConvergenceRatio float64 `json:"convergence_ratio"`
+	// FirstWriteSeconds: syncloop's start → its first child applied
+	// (discovery, informers listing).
+	FirstWriteSeconds float64 `json:"first_write_seconds"`
 	// ColdStartRequests counts syncloop's API requests from its start to
 	// convergence.
 	ColdStartRequests int `json:"cold_start_requests"`
@@ -97,7 +106,7 @@ spec:
         kind: ConfigMap
         metadata: {name: "${object.metadata.name}-child"}
         data: {from: "${object.metadata.name}", value: "${object.data.value}"}
-  workers: WORKERS
+  WORKERS
   resyncPeriod: RESYNC
 `
 
@@ -109,33 +118,29 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 	}
 	res := &Result{Triggers: cfg.Triggers}
 
-	// The limit: the same N server-side applies from a plain client-go loop,
-	// with the same QPS, burst and concurrency.
-	limitNS, err := namespace(ctx, admin, "bench-limit-")
+	resync := cfg.Resync
+	workers := ""
+	if cfg.Workers > 0 {
+		workers = fmt.Sprintf("workers: %d", cfg.Workers)
+	}
+	w := configMapWorkload(strings.NewReplacer("WORKERS", workers, "RESYNC", resync.String()).Replace(rule))
+	limit, err := w.limit(ctx, env, cfg.Triggers, cfg.LimitWorkers)
 	if err != nil {
 		return nil, err
 	}
-	limited, err := kubernetes.NewForConfig(throttled(env.Config(), cfg))
-	if err != nil {
-		return nil, err
-	}
-	start := time.Now()
-	if err := applyAll(ctx, limited, limitNS, cfg); err != nil {
-		return nil, err
-	}
-	res.LimitSeconds = time.Since(start).Seconds()
-	logf("limit: %d applies in %.2fs", cfg.Triggers, res.LimitSeconds)
+	res.LimitSeconds = limit.Seconds()
+	logf("limit: %d applies from %d goroutines, no client-side limit, in %.2fs", cfg.Triggers, cfg.LimitWorkers, res.LimitSeconds)
 
 	// syncloop: N triggers exist before it starts (cold start).
 	ns, err := namespace(ctx, admin, "bench-")
 	if err != nil {
 		return nil, err
 	}
-	if err := createTriggers(ctx, admin, ns, cfg.Triggers); err != nil {
-		return nil, err
-	}
 	plain, err := k8sdynamic.NewForConfig(env.Config())
 	if err != nil {
+		return nil, err
+	}
+	if err := w.create(ctx, plain, ns, cfg.Triggers); err != nil {
 		return nil, err
 	}
 	res.HeapBytesPerObject, res.HeapBytesPerObjectUnstripped, err = cacheHeap(ctx, plain, ns, cfg.Triggers)
@@ -143,8 +148,7 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 		return nil, err
 	}
 	logf("informer cache: %.0f bytes per trigger stripped, %.0f with managedFields", res.HeapBytesPerObject, res.HeapBytesPerObjectUnstripped)
-	resync := cfg.Resync
-	text := strings.NewReplacer("NS", ns, "WORKERS", fmt.Sprint(cfg.Workers), "RESYNC", resync.String()).Replace(rule)
+	text := strings.ReplaceAll(w.rule, "NS", ns)
 	loader, err := rules.NewLoader(expr.Options{})
 	if err != nil {
 		return nil, err
@@ -158,7 +162,7 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 		return nil, err
 	}
 	var counter testenv.RequestCounter
-	engCfg := counter.Wrap(throttled(env.Config(), cfg))
+	engCfg := counter.Wrap(syncloopConfig(env.Config(), cfg))
 	dc, err := k8sdynamic.NewForConfig(engCfg)
 	if err != nil {
 		return nil, err
@@ -171,7 +175,7 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 	eng := engine.New(engine.Options{Client: dc, Mapper: dynamic.NewMapper(disco, 0), Metrics: m})
 	engCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
-	start = time.Now()
+	start := time.Now()
 	go func() {
 		defer close(done)
 		_ = eng.Run(engCtx, set, nil)
@@ -184,10 +188,11 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 		return nil, fmt.Errorf("syncloop did not converge: %d of %d children applied", m.writes.Load(), cfg.Triggers)
 	}
 	res.ConvergenceSeconds = time.Since(start).Seconds()
+	res.FirstWriteSeconds = time.Unix(0, m.first.Load()).Sub(start).Seconds()
 	res.ColdStartRequests = len(counter.Requests(nil))
 	res.ConvergenceRatio = res.LimitSeconds / res.ConvergenceSeconds
 	res.RSSBytes = rss()
-	logf("syncloop: %d children in %.2fs (%d requests)", cfg.Triggers, res.ConvergenceSeconds, res.ColdStartRequests)
+	logf("syncloop: %d children in %.2fs, the first after %.2fs (%d requests)", cfg.Triggers, res.ConvergenceSeconds, res.FirstWriteSeconds, res.ColdStartRequests)
 
 	// Steady state: one full resync with nothing to do. The echoes of our
 	// own applies reconcile first; then count over a resync's reconciles.
@@ -251,6 +256,7 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 type counts struct {
 	reconciles atomic.Int64
 	writes     atomic.Int64 // creates and updates
+	first      atomic.Int64 // UnixNano of the first write
 }
 
 func (c *counts) ReconcileDone(string, string, time.Duration) { c.reconciles.Add(1) }
@@ -259,12 +265,19 @@ func (c *counts) RuleRemoved(string)                          {}
 func (c *counts) Write(_, action string) {
 	if action == "create" || action == "update" {
 		c.writes.Add(1)
+		c.first.CompareAndSwap(0, time.Now().UnixNano())
 	}
 }
 
-func throttled(cfg *rest.Config, c Config) *rest.Config {
+// syncloopConfig is cfg as `syncloop run` sets its client up: behind flow
+// control, and with no client-side rate limit unless c sets one.
+func syncloopConfig(cfg *rest.Config, c Config) *rest.Config {
 	cfg = rest.CopyConfig(cfg)
-	cfg.QPS, cfg.Burst = c.QPS, c.Burst
+	cfg.QPS, cfg.Burst = -1, 0
+	if c.QPS > 0 {
+		cfg.QPS, cfg.Burst = c.QPS, c.Burst
+	}
+	cfg.Wrap(dynamic.NewFlowControl(nil).Wrap)
 	return cfg
 }
 
@@ -276,29 +289,23 @@ func namespace(ctx context.Context, cs kubernetes.Interface, prefix string) (str
 	return ns.Name, nil
 }
 
-func createTriggers(ctx context.Context, cs kubernetes.Interface, ns string, n int) error {
-	return parallel(ctx, n, 8, func(ctx context.Context, i int) error {
-		_, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("t-%05d", i), Labels: map[string]string{"bench-trigger": "1"}},
-			Data:       map[string]string{"value": "v"},
-		}, metav1.CreateOptions{})
-		return err
-	})
+// configMapWorkload: ConfigMaps labelled bench-trigger, each with a value
+// its child copies.
+func configMapWorkload(rule string) workload {
+	return workload{rule: rule, trigger: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"},
+		make: func(i int) *unstructured.Unstructured {
+			return &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "v1", "kind": "ConfigMap",
+				"metadata": map[string]any{"name": fmt.Sprintf("t-%05d", i), "labels": map[string]any{"bench-trigger": "1"}},
+				"data":     map[string]any{"value": "v"},
+			}}
+		}}
 }
 
-// applyAll is the limit: one server-side apply per child, as syncloop makes
-// them, from cfg.Workers goroutines through a client with syncloop's limits.
-func applyAll(ctx context.Context, cs kubernetes.Interface, ns string, cfg Config) error {
-	return parallel(ctx, cfg.Triggers, cfg.Workers, func(ctx context.Context, i int) error {
-		name := fmt.Sprintf("t-%05d", i)
-		// Not labelled as syncloop's: its child informer must not cache them.
-		cm := applycorev1.ConfigMap(name+"-child", ns).WithData(map[string]string{"from": name, "value": "v"})
-		_, err := cs.CoreV1().ConfigMaps(ns).Apply(ctx, cm, metav1.ApplyOptions{FieldManager: "bench", Force: true})
-		return err
-	})
-}
-
+// parallel calls do for 0..n-1 from workers goroutines (at least one),
+// stopping at the first error.
 func parallel(ctx context.Context, n, workers int, do func(context.Context, int) error) error {
+	workers = max(1, workers)
 	next := make(chan int)
 	errs := make(chan error, workers)
 	var wg sync.WaitGroup

@@ -13,7 +13,7 @@ func TestMain(m *testing.M) { testenv.Main(m, testenv.Options{}) }
 // child applied, nothing at all requested in steady state — never times.
 func TestBenchSmoke(t *testing.T) {
 	env := testenv.Get(t)
-	res, err := Run(t.Context(), env, Config{Triggers: 50, QPS: 200, Burst: 200, Workers: 2, Resync: 2 * time.Second, Updates: 20, Cycles: 5, Rules: 10}, t.Logf)
+	res, err := Run(t.Context(), env, Config{Triggers: 50, LimitWorkers: 8, Resync: 2 * time.Second, Updates: 20, Cycles: 5, Rules: 10}, t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}

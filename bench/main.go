@@ -19,16 +19,32 @@ import (
 func main() {
 	var cfg Config
 	flag.IntVar(&cfg.Triggers, "n", 1000, "triggers, each needing one child")
-	qps := flag.Float64("qps", 50, "client-side QPS, for syncloop and the limit alike")
-	flag.IntVar(&cfg.Burst, "burst", 100, "client-side burst")
-	flag.IntVar(&cfg.Workers, "workers", 2, "the rule's workers, and the limit loop's goroutines")
+	qps := flag.Float64("qps", 0, "a client-side cap on syncloop's requests per second, as --qps (0: syncloop's default, none)")
+	flag.IntVar(&cfg.Burst, "burst", 0, "with -qps, the burst")
+	flag.IntVar(&cfg.Workers, "workers", 0, "the rule's workers (0: the rule's default)")
+	flag.IntVar(&cfg.LimitWorkers, "limit-workers", 32, "goroutines of the limit loop (no client-side limit)")
 	flag.DurationVar(&cfg.Resync, "resync", 30*time.Second, "the rule's resync period (the steady-state phase waits for two)")
 	flag.IntVar(&cfg.Updates, "updates", 200, "trigger updates the latency phase times")
 	flag.IntVar(&cfg.Cycles, "cycles", 200, "rule add/remove cycles the churn phase makes")
 	flag.IntVar(&cfg.Rules, "rules", 100, "rules the reload phase loads")
 	record := flag.String("record", "", "append the results to this Markdown file (e.g. bench/RESULTS.md)")
+	var tr TenantRun
+	flag.StringVar(&tr.Syncloop, "syncloop", "", "the syncloop binary, for the tenant workload (e.g. bin/syncloop)")
+	flag.IntVar(&tr.Triggers, "tenants", 0, "run the tenant workload with this many Tenants (needs -syncloop; 0: skip)")
+	flag.IntVar(&tr.Updates, "tenant-updates", 100, "Tenants the tenant workload changes at once")
+	flag.DurationVar(&tr.Idle, "idle", 10*time.Second, "how long the tenant workload counts writes while nothing changes")
+	flag.IntVar(&tr.Workers, "tenant-workers", 0, "the tenant rule's workers (0: the rule's default)")
+	syncloopArgs := flag.String("syncloop-args", "", "extra `syncloop run` flags for the tenant workload, space-separated (none: its defaults)")
 	flag.Parse()
 	cfg.QPS = float32(*qps)
+	if *syncloopArgs != "" {
+		tr.Args = strings.Fields(*syncloopArgs)
+	}
+	tr.LimitWorkers = cfg.LimitWorkers
+	if tr.Triggers > 0 && tr.Syncloop == "" {
+		fmt.Fprintln(os.Stderr, "bench: -tenants needs -syncloop")
+		os.Exit(2)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -38,13 +54,29 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
-	res, err := Run(ctx, env, cfg, logf)
-	env.Stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
+	var table string
+	out := map[string]any{}
+	if cfg.Triggers > 0 {
+		res, err := Run(ctx, env, cfg, logf)
+		if err != nil {
+			env.Stop()
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		table += report(cfg, res)
+		out["engine"] = res
 	}
-	table := report(cfg, res)
+	if tr.Triggers > 0 {
+		res, err := runTenants(ctx, env, tr, logf)
+		if err != nil {
+			env.Stop()
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		table += reportTenants(tr, res)
+		out["tenants"] = res
+	}
+	env.Stop()
 	fmt.Print(table)
 	if *record != "" {
 		f, err := os.OpenFile(*record, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
@@ -57,7 +89,7 @@ func main() {
 			os.Exit(1)
 		}
 	}
-	line, _ := json.Marshal(res)
+	line, _ := json.Marshal(out)
 	fmt.Println(string(line))
 }
 
@@ -65,11 +97,15 @@ func main() {
 func report(cfg Config, r *Result) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## %s — N = %d\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), r.Triggers)
-	fmt.Fprintf(&b, "Machine: %s, %d cores, %s; %s; kube-apiserver %s. Client QPS %.0f, burst %d, %d workers.\n\n",
-		cpuModel(), runtime.NumCPU(), memTotal(), runtime.Version(), testenv.KubeVersion, cfg.QPS, cfg.Burst, cfg.Workers)
+	settings := "syncloop's defaults (no client-side limit, flow control, the rule's default workers)"
+	if cfg.QPS > 0 || cfg.Workers > 0 {
+		settings = fmt.Sprintf("syncloop with client QPS %.0f, burst %d, %d workers (0: defaults)", cfg.QPS, cfg.Burst, cfg.Workers)
+	}
+	fmt.Fprintf(&b, "Machine: %s, %d cores, %s; %s; kube-apiserver %s. %s; the limit loop: %d goroutines, no client-side limit.\n\n",
+		cpuModel(), runtime.NumCPU(), memTotal(), runtime.Version(), testenv.KubeVersion, settings, cfg.LimitWorkers)
 	fmt.Fprintf(&b, "| measure | value |\n|---|---|\n")
 	fmt.Fprintf(&b, "| convergence: %d triggers → children applied, cold start | %.2f s |\n", r.Triggers, r.ConvergenceSeconds)
-	fmt.Fprintf(&b, "| limit: %d server-side applies from a plain client-go loop | %.2f s |\n", r.Triggers, r.LimitSeconds)
+	fmt.Fprintf(&b, "| limit: %d server-side applies from a plain client-go loop, %d goroutines, unthrottled | %.2f s |\n", r.Triggers, cfg.LimitWorkers, r.LimitSeconds)
 	fmt.Fprintf(&b, "| convergence ratio (limit / syncloop; 1 = at the limit) | %.3f |\n", r.ConvergenceRatio)
 	fmt.Fprintf(&b, "| API requests, cold start to converged | %d |\n", r.ColdStartRequests)
 	fmt.Fprintf(&b, "| steady state, one full resync: writes | %d |\n", r.SteadyWrites)
@@ -80,6 +116,30 @@ func report(cfg Config, r *Result) string {
 	fmt.Fprintf(&b, "| process RSS, converged on %d triggers | %.0f MiB |\n", r.Triggers, float64(r.RSSBytes)/(1<<20))
 	fmt.Fprintf(&b, "| goroutines / informers after %d rule add/remove cycles, minus before | %+d / %+d |\n", cfg.Cycles, r.GoroutinesDelta, r.InformersDelta)
 	fmt.Fprintf(&b, "| reload: rule file change → new rule applied, %d rules loaded (250 ms debounce included) | %.0f ms |\n", cfg.Rules, r.ReloadMs)
+	return b.String()
+}
+
+// reportTenants is the Markdown table of a tenant workload run.
+func reportTenants(tr TenantRun, r *ProcessResult) string {
+	var b strings.Builder
+	flags := "its defaults"
+	if len(tr.Args) > 0 {
+		flags = "`" + strings.Join(tr.Args, " ") + "`"
+	}
+	fmt.Fprintf(&b, "## %s — tenant workload, N = %d\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), r.Triggers)
+	fmt.Fprintf(&b, "Machine: %s, %d cores, %s; kube-apiserver %s. The `syncloop run` binary with %s; %d Tenant custom resources in one namespace, each needing one ConfigMap.\n\n",
+		cpuModel(), runtime.NumCPU(), memTotal(), testenv.KubeVersion, flags, r.Triggers)
+	fmt.Fprintf(&b, "| measure | value |\n|---|---|\n")
+	fmt.Fprintf(&b, "| convergence: process start → %d ConfigMaps created | %.2f s |\n", r.Triggers, r.ConvergenceSeconds)
+	if r.LimitSeconds > 0 {
+		fmt.Fprintf(&b, "| limit: %d server-side applies from a plain client-go loop, %d goroutines, unthrottled | %.2f s |\n", r.Triggers, tr.LimitWorkers, r.LimitSeconds)
+		fmt.Fprintf(&b, "| convergence ratio (limit / syncloop; 1 = at the limit) | %.3f |\n", r.ConvergenceRatio)
+	}
+	fmt.Fprintf(&b, "| API writes to converge (Events included) | %d (%.3f per trigger) |\n", r.Writes, r.WritesPerTrigger)
+	fmt.Fprintf(&b, "| process RSS converged / peak | %.0f / %.0f MiB |\n", float64(r.RSSBytes)/(1<<20), float64(r.PeakRSSBytes)/(1<<20))
+	fmt.Fprintf(&b, "| %d triggers changed at once → all children updated | %.3f s |\n", r.Updates, r.UpdateSeconds)
+	fmt.Fprintf(&b, "| writes while idle (%.0f s) | %d |\n", r.IdleSeconds, r.IdleWrites)
+	fmt.Fprintf(&b, "| 429 answers / Failed Events | %d / %d |\n", r.TooManyRequests, r.FailedEvents)
 	return b.String()
 }
 
