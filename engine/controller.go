@@ -138,8 +138,9 @@ func (c *controller) getState() (string, string) {
 }
 
 // run is the controller's life: resolve kinds (waiting while one is not
-// served), subscribe to informers, wait for them to sync, sweep for orphans,
-// then work until ctx ends and drain.
+// served), subscribe to informers, wait for the children's to sync, work
+// while the triggers list, sweep for orphans once they have, then work
+// until ctx ends and drain.
 func (c *controller) run(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	defer c.unsubscribe()
@@ -160,13 +161,21 @@ func (c *controller) run(ctx context.Context) {
 		c.queue.ShutDown()
 		return
 	}
-	if !c.waitForSync(ctx) {
+	// Workers start once the children's caches have synced: a reconcile
+	// needs every existing child to decide what to write and prune. The
+	// triggers may still be listing: each is reconciled as it arrives (a
+	// reconcile whose trigger has not arrived yet does nothing), so a cold
+	// start does not wait for the whole list.
+	var children []*dynamic.Subscription
+	for _, ck := range c.children {
+		if !ck.retired {
+			children = append(children, ck.sub)
+		}
+	}
+	if !c.waitForSync(ctx, children) {
 		c.queue.ShutDown()
 		return
 	}
-	c.sweep(ctx) // children whose trigger went away while syncloop was down
-	c.setState(StateRunning, "")
-	logger.Info("Rule running", "workers", c.rule.Workers)
 
 	// Workers get a context that outlives ctx by the drain timeout, so
 	// that in-flight reconciles finish on shutdown.
@@ -180,6 +189,11 @@ func (c *controller) run(ctx context.Context) {
 			for c.processNext(workCtx) {
 			}
 		}()
+	}
+	if c.waitForSync(ctx, []*dynamic.Subscription{c.trigger}) {
+		c.sweep(ctx) // children whose trigger went away while syncloop was down
+		c.setState(StateRunning, "")
+		logger.Info("Rule running", "workers", c.rule.Workers)
 	}
 
 	var tick <-chan time.Time
@@ -344,17 +358,12 @@ func (c *controller) unsubscribe() {
 	}
 }
 
-// waitForSync waits until every informer of the rule has synced. While
-// one has not, the rule's detail says why — a list or watch the API server
-// refused (missing RBAC) or could not answer — and each new reason is
-// logged once; the informers retry with backoff meanwhile.
-func (c *controller) waitForSync(ctx context.Context) bool {
-	subs := []*dynamic.Subscription{c.trigger}
-	for _, ck := range c.children {
-		if !ck.retired {
-			subs = append(subs, ck.sub)
-		}
-	}
+// waitForSync waits until the informers of subs have synced, and reports
+// false if ctx ends first. While one has not, the rule's detail says why —
+// a list or watch the API server refused (missing RBAC) or could not
+// answer — and each new reason is logged once; the informers retry with
+// backoff meanwhile.
+func (c *controller) waitForSync(ctx context.Context, subs []*dynamic.Subscription) bool {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	logged := ""

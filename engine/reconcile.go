@@ -34,6 +34,12 @@ func (c *controller) reconcile(ctx context.Context, key cache.ObjectName) error 
 	var trigger *unstructured.Unstructured
 	if exists {
 		trigger = obj.(*unstructured.Unstructured)
+	} else if !c.trigger.HasSynced() {
+		// The triggers are still listing (workers start before they
+		// have): this one may not have arrived yet. Its Add, or the sweep
+		// once the list is complete, queues it again; pruning now could
+		// delete the children of a trigger that exists.
+		return nil
 	}
 	ref := rules.ObjectRef{APIVersion: c.rule.Watch.APIVersion, Kind: c.rule.Watch.Kind, Namespace: key.Namespace, Name: key.Name}
 	ch := &changes{}

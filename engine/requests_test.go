@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/syncloop/syncloop/internal/testenv"
@@ -94,5 +96,91 @@ func TestRequestCounts(t *testing.T) {
 	t.Logf("one full resync, %d triggers in sync: %d requests %s", n, len(h.counter.Requests(nil)), format(resync))
 	if total := len(h.counter.Requests(nil)); total != 0 {
 		t.Errorf("a resync with everything in sync made %d requests (%s), want 0", total, format(resync))
+	}
+}
+
+// TestRestartWritesNothing: syncloop restarted over 200 triggers whose
+// children are in sync makes no API write and no GET. Workers start once
+// the children's cache has synced, while the triggers may still be
+// listing; children's events then queue triggers that have not arrived.
+// To hold that window open, the restarted engine may not list the
+// triggers (Secrets) at first: its reconciles of the queued triggers must
+// not take them for deleted and prune their children. Once it may, it
+// syncs and still writes nothing.
+func TestRestartWritesNothing(t *testing.T) {
+	const n = 200
+	h := newHarness(t)
+	ctx := t.Context()
+	for i := range n {
+		if _, err := h.cs.CoreV1().Secrets(h.ns).Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("t-%03d", i), Labels: map[string]string{"copy": "yes"}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set := h.loadRules(`apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: copy}
+spec:
+  watch: {apiVersion: v1, kind: Secret, namespace: NS, labelSelector: copy}
+  resources:
+    - id: copy
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "${object.metadata.name}-copy"}
+        data: {from: "${object.metadata.name}"}
+  resyncPeriod: 1h
+`)
+	h.start(set)
+	children := func() int {
+		l, _ := h.cs.CoreV1().ConfigMaps(h.ns).List(ctx, metav1.ListOptions{LabelSelector: rules.LabelRule + "=copy"})
+		return len(l.Items)
+	}
+	h.eventually("200 children", func() bool { return children() == n })
+	h.stop()
+
+	// The restarted engine may manage ConfigMaps, not yet list Secrets.
+	user := "restart-" + h.ns
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "syncloop"}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch", "patch", "delete"}},
+	}}
+	roles := h.cs.RbacV1().Roles(h.ns)
+	if _, err := roles.Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.cs.RbacV1().RoleBindings(h.ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "syncloop"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "syncloop"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.config = h.env.ImpersonatedConfig(user, "system:authenticated")
+	h.limitNS = h.ns // a Role: the engine stays in the namespace
+	h.counter.Reset()
+	h.startWith(set, false)
+	h.eventually("the rule's controller", func() bool { return len(h.engine.States()) == 1 })
+	c := h.controller("copy")
+	h.eventually("the children's events reconciled while the triggers cannot list", func() bool {
+		return c.reconciles.Load() >= n && c.idle()
+	})
+	if c.trigger.HasSynced() {
+		t.Fatal("the triggers synced although Secrets may not be listed: the test does not hold the window open")
+	}
+	role.Rules = append(role.Rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"list", "watch"}})
+	if _, err := roles.Update(ctx, role, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the rule running once Secrets may be listed", func() bool { return h.engine.Ready() && c.idle() })
+	got := countByKind(h.counter.Requests(func(r testenv.Request) bool { return r.Status < 400 || r.IsWrite() }))
+	t.Logf("restart over %d triggers in sync: %s", n, format(got))
+	for _, verb := range []string{"patch", "delete", "create", "update", "get"} {
+		if got[verb] != 0 {
+			t.Errorf("the restart made %d %s requests, want none", got[verb], verb)
+		}
+	}
+	if children() != n {
+		t.Errorf("%d children after the restart, want %d", children(), n)
 	}
 }
