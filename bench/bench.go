@@ -163,7 +163,7 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 	}
 	var counter testenv.RequestCounter
 	engCfg := counter.Wrap(syncloopConfig(env.Config(), cfg))
-	dc, err := k8sdynamic.NewForConfig(engCfg)
+	cl, err := dynamic.NewClient(engCfg)
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +172,7 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 		return nil, err
 	}
 	m := &counts{}
-	eng := engine.New(engine.Options{Client: dc, Mapper: dynamic.NewMapper(disco, 0), Metrics: m})
+	eng := engine.New(engine.Options{Client: cl, Mapper: dynamic.NewMapper(disco, 0), Metrics: m})
 	engCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	start := time.Now()
@@ -241,7 +241,7 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 	res.InformersDelta = eng.Informers() - informers
 	logf("%d rule add/remove cycles: goroutines %+d, informers %+d", cfg.Cycles, res.GoroutinesDelta, res.InformersDelta)
 
-	reloaded, err := reloadTime(ctx, plain, dynamic.NewMapper(disco, 0), admin, ns, cfg.Rules)
+	reloaded, err := reloadTime(ctx, cl, dynamic.NewMapper(disco, 0), admin, ns, cfg.Rules)
 	if err != nil {
 		return nil, err
 	}

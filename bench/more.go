@@ -178,7 +178,7 @@ func churn(ctx context.Context, eng *engine.Engine, base, both *rules.Set, cycle
 // reloadTime loads 100 rules from files, as `run` does (reload.Source and
 // Watcher feeding the engine), then rewrites one rule's file and times how
 // long until its new template has acted on its trigger's child.
-func reloadTime(ctx context.Context, dc k8sdynamic.Interface, mapper *dynamic.Mapper, cs kubernetes.Interface, ns string, rulesCount int) (time.Duration, error) {
+func reloadTime(ctx context.Context, cl *dynamic.Client, mapper *dynamic.Mapper, cs kubernetes.Interface, ns string, rulesCount int) (time.Duration, error) {
 	dir, err := os.MkdirTemp("", "syncloop-bench-rules-")
 	if err != nil {
 		return 0, err
@@ -213,7 +213,7 @@ spec:
 	if len(first.Errors) > 0 || first.Set.Len() != rulesCount {
 		return 0, fmt.Errorf("loading %d rules: %d loaded, errors %v", rulesCount, first.Set.Len(), first.Errors)
 	}
-	eng := engine.New(engine.Options{Client: dc, Mapper: mapper})
+	eng := engine.New(engine.Options{Client: cl, Mapper: mapper})
 	updates := make(chan *rules.Set, 1)
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup

@@ -1,8 +1,10 @@
 // Package dynamic is syncloop's client-go layer for resources it learns about
-// at run time: a discovery-backed RESTMapper that refreshes on a miss, a
-// registry of shared informers keyed by WatchKey (refcounted, stoppable one by
-// one, managedFields stripped before caching), and server-side apply, status
-// and delete helpers.
+// at run time: the Client (a dynamic client and the REST client beneath it),
+// FlowControl, which fits the requests in flight to what the API server
+// accepts, a discovery-backed RESTMapper that refreshes on a miss, a registry
+// of shared informers keyed by WatchKey (refcounted, stoppable one by one,
+// managedFields stripped and strings interned before caching), and
+// server-side apply, status and delete helpers.
 //
 // It imports only client-go and apimachinery: it knows nothing about rules,
 // templates or reconcile.

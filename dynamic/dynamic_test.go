@@ -11,8 +11,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	applycorev1 "k8s.io/client-go/applyconfigurations/core/v1"
@@ -271,5 +273,66 @@ func TestRegistryShutdown(t *testing.T) {
 	r.Shutdown()
 	if r.Len() != 0 {
 		t.Errorf("%d informers after Shutdown", r.Len())
+	}
+}
+
+// TestWriter: Apply and ApplyVersion make the same server-side apply;
+// ApplyVersion answers with the version the object now has, and an apply
+// the server refuses comes back as the server's Status error, with its
+// message, from both.
+func TestWriter(t *testing.T) {
+	env := testenv.Get(t)
+	cs, err := kubernetes.NewForConfig(env.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := NewClient(env.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	disco, err := discovery.NewDiscoveryClientForConfig(env.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	ns := newNamespace(t, cs)
+	m, err := NewMapper(disco, 0).Mapping(ctx, schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := func(name, value string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "v1", "kind": "ConfigMap",
+			"metadata": map[string]any{"name": name, "namespace": ns},
+			"data":     map[string]any{"k": value},
+		}}
+	}
+	w := &Writer{Client: cl}
+	rv, err := w.ApplyVersion(ctx, m, obj("a", "1"), "test", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, "a", metav1.GetOptions{})
+	if err != nil || got.ResourceVersion != rv || got.Data["k"] != "1" {
+		t.Fatalf("after ApplyVersion: %v, version %q (answered %q), data %v", err, got.ResourceVersion, rv, got.Data)
+	}
+	out, err := w.Apply(ctx, m, obj("a", "2"), "test", true)
+	if err != nil || out.GetResourceVersion() == rv || out.Object["data"].(map[string]any)["k"] != "2" {
+		t.Fatalf("Apply: %v, %v", err, out)
+	}
+	if rv2, err := w.ApplyVersion(ctx, m, obj("a", "2"), "test", true); err != nil || rv2 != out.GetResourceVersion() {
+		t.Errorf("a no-op ApplyVersion answered %q, %v; want the unchanged version %q", rv2, err, out.GetResourceVersion())
+	}
+
+	bad := obj("Not_A_Name", "1")
+	_, errFull := w.Apply(ctx, m, bad, "test", true)
+	_, errVersion := w.ApplyVersion(ctx, m, bad, "test", true)
+	for name, err := range map[string]error{"Apply": errFull, "ApplyVersion": errVersion} {
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "Not_A_Name") {
+			t.Errorf("%s of an invalid name: %v, want the server's Invalid Status naming it", name, err)
+		}
+	}
+	if errFull.Error() != errVersion.Error() {
+		t.Errorf("the two report one refusal differently:\n%v\n%v", errFull, errVersion)
 	}
 }

@@ -50,8 +50,8 @@ func (noMetrics) RuleRemoved(string)                          {}
 
 // Options configure an Engine.
 type Options struct {
-	// Client lists, watches and writes.
-	Client k8sdynamic.Interface
+	// Client lists, watches and writes (dynamic.NewClient).
+	Client *dynamic.Client
 	// Mapper maps kinds to resources.
 	Mapper *dynamic.Mapper
 	// Recorder emits Events on triggers; nil emits none.
@@ -126,9 +126,13 @@ type Engine struct {
 
 // New returns an Engine; nothing runs until Run.
 func New(o Options) *Engine {
+	var dc k8sdynamic.Interface
+	if o.Client != nil {
+		dc = o.Client.Dynamic
+	}
 	e := &Engine{
 		mapper:      o.Mapper,
-		registry:    dynamic.NewRegistry(o.Client, cache.Indexers{ownerIndex: ownerIndexFunc, ruleIndex: ruleIndexFunc}),
+		registry:    dynamic.NewRegistry(dc, cache.Indexers{ownerIndex: ownerIndexFunc, ruleIndex: ruleIndexFunc}),
 		writer:      &dynamic.Writer{Client: o.Client, DryRun: o.Plan != nil},
 		recorder:    o.Recorder,
 		events:      o.Events,

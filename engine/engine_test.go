@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
-	k8sdynamic "k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -96,7 +95,7 @@ func (h *harness) startWith(set *rules.Set, waitReady bool) {
 		cfg = h.config
 	}
 	cfg = h.counter.Wrap(cfg)
-	dc, err := k8sdynamic.NewForConfig(cfg)
+	cl, err := dynamic.NewClient(cfg)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -108,7 +107,7 @@ func (h *harness) startWith(set *rules.Set, waitReady bool) {
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: h.cs.CoreV1().Events("")})
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "syncloop"})
 
-	h.engine = New(Options{Client: dc, Mapper: dynamic.NewMapper(disco, 200*time.Millisecond), Recorder: recorder, DrainTimeout: 5 * time.Second, Plan: h.plan, Metrics: h.metrics, Namespace: h.limitNS, Events: h.eventMode})
+	h.engine = New(Options{Client: cl, Mapper: dynamic.NewMapper(disco, 200*time.Millisecond), Recorder: recorder, DrainTimeout: 5 * time.Second, Plan: h.plan, Metrics: h.metrics, Namespace: h.limitNS, Events: h.eventMode})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	h.done = done

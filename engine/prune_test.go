@@ -75,7 +75,7 @@ func TestPruneProperty(t *testing.T) {
 
 		client := dynamicfake.NewSimpleDynamicClient(runtime.NewScheme(), objs...)
 		c := &controller{
-			e:        &Engine{writer: &dynamic.Writer{Client: client}, metrics: noMetrics{}},
+			e:        &Engine{writer: &dynamic.Writer{Client: &dynamic.Client{Dynamic: client}}, metrics: noMetrics{}},
 			rule:     &rules.Rule{Name: rule},
 			children: map[schema.GroupVersionKind]*childKind{gvk: {mapping: mapping}},
 			applied:  map[childRef]string{},

@@ -100,7 +100,8 @@ func (c *controller) childrenOf(owner string) []*unstructured.Unstructured {
 
 // applyChild server-side applies one rendered child unless the cached copy
 // already is what the rule wants, and notes the write in ch. It returns the
-// child as it now is.
+// child as it now is — when the rule reads live children (its status);
+// otherwise nil once applied.
 func (c *controller) applyChild(ctx context.Context, ch *changes, trigger *unstructured.Unstructured, child rules.Child) (map[string]any, error) {
 	obj := child.Object
 	ref := refOf(obj)
@@ -129,11 +130,12 @@ func (c *controller) applyChild(ctx context.Context, ch *changes, trigger *unstr
 		}
 	}
 
-	out, err := c.e.writer.Apply(ctx, ck.mapping, obj, rules.FieldManagerPrefix+c.rule.Name, c.rule.ForceConflicts)
-	if err != nil {
-		return nil, fmt.Errorf("resource %q: applying %s %s: %w", child.ResourceID, ref.gvk.Kind, cacheKey(ref), err)
-	}
-	if c.e.plan != nil { // out is what the server would store
+	manager := rules.FieldManagerPrefix + c.rule.Name
+	if c.e.plan != nil { // the answer is what the server would store
+		out, err := c.e.writer.Apply(ctx, ck.mapping, obj, manager, c.rule.ForceConflicts)
+		if err != nil {
+			return nil, fmt.Errorf("resource %q: applying %s %s: %w", child.ResourceID, ref.gvk.Kind, cacheKey(ref), err)
+		}
 		a := Action{Action: ActionCreate, Rule: c.rule.Name, Trigger: rules.RefOf(trigger), Object: rules.RefOf(obj)}
 		if cached != nil {
 			a.Action = ActionUpdate
@@ -144,21 +146,35 @@ func (c *controller) applyChild(ctx context.Context, ch *changes, trigger *unstr
 		}
 		return out.Object, nil
 	}
+	// The answer is decoded whole only when the rule reads live children.
+	var live map[string]any
+	var rv string
+	if c.rule.Status != nil {
+		out, err := c.e.writer.Apply(ctx, ck.mapping, obj, manager, c.rule.ForceConflicts)
+		if err == nil {
+			live, rv = out.Object, out.GetResourceVersion()
+		}
+	} else {
+		rv, err = c.e.writer.ApplyVersion(ctx, ck.mapping, obj, manager, c.rule.ForceConflicts)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("resource %q: applying %s %s: %w", child.ResourceID, ref.gvk.Kind, cacheKey(ref), err)
+	}
 	c.mu.Lock()
-	c.applied[ref] = out.GetResourceVersion()
+	c.applied[ref] = rv
 	c.mu.Unlock()
 	action := "update"
 	if cached == nil {
 		action = "create"
 	}
 	c.e.metrics.Write(c.rule.Name, action)
-	klog.FromContext(ctx).V(2).Info("Applied child", "action", action, "kind", ref.gvk.Kind, "child", klog.KObj(out))
+	klog.FromContext(ctx).V(2).Info("Applied child", "action", action, "kind", ref.gvk.Kind, "child", klog.KObj(obj))
 	done := "Updated"
 	if cached == nil {
 		done = "Created"
 	}
 	ch.applied = append(ch.applied, fmt.Sprintf("%s %s %s", done, ref.gvk.Kind, cacheKey(ref)))
-	return out.Object, nil
+	return live, nil
 }
 
 // upToDate reports whether applying desired would change nothing: the

@@ -522,7 +522,7 @@ func applySamples(ctx context.Context, env *testenv.Env, path string) error {
 		if err != nil {
 			return err
 		}
-		w := &dynamic.Writer{Client: dc}
+		w := &dynamic.Writer{Client: &dynamic.Client{Dynamic: dc}}
 		if _, err := w.Apply(ctx, m, u, "samples-"+filepath.Base(filepath.Dir(path)), true); err != nil {
 			return fmt.Errorf("%s %s: %w", u.GetKind(), u.GetName(), err)
 		}

@@ -85,9 +85,9 @@ func converge(t *testing.T, env *testenv.Env, rulesPath string, done func() bool
 	if err != nil {
 		t.Fatal(err)
 	}
-	dc, _ := k8sdynamic.NewForConfig(env.Config())
+	cl, _ := dynamic.NewClient(env.Config())
 	disco, _ := discovery.NewDiscoveryClientForConfig(env.Config())
-	eng := engine.New(engine.Options{Client: dc, Mapper: dynamic.NewMapper(disco, 0)})
+	eng := engine.New(engine.Options{Client: cl, Mapper: dynamic.NewMapper(disco, 0)})
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan struct{})
 	go func() { defer close(stopped); _ = eng.Run(ctx, set, nil) }()

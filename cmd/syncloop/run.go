@@ -20,7 +20,6 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/discovery"
-	k8sdynamic "k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -63,7 +62,7 @@ func (f *restForwarder) Increment(ctx context.Context, code, method, host string
 // clients are the API clients a cluster command needs.
 type clients struct {
 	cfg       *rest.Config
-	dynamic   k8sdynamic.Interface
+	dynamic   *dynamic.Client
 	discovery discovery.DiscoveryInterface
 	core      kubernetes.Interface
 }
@@ -77,7 +76,7 @@ func (f *clusterFlags) clients(fm dynamic.FlowMetrics) (*clients, error) {
 	}
 	cfg.Wrap(dynamic.NewFlowControl(fm).Wrap)
 	c := &clients{cfg: cfg}
-	if c.dynamic, err = k8sdynamic.NewForConfig(cfg); err != nil {
+	if c.dynamic, err = dynamic.NewClient(cfg); err != nil {
 		return nil, err
 	}
 	if c.discovery, err = discovery.NewDiscoveryClientForConfig(cfg); err != nil {

@@ -24,7 +24,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
-	k8sdynamic "k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -75,7 +74,7 @@ func run(ctx context.Context, duration, every time.Duration, batch int) error {
 	if err != nil {
 		return err
 	}
-	dc, err := k8sdynamic.NewForConfig(cfg)
+	cl, err := dynamic.NewClient(cfg)
 	if err != nil {
 		return err
 	}
@@ -113,7 +112,7 @@ func run(ctx context.Context, duration, every time.Duration, batch int) error {
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
-	eng := engine.New(engine.Options{Client: dc, Mapper: dynamic.NewMapper(disco, 0),
+	eng := engine.New(engine.Options{Client: cl, Mapper: dynamic.NewMapper(disco, 0),
 		Recorder: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "syncloop"})})
 	engCtx, cancel := context.WithCancel(ctx)
 	updates := make(chan *rules.Set)
