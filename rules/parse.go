@@ -29,7 +29,7 @@ const (
 	ManagedByValue        = "syncloop"
 	FieldManagerPrefix    = "syncloop/"
 	minResyncPeriod       = time.Second
-	maxWorkers            = 64
+	maxWorkers            = 512
 	reservedLabelPrefix   = Group + "/"
 	reservedManagedByNote = "syncloop sets it on every child"
 )

@@ -31,7 +31,7 @@ const (
 // Defaults for the optional fields of a rule's spec. The rate limit defaults
 // are those of client-go's DefaultTypedControllerRateLimiter.
 const (
-	DefaultWorkers      = 2
+	DefaultWorkers      = 64
 	DefaultResyncPeriod = 10 * time.Minute
 	DefaultBaseDelay    = 5 * time.Millisecond
 	DefaultMaxDelay     = 1000 * time.Second

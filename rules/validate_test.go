@@ -108,7 +108,7 @@ func TestValidationErrors(t *testing.T) {
 		{"bad deletionPolicy", head + watchNS + cm + "  deletionPolicy: Keep\n",
 			`r.yaml:15:19: rule "r": spec.deletionPolicy: must be Delete or Orphan, not "Keep"`},
 		{"workers zero", head + watchNS + cm + "  workers: 0\n",
-			`r.yaml:15:12: rule "r": spec.workers: must be between 1 and 64, not 0`},
+			`r.yaml:15:12: rule "r": spec.workers: must be between 1 and 512, not 0`},
 		{"workers a string", head + watchNS + cm + "  workers: two\n",
 			`r.yaml:15:12: rule "r": spec.workers: must be an integer, not "two"`},
 		{"resync not a duration", head + watchNS + cm + "  resyncPeriod: 10\n",
@@ -178,7 +178,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := f.Rules[0]
-	if r.DeletionPolicy != DeletionDelete || !r.ForceConflicts || r.Workers != 2 || r.ResyncPeriod != DefaultResyncPeriod ||
+	if r.DeletionPolicy != DeletionDelete || !r.ForceConflicts || r.Workers != 64 || r.ResyncPeriod != DefaultResyncPeriod ||
 		r.MaxRetries != 0 || r.RateLimit != (RateLimit{DefaultBaseDelay, DefaultMaxDelay, DefaultQPS, DefaultBurst}) {
 		t.Errorf("defaults = %+v", r)
 	}
