@@ -114,7 +114,19 @@ func (w workload) limit(ctx context.Context, env *testenv.Env, n, workers int) (
 			metav1.ApplyOptions{FieldManager: rules.FieldManagerPrefix + rule.Name, Force: true})
 		return err
 	})
-	return time.Since(start), err
+	took := time.Since(start)
+	if err != nil {
+		return 0, err
+	}
+	// They carry syncloop's labels: left behind, syncloop's child informer
+	// would list them too. (Without kube-controller-manager deleting the
+	// namespace does not delete them.)
+	for _, gvr := range mappings[:1] {
+		if err := dc.Resource(gvr).Namespace(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: rules.LabelRule + "=" + rule.Name}); err != nil {
+			return 0, err
+		}
+	}
+	return took, nil
 }
 
 // parseRule parses the one rule of text.

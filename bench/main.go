@@ -34,6 +34,7 @@ func main() {
 	flag.IntVar(&tr.Updates, "tenant-updates", 100, "Tenants the tenant workload changes at once")
 	flag.DurationVar(&tr.Idle, "idle", 10*time.Second, "how long the tenant workload counts writes while nothing changes")
 	flag.IntVar(&tr.Workers, "tenant-workers", 0, "the tenant rule's workers (0: the rule's default)")
+	pushback := flag.Int("pushback", 0, "run the tenant workload with this many Tenants as a ServiceAccount that API Priority and Fairness serves one request at a time, rejecting the rest with 429 (needs -syncloop; 0: skip)")
 	syncloopArgs := flag.String("syncloop-args", "", "extra `syncloop run` flags for the tenant workload, space-separated (none: its defaults)")
 	flag.Parse()
 	cfg.QPS = float32(*qps)
@@ -41,8 +42,8 @@ func main() {
 		tr.Args = strings.Fields(*syncloopArgs)
 	}
 	tr.LimitWorkers = cfg.LimitWorkers
-	if tr.Triggers > 0 && tr.Syncloop == "" {
-		fmt.Fprintln(os.Stderr, "bench: -tenants needs -syncloop")
+	if (tr.Triggers > 0 || *pushback > 0) && tr.Syncloop == "" {
+		fmt.Fprintln(os.Stderr, "bench: -tenants and -pushback need -syncloop")
 		os.Exit(2)
 	}
 
@@ -77,6 +78,17 @@ func main() {
 		out["tenants"] = res
 	}
 	env.Stop()
+	if *pushback > 0 {
+		run := tr
+		run.Triggers, run.LimitWorkers = *pushback, 0
+		res, err := runPushback(ctx, run, logf)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		table += reportPushback(run, res)
+		out["pushback"] = res
+	}
 	fmt.Print(table)
 	if *record != "" {
 		f, err := os.OpenFile(*record, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
@@ -122,9 +134,9 @@ func report(cfg Config, r *Result) string {
 // reportTenants is the Markdown table of a tenant workload run.
 func reportTenants(tr TenantRun, r *ProcessResult) string {
 	var b strings.Builder
-	flags := "its defaults"
-	if len(tr.Args) > 0 {
-		flags = "`" + strings.Join(tr.Args, " ") + "`"
+	flags := flagsOf(tr)
+	if tr.Workers > 0 {
+		flags += fmt.Sprintf(", the rule's workers %d", tr.Workers)
 	}
 	fmt.Fprintf(&b, "## %s — tenant workload, N = %d\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), r.Triggers)
 	fmt.Fprintf(&b, "Machine: %s, %d cores, %s; kube-apiserver %s. The `syncloop run` binary with %s; %d Tenant custom resources in one namespace, each needing one ConfigMap.\n\n",
@@ -136,11 +148,30 @@ func reportTenants(tr TenantRun, r *ProcessResult) string {
 		fmt.Fprintf(&b, "| convergence ratio (limit / syncloop; 1 = at the limit) | %.3f |\n", r.ConvergenceRatio)
 	}
 	fmt.Fprintf(&b, "| API writes to converge (Events included) | %d (%.3f per trigger) |\n", r.Writes, r.WritesPerTrigger)
-	fmt.Fprintf(&b, "| process RSS converged / peak | %.0f / %.0f MiB |\n", float64(r.RSSBytes)/(1<<20), float64(r.PeakRSSBytes)/(1<<20))
+	fmt.Fprintf(&b, "| process RSS converged (after %.0f s idle) / at the moment of convergence / peak | %.0f / %.0f / %.0f MiB |\n", r.IdleSeconds, float64(r.RSSBytes)/(1<<20), float64(r.RSSAtConvergenceBytes)/(1<<20), float64(r.PeakRSSBytes)/(1<<20))
 	fmt.Fprintf(&b, "| %d triggers changed at once → all children updated | %.3f s |\n", r.Updates, r.UpdateSeconds)
 	fmt.Fprintf(&b, "| writes while idle (%.0f s) | %d |\n", r.IdleSeconds, r.IdleWrites)
 	fmt.Fprintf(&b, "| 429 answers / Failed Events | %d / %d |\n", r.TooManyRequests, r.FailedEvents)
 	return b.String()
+}
+
+// reportPushback is the Markdown table of a run under pushback.
+func reportPushback(tr TenantRun, r *ProcessResult) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "## %s — under pushback, N = %d\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), r.Triggers)
+	fmt.Fprintf(&b, "The tenant workload, `syncloop run` with %s, as a ServiceAccount that API Priority and Fairness serves one request at a time (a priority level of one seat, no borrowing, limitResponse Reject: beyond it, 429 with Retry-After).\n\n", flagsOf(tr))
+	fmt.Fprintf(&b, "| measure | value |\n|---|---|\n")
+	fmt.Fprintf(&b, "| convergence: process start → %d ConfigMaps created | %.2f s |\n", r.Triggers, r.ConvergenceSeconds)
+	fmt.Fprintf(&b, "| 429 answers, retried / Failed Events | %d / %d |\n", r.TooManyRequests, r.FailedEvents)
+	fmt.Fprintf(&b, "| API writes to converge | %d (%.3f per trigger) |\n", r.Writes, r.WritesPerTrigger)
+	return b.String()
+}
+
+func flagsOf(tr TenantRun) string {
+	if len(tr.Args) == 0 {
+		return "its defaults"
+	}
+	return "`" + strings.Join(tr.Args, " ") + "`"
 }
 
 func cpuModel() string {

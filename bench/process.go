@@ -97,10 +97,12 @@ type ProcessResult struct {
 	// included) from start to converged; WritesPerTrigger is Writes / N.
 	Writes           int     `json:"writes"`
 	WritesPerTrigger float64 `json:"writes_per_trigger"`
-	// RSSBytes is the process's resident memory once converged; PeakRSSBytes
-	// its high-water mark.
-	RSSBytes     int64 `json:"rss_bytes"`
-	PeakRSSBytes int64 `json:"peak_rss_bytes"`
+	// RSSBytes is the process's resident memory converged, after the idle
+	// period; RSSAtConvergenceBytes at the moment the last child was
+	// applied; PeakRSSBytes its high-water mark over the run.
+	RSSBytes              int64 `json:"rss_bytes"`
+	RSSAtConvergenceBytes int64 `json:"rss_at_convergence_bytes"`
+	PeakRSSBytes          int64 `json:"peak_rss_bytes"`
 	// UpdateSeconds: Updates triggers changed at once → every child
 	// updated.
 	Updates       int     `json:"updates"`
@@ -254,12 +256,13 @@ func runTenants(ctx context.Context, env *testenv.Env, run TenantRun, logf func(
 	if res.LimitSeconds > 0 {
 		res.ConvergenceRatio = res.LimitSeconds / res.ConvergenceSeconds
 	}
-	res.RSSBytes = procKB(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid), "VmRSS:") << 10
+	status := fmt.Sprintf("/proc/%d/status", cmd.Process.Pid)
+	res.RSSAtConvergenceBytes = procKB(status, "VmRSS:") << 10
 	res.CPUSeconds = m["process_cpu_seconds_total"]
 	res.Writes = writes(m)
 	res.WritesPerTrigger = float64(res.Writes) / float64(run.Triggers)
 	logf("tenants: syncloop converged %d triggers in %.2fs (first write after %.2fs, %.1f CPU seconds), %d writes (%.3f per trigger), RSS %.0f MiB",
-		run.Triggers, res.ConvergenceSeconds, res.FirstWriteSeconds, res.CPUSeconds, res.Writes, res.WritesPerTrigger, float64(res.RSSBytes)/(1<<20))
+		run.Triggers, res.ConvergenceSeconds, res.FirstWriteSeconds, res.CPUSeconds, res.Writes, res.WritesPerTrigger, float64(res.RSSAtConvergenceBytes)/(1<<20))
 
 	// Idle: nothing changes, nothing is written.
 	time.Sleep(run.Idle) // a measuring period, not a wait for a condition
@@ -268,6 +271,8 @@ func runTenants(ctx context.Context, env *testenv.Env, run TenantRun, logf func(
 		return fail(err)
 	}
 	res.IdleWrites, res.IdleSeconds = writes(idle)-res.Writes, run.Idle.Seconds()
+	res.RSSBytes = procKB(status, "VmRSS:") << 10
+	logf("tenants: %d writes in %.0fs idle; RSS %.0f MiB", res.IdleWrites, res.IdleSeconds, float64(res.RSSBytes)/(1<<20))
 
 	// Updates: change run.Updates triggers at once.
 	if run.Updates > 0 {
@@ -301,7 +306,7 @@ func runTenants(ctx context.Context, env *testenv.Env, run TenantRun, logf func(
 		return fail(err)
 	}
 	res.TooManyRequests = int(m["syncloop_api_too_many_requests_total"])
-	res.PeakRSSBytes = procKB(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid), "VmHWM:") << 10
+	res.PeakRSSBytes = procKB(status, "VmHWM:") << 10
 	events, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=Failed"})
 	if err != nil {
 		return fail(err)
@@ -388,4 +393,33 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// runPushback runs the tenant workload on a control plane of its own whose
+// API Priority and Fairness serves syncloop's ServiceAccount one request at
+// a time and rejects the rest (testenv.OneSeat).
+func runPushback(ctx context.Context, run TenantRun, logf func(string, ...any)) (*ProcessResult, error) {
+	env, err := testenv.Start(ctx, testenv.Options{APIServerArgs: testenv.TightAPIServerArgs})
+	if err != nil {
+		return nil, err
+	}
+	defer env.Stop()
+	cs, err := kubernetes.NewForConfig(env.Config())
+	if err != nil {
+		return nil, err
+	}
+	ns, err := namespace(ctx, cs, "syncloop-system-")
+	if err != nil {
+		return nil, err
+	}
+	sa, err := env.OneSeat(ctx, ns, "syncloop")
+	if err != nil {
+		return nil, err
+	}
+	run.Kubeconfig = filepath.Join(env.Dir(), "syncloop.kubeconfig")
+	if err := testenv.WriteKubeconfig(run.Kubeconfig, sa, "syncloop"); err != nil {
+		return nil, err
+	}
+	logf("pushback: syncloop runs as ServiceAccount %s/syncloop, one seat, 429 beyond", ns)
+	return runTenants(ctx, env, run, logf)
 }
