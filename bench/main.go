@@ -28,6 +28,7 @@ func main() {
 	flag.IntVar(&cfg.Cycles, "cycles", 200, "rule add/remove cycles the churn phase makes")
 	flag.IntVar(&cfg.Rules, "rules", 100, "rules the reload phase loads")
 	record := flag.String("record", "", "append the results to this Markdown file (e.g. bench/RESULTS.md)")
+	note := flag.String("note", "", "a line recorded before the tables (what was measured, e.g. which build)")
 	var tr TenantRun
 	flag.StringVar(&tr.Syncloop, "syncloop", "", "the syncloop binary, for the tenant workload (e.g. bin/syncloop)")
 	flag.IntVar(&tr.Triggers, "tenants", 0, "run the tenant workload with this many Tenants (needs -syncloop; 0: skip)")
@@ -64,7 +65,7 @@ func main() {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
-		table += report(cfg, res)
+		table += withNote(report(cfg, res), *note)
 		out["engine"] = res
 	}
 	if tr.Triggers > 0 {
@@ -74,7 +75,7 @@ func main() {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
-		table += reportTenants(tr, res)
+		table += withNote(reportTenants(tr, res), *note)
 		out["tenants"] = res
 	}
 	env.Stop()
@@ -86,7 +87,7 @@ func main() {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
-		table += reportPushback(run, res)
+		table += withNote(reportPushback(run, res), *note)
 		out["pushback"] = res
 	}
 	fmt.Print(table)
@@ -165,6 +166,15 @@ func reportPushback(tr TenantRun, r *ProcessResult) string {
 	fmt.Fprintf(&b, "| 429 answers, retried / Failed Events | %d / %d |\n", r.TooManyRequests, r.FailedEvents)
 	fmt.Fprintf(&b, "| API writes to converge | %d (%.3f per trigger) |\n", r.Writes, r.WritesPerTrigger)
 	return b.String()
+}
+
+// withNote puts note, if any, under the table's heading.
+func withNote(table, note string) string {
+	if note == "" {
+		return table
+	}
+	heading, rest, _ := strings.Cut(table, "\n\n")
+	return heading + "\n\n" + note + "\n\n" + rest
 }
 
 func flagsOf(tr TenantRun) string {
