@@ -22,7 +22,7 @@ func main() {
 	qps := flag.Float64("qps", 0, "a client-side cap on syncloop's requests per second, as --qps (0: syncloop's default, none)")
 	flag.IntVar(&cfg.Burst, "burst", 0, "with -qps, the burst")
 	flag.IntVar(&cfg.Workers, "workers", 0, "the rule's workers (0: the rule's default)")
-	flag.IntVar(&cfg.LimitWorkers, "limit-workers", 32, "goroutines of the limit loop (no client-side limit)")
+	flag.IntVar(&cfg.LimitWorkers, "limit-workers", 64, "goroutines of the limit loop (no client-side limit)")
 	flag.DurationVar(&cfg.Resync, "resync", 30*time.Second, "the rule's resync period (the steady-state phase waits for two)")
 	flag.IntVar(&cfg.Updates, "updates", 200, "trigger updates the latency phase times")
 	flag.IntVar(&cfg.Cycles, "cycles", 200, "rule add/remove cycles the churn phase makes")

@@ -65,11 +65,17 @@ func internList(l []any) {
 }
 
 // internValues interns the string values of m (labels: often shared by many
-// objects — an app name, a team, syncloop's managed-by and rule).
+// objects — an app name, a team, syncloop's managed-by and rule), except
+// UIDs, which are unique by construction: interning them only costs.
 func internValues(m map[string]any) {
 	for k, v := range m {
-		if s, ok := v.(string); ok {
+		if s, ok := v.(string); ok && !isUID(s) {
 			m[k] = intern(s)
 		}
 	}
+}
+
+// isUID reports whether s has the form of a UID (8-4-4-4-12 hex digits).
+func isUID(s string) bool {
+	return len(s) == 36 && s[8] == '-' && s[13] == '-' && s[18] == '-' && s[23] == '-'
 }

@@ -263,6 +263,17 @@ func TestChartTemplate(t *testing.T) {
 		}
 	})
 
+	t.Run("GOMEMLIMIT from the memory limit", func(t *testing.T) {
+		env := podSpec(t, template(t)).Containers[0].Env
+		if len(env) != 1 || env[0].Name != "GOMEMLIMIT" || env[0].ValueFrom == nil || env[0].ValueFrom.ResourceFieldRef == nil ||
+			env[0].ValueFrom.ResourceFieldRef.Resource != "limits.memory" {
+			t.Errorf("env %+v: want GOMEMLIMIT from limits.memory", env)
+		}
+		if env := podSpec(t, template(t, "--set", "resources.limits=null")).Containers[0].Env; len(env) != 0 {
+			t.Errorf("env %+v without a memory limit, want none", env)
+		}
+	})
+
 	t.Run("ServiceMonitor and PodDisruptionBudget", func(t *testing.T) {
 		r := template(t, "--set", "metrics.serviceMonitor.enabled=true,podDisruptionBudget.enabled=true")
 		r.get(t, "ServiceMonitor", "rel-syncloop")

