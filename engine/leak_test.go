@@ -30,13 +30,14 @@ func heapAfterGC() uint64 {
 func backToBaseline(got, base uint64) bool { return float64(got) <= float64(base)*1.05 }
 
 // TestTriggerChurnDoesNotLeak: 10,000 triggers created and deleted — each
-// getting its child and Events, each child pruned — leave the heap,
-// goroutines and informers where they were. The baseline is taken after
-// 5,000 warm-up cycles, once client-go's bounded Event caches (4,096
+// getting its child and Events (--events=all), each child pruned — leave
+// the heap, goroutines and informers where they were. The baseline is taken
+// after 5,000 warm-up cycles, once client-go's bounded Event caches (4,096
 // entries each; a cycle makes two Events) are full.
 func TestTriggerChurnDoesNotLeak(t *testing.T) {
 	const batch, warmup, cycles = 500, 5000, 10_000
 	h := newHarness(t)
+	h.eventMode = EventsAll
 	h.start(h.loadRules(copyRule))
 	cms := h.cs.CoreV1().ConfigMaps(h.ns)
 	c := h.controller("copy")
