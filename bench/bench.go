@@ -10,6 +10,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -52,6 +54,9 @@ type Config struct {
 	Cycles int
 	// Rules is how many rules the reload phase loads.
 	Rules int
+	// CPUProfile, when set, is where a CPU profile of the bench process
+	// while syncloop converges is written.
+	CPUProfile string
 }
 
 // Result is what one run measured. JSON names are the benchmark's contract.
@@ -171,8 +176,18 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 	if err != nil {
 		return nil, err
 	}
-	m := &counts{}
+	m := &counts{target: int64(cfg.Triggers)}
 	eng := engine.New(engine.Options{Client: cl, Mapper: dynamic.NewMapper(disco, 0), Metrics: m})
+	if cfg.CPUProfile != "" {
+		f, err := os.Create(cfg.CPUProfile)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return nil, err
+		}
+	}
 	engCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	start := time.Now()
@@ -187,7 +202,10 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 	if err != nil {
 		return nil, fmt.Errorf("syncloop did not converge: %d of %d children applied", m.writes.Load(), cfg.Triggers)
 	}
-	res.ConvergenceSeconds = time.Since(start).Seconds()
+	if cfg.CPUProfile != "" {
+		pprof.StopCPUProfile()
+	}
+	res.ConvergenceSeconds = time.Unix(0, m.reached.Load()).Sub(start).Seconds()
 	res.FirstWriteSeconds = time.Unix(0, m.first.Load()).Sub(start).Seconds()
 	res.ColdStartRequests = len(counter.Requests(nil))
 	res.ConvergenceRatio = res.LimitSeconds / res.ConvergenceSeconds
@@ -257,6 +275,8 @@ type counts struct {
 	reconciles atomic.Int64
 	writes     atomic.Int64 // creates and updates
 	first      atomic.Int64 // UnixNano of the first write
+	target     int64        // set before the engine starts
+	reached    atomic.Int64 // UnixNano of the target-th write
 }
 
 func (c *counts) ReconcileDone(string, string, time.Duration) { c.reconciles.Add(1) }
@@ -264,8 +284,12 @@ func (c *counts) WatchError(string, string)                   {}
 func (c *counts) RuleRemoved(string)                          {}
 func (c *counts) Write(_, action string) {
 	if action == "create" || action == "update" {
-		c.writes.Add(1)
-		c.first.CompareAndSwap(0, time.Now().UnixNano())
+		n := c.writes.Add(1)
+		now := time.Now().UnixNano()
+		c.first.CompareAndSwap(0, now)
+		if n == c.target {
+			c.reached.Store(now)
+		}
 	}
 }
 

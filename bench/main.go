@@ -28,6 +28,7 @@ func main() {
 	flag.IntVar(&cfg.Cycles, "cycles", 200, "rule add/remove cycles the churn phase makes")
 	flag.IntVar(&cfg.Rules, "rules", 100, "rules the reload phase loads")
 	record := flag.String("record", "", "append the results to this Markdown file (e.g. bench/RESULTS.md)")
+	flag.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of syncloop converging in process to this file")
 	note := flag.String("note", "", "a line recorded before the tables (what was measured, e.g. which build)")
 	var tr TenantRun
 	flag.StringVar(&tr.Syncloop, "syncloop", "", "the syncloop binary, for the tenant workload (e.g. bin/syncloop)")
