@@ -66,7 +66,7 @@ func main() {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
-		table += withNote(report(cfg, res), *note)
+		table += withNote(report(cfg, res), *note) + "\n"
 		out["engine"] = res
 	}
 	if tr.Triggers > 0 {
@@ -76,7 +76,7 @@ func main() {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
-		table += withNote(reportTenants(tr, res), *note)
+		table += withNote(reportTenants(tr, res), *note) + "\n"
 		out["tenants"] = res
 	}
 	env.Stop()
@@ -88,14 +88,14 @@ func main() {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
-		table += withNote(reportPushback(run, res), *note)
+		table += withNote(reportPushback(run, res), *note) + "\n"
 		out["pushback"] = res
 	}
 	fmt.Print(table)
 	if *record != "" {
 		f, err := os.OpenFile(*record, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 		if err == nil {
-			_, err = io.WriteString(f, table+"\n")
+			_, err = io.WriteString(f, table)
 			f.Close()
 		}
 		if err != nil {
