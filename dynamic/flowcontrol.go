@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -58,6 +59,8 @@ const (
 //
 // Watches are long-running requests that hold no server seat once started:
 // they are never limited and never retried here (their reflectors back off).
+// Requests for Leases are not limited either: a leader's renewal must not
+// wait behind a backlog of writes and lose the Lease to pushback.
 //
 // One FlowControl is shared by every client of a process (Wrap each one's
 // transport), so that all of them back off together. Safe for concurrent
@@ -122,7 +125,7 @@ type flowTransport struct {
 func (t *flowTransport) WrappedRoundTripper() http.RoundTripper { return t.next }
 
 func (t *flowTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if isWatch(req) {
+	if isWatch(req) || isLease(req) {
 		resp, err := t.next.RoundTrip(req)
 		if err == nil && resp.StatusCode == http.StatusTooManyRequests {
 			t.f.metrics.TooManyRequests()
@@ -273,6 +276,12 @@ func isWatch(req *http.Request) bool {
 		return true
 	}
 	return false
+}
+
+// isLease reports whether req is for coordination.k8s.io Leases (leader
+// election).
+func isLease(req *http.Request) bool {
+	return strings.HasPrefix(req.URL.Path, "/apis/coordination.k8s.io/")
 }
 
 // retryAfter is the wait a 429 asks for: its Retry-After in seconds, else a

@@ -277,8 +277,8 @@ func TestFlowControlGivesUp(t *testing.T) {
 	}
 }
 
-// TestFlowControlWatches: a watch is not retried nor held back by the
-// limit.
+// TestFlowControlWatches: a watch, or a request for a Lease, is neither
+// retried nor held back by the limit.
 func TestFlowControlWatches(t *testing.T) {
 	var attempts atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -296,13 +296,19 @@ func TestFlowControlWatches(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/api/v1/configmaps?watch=true", nil)
-	resp, err := (&http.Client{Transport: f.Wrap(http.DefaultTransport)}).Do(req)
-	if err != nil {
-		t.Fatalf("watch held back: %v", err)
-	}
-	drain(resp)
-	if resp.StatusCode != http.StatusTooManyRequests || attempts.Load() != 1 {
-		t.Errorf("watch: %d after %d attempts, want its 429 after 1", resp.StatusCode, attempts.Load())
+	for _, c := range []struct{ method, path string }{
+		{http.MethodGet, "/api/v1/configmaps?watch=true"},
+		{http.MethodPut, "/apis/coordination.k8s.io/v1/namespaces/ns/leases/syncloop"},
+	} {
+		attempts.Store(0)
+		req, _ := http.NewRequestWithContext(ctx, c.method, srv.URL+c.path, nil)
+		resp, err := (&http.Client{Transport: f.Wrap(http.DefaultTransport)}).Do(req)
+		if err != nil {
+			t.Fatalf("%s %s held back: %v", c.method, c.path, err)
+		}
+		drain(resp)
+		if resp.StatusCode != http.StatusTooManyRequests || attempts.Load() != 1 {
+			t.Errorf("%s %s: %d after %d attempts, want its 429 after 1", c.method, c.path, resp.StatusCode, attempts.Load())
+		}
 	}
 }
