@@ -31,7 +31,6 @@ import (
 	"github.com/syncloop/syncloop/engine"
 	"github.com/syncloop/syncloop/internal/testenv"
 	"github.com/syncloop/syncloop/rules"
-	"github.com/syncloop/syncloop/rules/expr"
 )
 
 // Config says what to measure.
@@ -154,15 +153,12 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 	}
 	logf("informer cache: %.0f bytes per trigger stripped, %.0f with managedFields", res.HeapBytesPerObject, res.HeapBytesPerObjectUnstripped)
 	text := strings.ReplaceAll(w.rule, "NS", ns)
-	loader, err := rules.NewLoader(expr.Options{})
+	extraText := strings.NewReplacer("name: bench", "name: bench-extra", "bench-trigger", "bench-extra").Replace(text)
+	files, err := parseRules([2]string{"bench.yaml", text}, [2]string{"extra.yaml", extraText})
 	if err != nil {
 		return nil, err
 	}
-	f, err := loader.Parse("bench.yaml", []byte(text))
-	if err != nil {
-		return nil, err
-	}
-	set, err := rules.NewSet(f)
+	set, err := rules.NewSet(files[0])
 	if err != nil {
 		return nil, err
 	}
@@ -244,11 +240,7 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 	res.LatencyP50Ms, res.LatencyP90Ms, res.LatencyP99Ms = ms(p50), ms(p90), ms(p99)
 	logf("latency over %d updates: p50 %.1fms p90 %.1fms p99 %.1fms", cfg.Updates, res.LatencyP50Ms, res.LatencyP90Ms, res.LatencyP99Ms)
 
-	extra, err := loader.Parse("extra.yaml", []byte(strings.NewReplacer("name: bench", "name: bench-extra", "bench-trigger", "bench-extra").Replace(text)))
-	if err != nil {
-		return nil, err
-	}
-	both, err := rules.NewSet(f, extra)
+	both, err := rules.NewSet(files...)
 	if err != nil {
 		return nil, err
 	}

@@ -129,17 +129,30 @@ func (w workload) limit(ctx context.Context, env *testenv.Env, n, workers int) (
 	return took, nil
 }
 
-// parseRule parses the one rule of text.
-func parseRule(text string) (*rules.Rule, error) {
+// parseRules parses rule files given as name → text.
+func parseRules(files ...[2]string) ([]*rules.File, error) {
 	loader, err := rules.NewLoader(expr.Options{})
 	if err != nil {
 		return nil, err
 	}
-	f, err := loader.Parse("bench.yaml", []byte(text))
+	var out []*rules.File
+	for _, nt := range files {
+		f, err := loader.Parse(nt[0], []byte(nt[1]))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+// parseRule parses the one rule of text.
+func parseRule(text string) (*rules.Rule, error) {
+	files, err := parseRules([2]string{"bench.yaml", text})
 	if err != nil {
 		return nil, err
 	}
-	set, err := rules.NewSet(f)
+	set, err := rules.NewSet(files...)
 	if err != nil {
 		return nil, err
 	}

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -188,11 +187,11 @@ func runTenants(ctx context.Context, env *testenv.Env, run TenantRun, logf func(
 	if kubeconfig == "" {
 		kubeconfig = env.Kubeconfig()
 	}
-	metricsAddr, err := freeLoopback()
+	metricsAddr, err := testenv.FreeAddress()
 	if err != nil {
 		return nil, err
 	}
-	probeAddr, err := freeLoopback()
+	probeAddr, err := testenv.FreeAddress()
 	if err != nil {
 		return nil, err
 	}
@@ -376,15 +375,6 @@ func scrapeMetrics(ctx context.Context, url string) (map[string]float64, error) 
 		}
 	}
 	return out, sc.Err()
-}
-
-func freeLoopback() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 func lastLines(s string, n int) string {

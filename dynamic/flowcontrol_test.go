@@ -251,16 +251,23 @@ func TestFlowControlWaiterCancelled(t *testing.T) {
 	}
 }
 
-// TestFlowControlGivesUp: a request refused MaxRetries+1 times returns its
-// 429 without Retry-After, so that client-go does not wait it out again.
-func TestFlowControlGivesUp(t *testing.T) {
+// refusing is a test server that answers every request 429 with
+// Retry-After: 0, counting the attempts.
+func refusing(t *testing.T) (*httptest.Server, *atomic.Int64) {
 	var attempts atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		attempts.Add(1)
 		w.Header().Set("Retry-After", "0")
 		http.Error(w, "no", http.StatusTooManyRequests)
 	}))
-	defer srv.Close()
+	t.Cleanup(srv.Close)
+	return srv, &attempts
+}
+
+// TestFlowControlGivesUp: a request refused MaxRetries+1 times returns its
+// 429 without Retry-After, so that client-go does not wait it out again.
+func TestFlowControlGivesUp(t *testing.T) {
+	srv, attempts := refusing(t)
 	m := &flowCounts{}
 	f := NewFlowControl(m)
 	f.maxRetries = 3
@@ -280,13 +287,7 @@ func TestFlowControlGivesUp(t *testing.T) {
 // TestFlowControlWatches: a watch, or a request for a Lease, is neither
 // retried nor held back by the limit.
 func TestFlowControlWatches(t *testing.T) {
-	var attempts atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		attempts.Add(1)
-		w.Header().Set("Retry-After", "0")
-		http.Error(w, "no", http.StatusTooManyRequests)
-	}))
-	defer srv.Close()
+	srv, attempts := refusing(t)
 	f := NewFlowControl(nil)
 	// Limit 1, and that slot taken.
 	e, _ := f.acquire(t.Context())

@@ -15,7 +15,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -107,11 +106,11 @@ func demo(ctx context.Context, bin, examples string) error {
 	}
 
 	step("Running: " + bin + " run -f " + examples + "/")
-	probe, err := freeAddr()
+	probe, err := testenv.FreeAddress()
 	if err != nil {
 		return err
 	}
-	metricsAddr, err := freeAddr()
+	metricsAddr, err := testenv.FreeAddress()
 	if err != nil {
 		return err
 	}
@@ -244,15 +243,6 @@ func expectedChildren(bin, examples string) (int, error) {
 }
 
 func step(s string) { fmt.Printf("\n== %s\n", s) }
-
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
 
 // applyFile server-side applies every object of a YAML file, creating the
 // namespaces they live in first. Sample uids are dropped: the API server

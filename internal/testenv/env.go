@@ -335,6 +335,16 @@ func randomToken() (string, error) {
 	return hex.EncodeToString(b), nil
 }
 
+// FreeAddress returns a loopback host:port that was free a moment ago, for a
+// server of the caller's (metrics, probes).
+func FreeAddress() (string, error) {
+	ports, err := freePorts(1)
+	if err != nil {
+		return "", err
+	}
+	return "127.0.0.1:" + strconv.Itoa(ports[0]), nil
+}
+
 // freePorts returns n distinct loopback ports that were free a moment ago.
 func freePorts(n int) ([]int, error) {
 	var ports []int
