@@ -40,6 +40,7 @@ type harness struct {
 	metrics   Metrics         // set before start; nil: none
 	limitNS   string          // Options.Namespace, set before start
 	eventMode EventMode       // Options.Events, set before start
+	eventLRU  int             // entries of each of the recorder's Event caches, set before start; 0: client-go's 4,096
 	stop      func()
 	done      chan struct{} // closed when the engine's Run has returned
 }
@@ -103,7 +104,7 @@ func (h *harness) startWith(set *rules.Set, waitReady bool) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	broadcaster := record.NewBroadcaster()
+	broadcaster := record.NewBroadcaster(record.WithCorrelatorOptions(record.CorrelatorOptions{LRUCacheSize: h.eventLRU}))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: h.cs.CoreV1().Events("")})
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "syncloop"})
 

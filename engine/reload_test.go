@@ -175,7 +175,7 @@ func TestReloadCyclesDoNotLeak(t *testing.T) {
 	var after uint64
 	h.eventually("the heap back to the baseline (+5% at most)", func() bool {
 		after = heapAfterGC()
-		return backToBaseline(after, heap)
+		return backToBaseline(after, heap, 0)
 	})
 	t.Logf("heap %d → %d bytes (%+.1f%%) over 200 rule cycles", heap, after, 100*(float64(after)/float64(heap)-1))
 }
