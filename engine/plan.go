@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -53,27 +55,32 @@ type PlanPrinter struct {
 	counts  map[string]int
 	errors  int
 	seen    map[string]string // stream: object → last printed action
-	held    []Action          // not stream: printed, sorted, by Summary
+	held    map[string]Action // not stream: by rule, action and object; printed, sorted, by Summary
+	failed  map[string]bool   // not stream: rule and trigger of the failures printed
 }
 
 // NewPlanPrinter prints to w as text, or as JSON lines when jsonLines;
 // failures go to errW. A streaming printer prints each action as it comes,
 // except one identical to the last printed for the same object (a running
 // dry run plans again on every resync). Otherwise actions are held and
-// Summary prints them sorted by rule, trigger and object.
+// Summary prints them sorted by rule, trigger and object, each write once
+// however many times a trigger was planned (one pass may reconcile a
+// trigger twice: on its child's event and in the sweep for orphans), and
+// each trigger's failure once.
 func NewPlanPrinter(w, errW io.Writer, jsonLines, stream bool) *PlanPrinter {
-	return &PlanPrinter{w: w, errW: errW, json: jsonLines, stream: stream, counts: map[string]int{}, seen: map[string]string{}}
+	return &PlanPrinter{w: w, errW: errW, json: jsonLines, stream: stream, counts: map[string]int{},
+		seen: map[string]string{}, held: map[string]Action{}, failed: map[string]bool{}}
 }
 
 // Plan implements Planner.
 func (p *PlanPrinter) Plan(a Action) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	key := a.Rule + " " + a.Action + " " + a.Object.String()
 	if !p.stream {
-		p.held = append(p.held, a)
+		p.held[key] = a
 		return
 	}
-	key := a.Rule + " " + a.Action + " " + a.Object.String()
 	sum := sha256.Sum256([]byte(a.Diff))
 	if p.seen[key] == string(sum[:]) {
 		return
@@ -106,6 +113,13 @@ func (p *PlanPrinter) print(a Action) {
 func (p *PlanPrinter) Failed(rule, trigger string, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if !p.stream {
+		key := rule + " " + trigger
+		if p.failed[key] {
+			return
+		}
+		p.failed[key] = true
+	}
 	p.errors++
 	fmt.Fprintf(p.errW, "error: rule %s, trigger %s: %v\n", rule, trigger, err)
 }
@@ -115,15 +129,16 @@ func (p *PlanPrinter) Failed(rule, trigger string, err error) {
 func (p *PlanPrinter) Summary() (actions, failures int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	sort.SliceStable(p.held, func(i, j int) bool {
-		a, b := p.held[i], p.held[j]
+	held := slices.Collect(maps.Values(p.held))
+	sort.Slice(held, func(i, j int) bool {
+		a, b := held[i], held[j]
 		return a.Rule+"\x00"+a.Trigger.String()+"\x00"+a.Object.String()+"\x00"+a.Action <
 			b.Rule+"\x00"+b.Trigger.String()+"\x00"+b.Object.String()+"\x00"+b.Action
 	})
-	for _, a := range p.held {
+	for _, a := range held {
 		p.print(a)
 	}
-	p.held = nil
+	clear(p.held)
 	for _, n := range p.counts {
 		actions += n
 	}

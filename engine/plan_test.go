@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"strings"
 	"sync"
@@ -120,7 +121,10 @@ func TestPlanPrinter(t *testing.T) {
 	for i := len(actions) - 1; i >= 0; i-- { // held and sorted: order of arrival does not matter
 		p.Plan(actions[i])
 	}
-	if n, errs := p.Summary(); n != 4 || errs != 0 {
+	p.Plan(actions[2]) // a trigger planned twice in one pass: its writes are listed once
+	p.Failed("tenant", "team-b", errors.New("boom"))
+	p.Failed("tenant", "team-b", errors.New("boom"))
+	if n, errs := p.Summary(); n != 4 || errs != 1 {
 		t.Errorf("Summary = %d actions, %d failures", n, errs)
 	}
 	want := `~ status  example.com/v1 App shop/web  (rule app-status)
