@@ -82,7 +82,7 @@ func (w workload) limit(ctx context.Context, env *testenv.Env, n, workers int) (
 	var children []*unstructured.Unstructured
 	var mappings []schema.GroupVersionResource
 	for i := range list.Items {
-		rd, err := rule.Render(ctx, &list.Items[i], mapper)
+		rd, err := rule.Render(ctx, &list.Items[i], mapper, nil)
 		if err != nil {
 			return 0, err
 		}

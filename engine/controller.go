@@ -53,6 +53,9 @@ type controller struct {
 	triggerMapping *meta.RESTMapping
 	trigger        *dynamic.Subscription
 	children       map[schema.GroupVersionKind]*childKind
+	lookups        []*lookupWatch // one per rule lookup
+
+	deps *lookupIndex // which triggers read which looked-up objects
 
 	// Counters, for tests and diagnostics.
 	resyncs    atomic.Int64 // resync passes done
@@ -104,6 +107,7 @@ func newController(e *Engine, r *rules.Rule, retired []schema.GroupVersionKind) 
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: r.Name, MetricsProvider: e.queues}),
 		done:     make(chan struct{}),
 		children: map[schema.GroupVersionKind]*childKind{},
+		deps:     newLookupIndex(r),
 		applied:  map[childRef]string{},
 		deleted:  map[childRef]types.UID{},
 		state:    StateWaiting,
@@ -172,6 +176,11 @@ func (c *controller) run(ctx context.Context) {
 			children = append(children, ck.sub)
 		}
 	}
+	// So do the lookups' caches: a lookup read from a cache still listing
+	// would find nothing, and a rule's children could be pruned for it.
+	for _, lw := range c.lookups {
+		children = append(children, lw.sub)
+	}
 	if !c.waitForSync(ctx, children) {
 		c.queue.ShutDown()
 		return
@@ -227,6 +236,9 @@ func (c *controller) resolve(ctx context.Context) bool {
 	for _, r := range c.rule.Resources {
 		kinds = append(kinds, r.GVK)
 	}
+	for _, l := range c.rule.Lookups {
+		kinds = append(kinds, l.GVK)
+	}
 	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 1 << 30, Cap: 30 * time.Second}
 	for {
 		var missing error
@@ -244,6 +256,11 @@ func (c *controller) resolve(ctx context.Context) bool {
 			}
 		}
 		if missing == nil {
+			c.lookups = c.lookups[:0]
+			for i, l := range c.rule.Lookups {
+				m, _ := c.e.mapper.Mapping(ctx, l.GVK) // mapped above
+				c.lookups = append(c.lookups, &lookupWatch{index: i, mapping: m})
+			}
 			for _, gvk := range c.retired {
 				if m, err := c.e.mapper.Mapping(ctx, gvk); err == nil && c.children[gvk] == nil {
 					c.children[gvk] = &childKind{mapping: m, retired: true}
@@ -287,6 +304,15 @@ func (c *controller) checkNamespace() error {
 	for gvk, ck := range c.children {
 		if !ck.retired && ck.mapping.Scope.Name() != meta.RESTScopeNameNamespace {
 			return fmt.Errorf("its children include %s, which is cluster-scoped, but syncloop is limited to namespace %q (--watch-namespace)", gvk.Kind, ns)
+		}
+	}
+	for _, lw := range c.lookups {
+		l := c.rule.Lookups[lw.index]
+		switch {
+		case lw.mapping.Scope.Name() != meta.RESTScopeNameNamespace:
+			return fmt.Errorf("lookup %q reads %s, which is cluster-scoped, but syncloop is limited to namespace %q (--watch-namespace)", l.ID, l.Kind, ns)
+		case l.Namespace.IsLiteral() && l.Namespace.Literal != "" && l.Namespace.Literal != ns:
+			return fmt.Errorf("lookup %q reads namespace %q, but syncloop is limited to namespace %q (--watch-namespace)", l.ID, l.Namespace.Literal, ns)
 		}
 	}
 	return nil
@@ -344,7 +370,7 @@ func (c *controller) subscribe(ctx context.Context) error {
 		}
 		ck.sub = sub
 	}
-	return nil
+	return c.subscribeLookups(ctx)
 }
 
 func (c *controller) unsubscribe() {
@@ -354,6 +380,11 @@ func (c *controller) unsubscribe() {
 	for _, ck := range c.children {
 		if ck.sub != nil {
 			ck.sub.Stop()
+		}
+	}
+	for _, lw := range c.lookups {
+		if lw.sub != nil {
+			lw.sub.Stop()
 		}
 	}
 }

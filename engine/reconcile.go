@@ -44,11 +44,16 @@ func (c *controller) reconcile(ctx context.Context, key cache.ObjectName) error 
 	ref := rules.ObjectRef{APIVersion: c.rule.Watch.APIVersion, Kind: c.rule.Watch.Kind, Namespace: key.Namespace, Name: key.Name}
 	ch := &changes{}
 	if trigger == nil || trigger.GetDeletionTimestamp() != nil {
+		c.deps.set(key, nil)
 		return c.prune(ctx, ch, ref, owner, existing, nil)
 	}
 	defer c.e.reconciled(trigger, ch)
 
-	rd, err := c.rule.Render(ctx, trigger, c.e.mapper)
+	lk := &cacheLookuper{c: c, trigger: key}
+	rd, err := c.rule.Render(ctx, trigger, c.e.mapper, lk)
+	// What the render read, even when it failed: a source created or
+	// fixed later queues the trigger again.
+	c.deps.set(key, lk.queries)
 	if err != nil {
 		c.e.failed(trigger, err)
 		return err

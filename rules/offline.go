@@ -8,6 +8,7 @@ import (
 	"io"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 )
 
@@ -70,6 +71,7 @@ func RenderOffline(ctx context.Context, set *Set, objects []*unstructured.Unstru
 		return nil, fmt.Errorf("no rule named %q", only)
 	}
 	scope := NewOfflineScope(objects)
+	lk := OfflineObjects(objects)
 	out := &Offline{NotEvaluated: map[string][]string{}}
 	for _, r := range set.Rules() {
 		if only != "" && r.Name != only {
@@ -83,15 +85,41 @@ func RenderOffline(ctx context.Context, set *Set, objects []*unstructured.Unstru
 			if !ok {
 				continue
 			}
-			out.Results = append(out.Results, renderOne(ctx, r, obj, scope))
+			out.Results = append(out.Results, renderOne(ctx, r, obj, scope, lk))
 		}
 	}
 	return out, nil
 }
 
-func renderOne(ctx context.Context, r *Rule, obj *unstructured.Unstructured, scope Scoper) Result {
+// OfflineObjects answers Lookuper from the objects given to an offline
+// render: lookups read them as they would the cluster's.
+type OfflineObjects []*unstructured.Unstructured
+
+// Lookup implements Lookuper. Objects of the lookup's group and kind match
+// whatever their version, as the API server would serve them converted.
+func (o OfflineObjects) Lookup(_ context.Context, q LookupQuery) ([]*unstructured.Unstructured, error) {
+	var out []*unstructured.Unstructured
+	gk := q.Lookup.GVK.GroupKind()
+	for _, obj := range o {
+		if obj.GroupVersionKind().GroupKind() != gk || (q.Namespace != "" && obj.GetNamespace() != q.Namespace) {
+			continue
+		}
+		if q.Name != "" {
+			if obj.GetName() == q.Name {
+				return []*unstructured.Unstructured{obj}, nil
+			}
+			continue
+		}
+		if q.Selector.Matches(labels.Set(obj.GetLabels())) {
+			out = append(out, obj)
+		}
+	}
+	return out, nil
+}
+
+func renderOne(ctx context.Context, r *Rule, obj *unstructured.Unstructured, scope Scoper, lk Lookuper) Result {
 	res := Result{Rule: r.Name, Trigger: RefOf(obj)}
-	rd, err := r.Render(ctx, obj, scope)
+	rd, err := r.Render(ctx, obj, scope, lk)
 	if err != nil {
 		res.Error = err.Error()
 		return res

@@ -151,7 +151,7 @@ func (d *decoder) decodeRule(root *yaml.Node, c *expr.Compiler) *Rule {
 }
 
 func (d *decoder) decodeSpec(r *Rule, spec *yaml.Node, docVal any, pos positions, c *expr.Compiler) {
-	f := d.fields(spec, "spec", "watch", "when", "variables", "resources", "status", "deletionPolicy",
+	f := d.fields(spec, "spec", "watch", "when", "lookups", "variables", "resources", "status", "deletionPolicy",
 		"forceConflicts", "workers", "resyncPeriod", "rateLimit", "maxRetries")
 	if f == nil {
 		return
@@ -162,6 +162,12 @@ func (d *decoder) decodeSpec(r *Rule, spec *yaml.Node, docVal any, pos positions
 		d.errorf(spec, "spec.watch", "required")
 	}
 
+	// Lookups are read after `when`, before the variables: the variables,
+	// resources and status see them.
+	var lookupIDs []string
+	if n, ok := f["lookups"]; ok {
+		lookupIDs = d.decodeLookups(r, n, c)
+	}
 	var varNames []string
 	if n, ok := f["variables"]; ok {
 		for i, vn := range d.seq(n, "spec.variables") {
@@ -189,7 +195,7 @@ func (d *decoder) decodeSpec(r *Rule, spec *yaml.Node, docVal any, pos positions
 				continue
 			}
 			// A variable sees the variables declared before it.
-			e := d.expression(en, field+".expression", c, expr.Scope{Variables: varNames}, expr.AnyResult)
+			e := d.expression(en, field+".expression", c, expr.Scope{Variables: varNames, Lookups: lookupIDs}, expr.AnyResult)
 			if nameOK {
 				varNames = append(varNames, name)
 				r.Variables = append(r.Variables, Variable{Name: name, Expr: e})
@@ -205,7 +211,7 @@ func (d *decoder) decodeSpec(r *Rule, spec *yaml.Node, docVal any, pos positions
 	var ids []string
 	if n, ok := f["resources"]; ok {
 		for i, rn := range d.seq(n, "spec.resources") {
-			if res := d.decodeResource(i, rn, docVal, pos, c, varNames, ids); res != nil {
+			if res := d.decodeResource(i, rn, docVal, pos, c, expr.Scope{Variables: varNames, Lookups: lookupIDs}, ids); res != nil {
 				r.Resources = append(r.Resources, res)
 				ids = append(ids, res.ID)
 			}
@@ -216,7 +222,7 @@ func (d *decoder) decodeSpec(r *Rule, spec *yaml.Node, docVal any, pos positions
 			d.errorf(n, "spec.status", "must be a mapping, not %s", kindName(resolve(n)))
 		} else {
 			prefix := expr.Path{"spec", "status"}
-			r.Status = d.template(n, prefix, docVal, pos, c, expr.Scope{Variables: varNames, Children: nonNil(ids)})
+			r.Status = d.template(n, prefix, docVal, pos, c, expr.Scope{Variables: varNames, Lookups: lookupIDs, Children: nonNil(ids)})
 		}
 	}
 	if _, hasRes := f["resources"]; !hasRes && r.Status == nil {
@@ -349,7 +355,7 @@ func (d *decoder) apiVersionKind(parent *yaml.Node, f map[string]*yaml.Node, fie
 	return apiVersion, kind
 }
 
-func (d *decoder) decodeResource(i int, n *yaml.Node, docVal any, pos positions, c *expr.Compiler, vars, ids []string) *Resource {
+func (d *decoder) decodeResource(i int, n *yaml.Node, docVal any, pos positions, c *expr.Compiler, scope expr.Scope, ids []string) *Resource {
 	field := fmt.Sprintf("spec.resources[%d]", i)
 	f := d.fields(n, field, "id", "when", "forEach", "template")
 	if f == nil {
@@ -368,7 +374,6 @@ func (d *decoder) decodeResource(i int, n *yaml.Node, docVal any, pos positions,
 			res.ID = id
 		}
 	}
-	scope := expr.Scope{Variables: vars}
 	if nn, ok := f["when"]; ok {
 		res.When = d.expression(nn, field+".when", c, scope, expr.BoolResult)
 	}

@@ -89,11 +89,12 @@ func (t Trigger) String() string {
 const MaxChildren = 10_000
 
 // Render computes the children the rule wants for trigger: it evaluates
-// `when`, the variables, each resource's `when` and `forEach`, renders the
-// templates, defaults namespaces (scoper says which kinds are namespaced),
-// and adds syncloop's labels, annotations and controller ownerReference.
-// It reads nothing but its arguments.
-func (r *Rule) Render(ctx context.Context, trigger *unstructured.Unstructured, scoper Scoper) (*Rendered, error) {
+// `when`, reads the lookups from lk, evaluates the variables, each
+// resource's `when` and `forEach`, renders the templates, defaults
+// namespaces (scoper says which kinds are namespaced), and adds syncloop's
+// labels, annotations and controller ownerReference. It reads nothing but
+// its arguments; lk may be nil for a rule without lookups.
+func (r *Rule) Render(ctx context.Context, trigger *unstructured.Unstructured, scoper Scoper, lk Lookuper) (*Rendered, error) {
 	act := &expr.Activation{Object: trigger.Object, Rule: r.Name, Variables: map[string]any{}}
 	if r.When != nil {
 		ok, err := r.When.EvalBool(ctx, act)
@@ -102,6 +103,12 @@ func (r *Rule) Render(ctx context.Context, trigger *unstructured.Unstructured, s
 		}
 		if !ok {
 			return &Rendered{Skipped: true, rule: r, act: act}, nil
+		}
+	}
+	if len(r.Lookups) > 0 {
+		var err error
+		if act.Lookups, err = r.lookups(ctx, act, trigger, scoper, lk); err != nil {
+			return nil, err
 		}
 	}
 	for _, v := range r.Variables {

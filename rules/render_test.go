@@ -91,7 +91,7 @@ spec:
 func TestRenderChildren(t *testing.T) {
 	r := parseRule(t, appRule)
 	trigger := obj("example.com/v1", "App", "shop", "web", map[string]any{"cluster": "yes"})
-	rd, err := r.Render(context.Background(), trigger, testScopes)
+	rd, err := r.Render(context.Background(), trigger, testScopes, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +156,7 @@ func TestRenderChildren(t *testing.T) {
 
 func TestRenderWhen(t *testing.T) {
 	r := parseRule(t, appRule)
-	rd, err := r.Render(context.Background(), obj("example.com/v1", "App", "shop", "web", map[string]any{"skip": "yes"}), testScopes)
+	rd, err := r.Render(context.Background(), obj("example.com/v1", "App", "shop", "web", map[string]any{"skip": "yes"}), testScopes, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestRenderWhen(t *testing.T) {
 	if s, err := rd.Status(context.Background(), RenderedObject); s != nil || err != nil {
 		t.Errorf("status of a skipped trigger = %v, %v", s, err)
 	}
-	rd, err = r.Render(context.Background(), obj("example.com/v1", "App", "shop", "web", nil), testScopes)
+	rd, err = r.Render(context.Background(), obj("example.com/v1", "App", "shop", "web", nil), testScopes, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +183,7 @@ func TestClusterScopedTrigger(t *testing.T) {
       template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x}}
 `
 	r := parseRule(t, doc)
-	_, err := r.Render(context.Background(), obj("v1", "Namespace", "", "team-a", nil), testScopes)
+	_, err := r.Render(context.Background(), obj("v1", "Namespace", "", "team-a", nil), testScopes, nil)
 	want := `rule.yaml:11:17: rule "r": resource "defaulted": spec.resources[0].template.metadata.namespace: ConfigMap is namespaced and the trigger is cluster-scoped: set metadata.namespace`
 	if err == nil || err.Error() != want {
 		t.Fatalf("err = %v\nwant %s", err, want)
@@ -193,7 +193,7 @@ func TestClusterScopedTrigger(t *testing.T) {
     - id: inside
       template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: "${object.metadata.name}"}}
 `
-	rd, err := parseRule(t, doc).Render(context.Background(), obj("v1", "Namespace", "", "team-a", nil), testScopes)
+	rd, err := parseRule(t, doc).Render(context.Background(), obj("v1", "Namespace", "", "team-a", nil), testScopes, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +241,7 @@ func TestRenderErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := parseRule(t, head+watchNS+tt.spec)
-			_, err := r.Render(context.Background(), obj("v1", "Namespace", "", "team-a", nil), testScopes)
+			_, err := r.Render(context.Background(), obj("v1", "Namespace", "", "team-a", nil), testScopes, nil)
 			if err == nil || err.Error() != tt.want {
 				t.Fatalf("err = %v\nwant %s", err, tt.want)
 			}
@@ -259,7 +259,7 @@ func TestRenderCostLimit(t *testing.T) {
       forEach: "lists.range(1000).map(a, lists.range(1000).map(b, a*b)).flatten()"
       template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "x-${item}", namespace: n}}
 `)
-	_, err := r.Render(context.Background(), obj("v1", "Namespace", "", "team-a", nil), testScopes)
+	_, err := r.Render(context.Background(), obj("v1", "Namespace", "", "team-a", nil), testScopes, nil)
 	if !errors.Is(err, expr.ErrCostLimit) {
 		t.Fatalf("err = %v, want one wrapping ErrCostLimit", err)
 	}
@@ -282,12 +282,128 @@ func TestRenderMaxChildren(t *testing.T) {
 	at := func(a, b int) *unstructured.Unstructured {
 		return obj("v1", "Namespace", "", "team-a", map[string]any{"a": fmt.Sprint(a), "b": fmt.Sprint(b)})
 	}
-	rd, err := r.Render(context.Background(), at(MaxChildren-1, 1), testScopes)
+	rd, err := r.Render(context.Background(), at(MaxChildren-1, 1), testScopes, nil)
 	if err != nil || len(rd.Children) != MaxChildren {
 		t.Fatalf("at the limit: %v children, err %v", len(rd.Children), err)
 	}
-	_, err = r.Render(context.Background(), at(MaxChildren, 1), testScopes)
+	_, err = r.Render(context.Background(), at(MaxChildren, 1), testScopes, nil)
 	if err == nil || !strings.HasPrefix(err.Error(), `rule.yaml:14:16: rule "r": resource "b": spec.resources[1].forEach: 10001 children, more than the 10000 one trigger may have`) {
 		t.Errorf("over the limit: err = %v", err)
+	}
+}
+
+const lookupRule = `apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: pull}
+spec:
+  watch: {apiVersion: v1, kind: Namespace}
+  lookups:
+    - id: source
+      apiVersion: v1
+      kind: Secret
+      namespace: platform
+      name: "${object.metadata.?annotations.?secret.orValue('registry')}"
+    - id: peers
+      apiVersion: v1
+      kind: Namespace
+      labelSelector: "team=${object.metadata.labels.team}"
+    - id: own
+      apiVersion: v1
+      kind: ConfigMap
+      namespace: "${object.metadata.name}"
+  resources:
+    - id: copy
+      when: lookups.source != null
+      template:
+        apiVersion: v1
+        kind: Secret
+        metadata: {name: registry, namespace: "${object.metadata.name}"}
+        data: ${lookups.source.data}
+    - id: peers
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: peers, namespace: "${object.metadata.name}"}
+        data:
+          peers: "${lookups.peers.map(n, n.metadata.name).join(',')}"
+          own: "${string(size(lookups.own))}"
+`
+
+// TestRenderLookups: a lookup by name is the object or null, a list is
+// sorted by namespace and name and selects by its templated selector and
+// namespace; the offline lookuper reads the objects given.
+func TestRenderLookups(t *testing.T) {
+	r := parseRule(t, lookupRule)
+	secret := obj("v1", "Secret", "platform", "registry", nil)
+	secret.Object["data"] = map[string]any{".dockerconfigjson": "e30="}
+	other := obj("v1", "Secret", "elsewhere", "registry", nil)
+	other.Object["data"] = map[string]any{"wrong": "eA=="}
+	objects := OfflineObjects{
+		obj("v1", "Namespace", "", "b", map[string]any{"team": "x"}),
+		obj("v1", "Namespace", "", "a", map[string]any{"team": "x"}),
+		obj("v1", "Namespace", "", "c", map[string]any{"team": "y"}),
+		other, secret,
+		obj("v1", "ConfigMap", "a", "one", nil),
+		obj("v1", "ConfigMap", "a", "two", nil),
+		obj("v1", "ConfigMap", "b", "three", nil),
+	}
+	scopes := scopes{"Secret": true, "Namespace": false, "ConfigMap": true}
+	rd, err := r.Render(context.Background(), objects[0], scopes, objects)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rd.Children) != 2 {
+		t.Fatalf("%d children, want the copy and the peers", len(rd.Children))
+	}
+	if got := rd.Children[0].Object.Object["data"]; fmt.Sprint(got) != "map[.dockerconfigjson:e30=]" {
+		t.Errorf("copied data = %v, want the platform Secret's", got)
+	}
+	peers := rd.Children[1].Object.Object["data"].(map[string]any)
+	if peers["peers"] != "a,b" || peers["own"] != "1" {
+		t.Errorf("peers data = %v, want the team's namespaces sorted (a,b) and 1 ConfigMap of namespace b", peers)
+	}
+
+	// The source is absent: lookups.source is null, the copy is not wanted.
+	rd, err = r.Render(context.Background(), objects[2], scopes, objects[:3])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rd.Children) != 1 || rd.Children[0].ResourceID != "peers" {
+		t.Errorf("without the source: children %v, want only peers", rd.Children)
+	}
+	if got := rd.Children[0].Object.Object["data"].(map[string]any)["peers"]; got != "c" {
+		t.Errorf("peers of team y = %q, want c", got)
+	}
+
+	// No lookuper at all is an error that names the lookup.
+	if _, err := r.Render(context.Background(), objects[0], scopes, nil); err == nil || !strings.Contains(err.Error(), "spec.lookups[0]") {
+		t.Errorf("render without objects to look up: %v", err)
+	}
+}
+
+// TestRenderLookupErrors: what a lookup renders is checked per trigger.
+func TestRenderLookupErrors(t *testing.T) {
+	head := "apiVersion: syncloop.dev/v1alpha1\nkind: Rule\nmetadata: {name: r}\nspec:\n  watch: {apiVersion: v1, kind: Namespace}\n  lookups:\n"
+	res := "  resources:\n    - id: a\n      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: x}}\n"
+	tests := []struct{ name, lookup, want string }{
+		{"name not a string", "    - {id: s, apiVersion: v1, kind: Secret, namespace: p, name: \"${object.metadata}\"}\n",
+			`rule.yaml:7:65: rule "r": spec.lookups[0].name: rendered a mapping, want a string`},
+		{"cluster-scoped kind with a namespace", "    - {id: s, apiVersion: v1, kind: Namespace, namespace: p, name: a}\n",
+			`rule.yaml:7:7: rule "r": spec.lookups[0].namespace: Namespace is cluster-scoped: namespace must be empty, rendered "p"`},
+		{"namespaced kind by name, cluster-scoped trigger", "    - {id: s, apiVersion: v1, kind: Secret, name: a}\n",
+			`rule.yaml:7:7: rule "r": spec.lookups[0].namespace: Secret is namespaced and the trigger is cluster-scoped: set namespace`},
+		{"templated selector invalid", "    - {id: s, apiVersion: v1, kind: Namespace, labelSelector: \"a in (${object.metadata.name}\"}\n",
+			`rule.yaml:7:7: rule "r": spec.lookups[0].labelSelector: "a in (team-a":`},
+		{"templated namespace invalid", "    - {id: s, apiVersion: v1, kind: Secret, namespace: \"${object.metadata.name.upperAscii()}\", name: a}\n",
+			`rule.yaml:7:7: rule "r": spec.lookups[0].namespace: rendered "TEAM-A", not a namespace`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := parseRule(t, head+tt.lookup+res)
+			_, err := r.Render(context.Background(), obj("v1", "Namespace", "", "team-a", nil), scopes{"Secret": true, "Namespace": false, "ConfigMap": true}, OfflineObjects{})
+			if err == nil || !strings.HasPrefix(err.Error(), tt.want) {
+				t.Errorf("error = %v\nwant one starting with %s", err, tt.want)
+			}
+		})
 	}
 }

@@ -51,6 +51,7 @@ type Rule struct {
 
 	Watch     Watch
 	When      *Expression // nil: every watched object is a trigger
+	Lookups   []*Lookup
 	Variables []Variable
 	Resources []*Resource
 	// Status, when not nil, renders the trigger's .status.
@@ -75,6 +76,42 @@ type Watch struct {
 	LabelSelector labels.Selector
 	FieldSelector fields.Selector
 }
+
+// Lookup is an object, or a list of objects, that a rule reads and does
+// not own: evaluated per trigger after `when`, before the variables.
+type Lookup struct {
+	ID         string
+	APIVersion string
+	Kind       string
+	GVK        schema.GroupVersionKind
+	// Namespace is where the objects are; empty: the trigger's namespace
+	// for a lookup by name of a namespaced kind, all namespaces for a list.
+	Namespace Text
+	// Name, when set, makes the lookup one object (or null); otherwise it
+	// is a list, sorted by namespace and name.
+	Name Text
+	// LabelSelector selects a list's objects; empty: all.
+	LabelSelector Text
+	// Pos is where the lookup was written; Field is spec.lookups[i].
+	Pos   Pos
+	Field string
+}
+
+// List reports whether the lookup gives a list rather than one object.
+func (l *Lookup) List() bool { return l.Name.Empty() }
+
+// Text is a string field of a rule that is literal or a ${} template over
+// the trigger.
+type Text struct {
+	Literal  string
+	Template *Template // nil: Literal
+}
+
+// Empty reports whether the field was not set (or set to "").
+func (t Text) Empty() bool { return t.Template == nil && t.Literal == "" }
+
+// IsLiteral reports whether the value is the same for every trigger.
+func (t Text) IsLiteral() bool { return t.Template == nil }
 
 // Variable is a named expression, evaluated in order per trigger.
 type Variable struct {

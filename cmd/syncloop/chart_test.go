@@ -313,7 +313,7 @@ func TestChartInstall(t *testing.T) {
 		}
 	}
 	newNS("syncloop-system")
-	examples := []string{"tenant-defaults", "replicate", "app", "namespace-metadata"}
+	examples := []string{"tenant-defaults", "replicate", "app", "namespace-metadata", "pull-secret", "team-network-policy"}
 	args := []string{"install", "syncloop", chartDir, "-n", "syncloop-system", "--kubeconfig", env.Kubeconfig()}
 	for _, ex := range examples {
 		args = append(args, "--set-file", "rules."+ex+"\\.yaml=../../examples/"+ex+"/rules.yaml")
@@ -412,6 +412,17 @@ func TestChartInstall(t *testing.T) {
 			}) &&
 			exists(func() error {
 				_, err := cs.CoreV1().ConfigMaps("shop").Get(ctx, "namespace-metadata", metav1.GetOptions{})
+				return err
+			}) &&
+			exists(func() error { // a lookup's source, read with the chart's RBAC
+				_, err := cs.CoreV1().Secrets("releases").Get(ctx, "ci-registry", metav1.GetOptions{})
+				return err
+			}) &&
+			exists(func() error { // a list lookup
+				np, err := cs.NetworkingV1().NetworkPolicies("ledger").Get(ctx, "team-peers", metav1.GetOptions{})
+				if err == nil && np.Annotations["company.com/peers"] != "checkout, ledger" {
+					err = fmt.Errorf("peers %q", np.Annotations["company.com/peers"])
+				}
 				return err
 			})
 	})

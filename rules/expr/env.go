@@ -32,6 +32,7 @@ const (
 	varItem      = "item"
 	varIndex     = "index"
 	varChildren  = "children"
+	varLookups   = "lookups"
 )
 
 // Options configure a Compiler.
@@ -42,7 +43,7 @@ type Options struct {
 
 // Compiler compiles expressions and templates. It is safe for concurrent use.
 type Compiler struct {
-	base      *cel.Env // object, variables, rule
+	base      *cel.Env // object, lookups, variables, rule
 	forEach   *cel.Env // base + item, index
 	status    *cel.Env // base + children
 	costLimit uint64
@@ -57,6 +58,7 @@ func NewCompiler(opts Options) (*Compiler, error) {
 	dynMap := cel.MapType(cel.StringType, cel.DynType)
 	base, err := cel.NewEnv(append(libraries(),
 		cel.Variable(varObject, dynMap),
+		cel.Variable(varLookups, dynMap),
 		cel.Variable(varVariables, dynMap),
 		cel.Variable(varRule, cel.StringType),
 	)...)
@@ -107,6 +109,9 @@ type Scope struct {
 	ForEach bool
 	// Children, when not nil, makes children available with these ids (status).
 	Children []string
+	// Lookups are the ids of the rule's lookups this expression may read
+	// (none in the rule's `when` and in the lookups themselves).
+	Lookups []string
 }
 
 // Result says what type an expression must produce.
@@ -177,6 +182,9 @@ func (c *Compiler) Compile(src string, scope Scope, want Result) (*Program, erro
 		return nil, &Error{Offset: offsetOf(src, e.Location.Line(), e.Location.Column()), Msg: msg}
 	}
 	if err := checkReferences(checked, src, varVariables, "variable", scope.Variables); err != nil {
+		return nil, err
+	}
+	if err := checkReferences(checked, src, varLookups, "lookup id", scope.Lookups); err != nil {
 		return nil, err
 	}
 	if scope.Children != nil {
@@ -313,15 +321,21 @@ type Activation struct {
 	Index int64
 	// Children are the live (or rendered) children by id, for status.
 	Children map[string]any
+	// Lookups are the looked-up objects by lookup id: an object or nil for
+	// a lookup by name, a list otherwise.
+	Lookups map[string]any
 }
 
 func (a *Activation) vars() map[string]any {
-	variables, children := a.Variables, a.Children
+	variables, children, lookups := a.Variables, a.Children, a.Lookups
 	if variables == nil {
 		variables = map[string]any{}
 	}
 	if children == nil {
 		children = map[string]any{}
+	}
+	if lookups == nil {
+		lookups = map[string]any{}
 	}
 	return map[string]any{
 		varObject:    a.Object,
@@ -330,6 +344,7 @@ func (a *Activation) vars() map[string]any {
 		varItem:      a.Item,
 		varIndex:     a.Index,
 		varChildren:  children,
+		varLookups:   lookups,
 	}
 }
 

@@ -120,7 +120,7 @@ func (c *Compiler) compileNode(v any, path Path, scope Scope, t *Template, errs 
 		m := &mapNode{entries: make([]mapEntry, 0, len(v)), path: path}
 		for _, k := range keys {
 			p := path.With(k)
-			key, err := c.compileString(k, p, scope, t)
+			key, err := c.compileString(k, p, scope, t, AnyResult)
 			if err != nil {
 				err.Key = true
 				*errs = append(*errs, err)
@@ -139,7 +139,7 @@ func (c *Compiler) compileNode(v any, path Path, scope Scope, t *Template, errs 
 		}
 		return l
 	case string:
-		n, err := c.compileString(v, path, scope, t)
+		n, err := c.compileString(v, path, scope, t, AnyResult)
 		if err != nil {
 			*errs = append(*errs, err)
 			return constNode{}
@@ -157,7 +157,22 @@ func (c *Compiler) compileNode(v any, path Path, scope Scope, t *Template, errs 
 
 // compileString compiles one string: a constant, a whole ${expr}, or an
 // interpolation.
-func (c *Compiler) compileString(s string, path Path, scope Scope, t *Template) (node, *TemplateError) {
+// CompileString compiles one template string whose value must be a string,
+// such as a lookup's name: a sole ${expr} must produce a string (or dyn,
+// checked when rendered); interpolated parts are strings anyway.
+func (c *Compiler) CompileString(s string, scope Scope) (*Template, *TemplateError) {
+	t := &Template{}
+	root, err := c.compileString(s, nil, scope, t, StringResult)
+	if err != nil {
+		return nil, err
+	}
+	t.root = root
+	return t, nil
+}
+
+// compileString compiles one string of a template; a sole ${expr} must
+// produce want.
+func (c *Compiler) compileString(s string, path Path, scope Scope, t *Template, want Result) (node, *TemplateError) {
 	segs, err := splitTemplate(s)
 	if err != nil {
 		return nil, &TemplateError{Path: path, Offset: err.Offset, Msg: err.Msg}
@@ -165,13 +180,16 @@ func (c *Compiler) compileString(s string, path Path, scope Scope, t *Template) 
 	if len(segs) == 1 && !segs[0].isExpr {
 		return constNode{v: segs[0].text}, nil
 	}
+	if len(segs) > 1 {
+		want = AnyResult
+	}
 	parts := make([]part, 0, len(segs))
 	for _, sg := range segs {
 		if !sg.isExpr {
 			parts = append(parts, part{lit: sg.text})
 			continue
 		}
-		prog, err := c.Compile(sg.text, scope, AnyResult)
+		prog, err := c.Compile(sg.text, scope, want)
 		if err != nil {
 			ce := err.(*Error)
 			off := sg.offset

@@ -1,0 +1,286 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/syncloop/syncloop/dynamic"
+	"github.com/syncloop/syncloop/rules"
+)
+
+// lookupWatch is one of a rule's lookups: how to reach its kind and the
+// shared informer its objects are read from.
+type lookupWatch struct {
+	index   int // in rule.Lookups
+	mapping *meta.RESTMapping
+	sub     *dynamic.Subscription
+}
+
+// lookupWatchKey is the informer a lookup reads from: what is the same for
+// every trigger — a literal namespace, name and selector — is sent to the
+// API server; a templated one is not, and the cache holds the kind
+// wherever syncloop may read it.
+func (c *controller) lookupWatchKey(l *rules.Lookup, m *meta.RESTMapping) dynamic.WatchKey {
+	key := dynamic.WatchKey{GVR: m.Resource}
+	if m.Scope.Name() == meta.RESTScopeNameNamespace {
+		key.Namespace = c.e.ns
+		if l.Namespace.IsLiteral() && l.Namespace.Literal != "" {
+			key.Namespace = l.Namespace.Literal
+		}
+	}
+	if l.LabelSelector.IsLiteral() && l.LabelSelector.Literal != "" {
+		if sel, err := labels.Parse(l.LabelSelector.Literal); err == nil {
+			key.LabelSelector = sel.String()
+		}
+	}
+	if !l.List() && l.Name.IsLiteral() {
+		key.FieldSelector = "metadata.name=" + l.Name.Literal
+	}
+	return key
+}
+
+// subscribeLookups starts (or shares) the informer of every lookup; an
+// event on a looked-up object queues the triggers that read it.
+func (c *controller) subscribeLookups(ctx context.Context) error {
+	for _, lw := range c.lookups {
+		l := c.rule.Lookups[lw.index]
+		changed := func(objs ...any) { c.lookupChanged(lw.index, objs...) }
+		sub, err := c.e.registry.Subscribe(ctx, c.lookupWatchKey(l, lw.mapping), cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { changed(obj) },
+			UpdateFunc: func(old, obj any) { changed(old, obj) },
+			DeleteFunc: func(obj any) { changed(obj) },
+		})
+		if err != nil {
+			return err
+		}
+		lw.sub = sub
+	}
+	return nil
+}
+
+// lookupChanged queues every trigger whose lookup number i read obj (by
+// name) or whose list selects it, before or after the change.
+func (c *controller) lookupChanged(i int, objs ...any) {
+	for _, obj := range objs {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		m, err := meta.Accessor(obj)
+		if err != nil {
+			continue
+		}
+		c.deps.each(i, m.GetNamespace(), m.GetName(), labels.Set(m.GetLabels()), c.queue.Add)
+	}
+}
+
+// cacheLookuper answers a reconcile's lookups from the informer caches and
+// records what it was asked, so that the trigger is queued again when the
+// answer changes. A query is recorded before the cache is read: an event
+// that lands after the read finds it.
+type cacheLookuper struct {
+	c       *controller
+	trigger cache.ObjectName
+	queries []rules.LookupQuery
+}
+
+// Lookup implements rules.Lookuper.
+func (lk *cacheLookuper) Lookup(_ context.Context, q rules.LookupQuery) ([]*unstructured.Unstructured, error) {
+	c := lk.c
+	if c.e.ns != "" && q.Namespace != c.e.ns && (q.Namespace != "" || c.lookupNamespaced(q.Lookup)) {
+		where := "in all namespaces"
+		if q.Namespace != "" {
+			where = "in namespace " + q.Namespace
+		}
+		return nil, fmt.Errorf("reads %s %s, outside namespace %q, to which syncloop is limited (--watch-namespace)", q.Lookup.Kind, where, c.e.ns)
+	}
+	lw := c.lookupWatch(q.Lookup)
+	lk.queries = append(lk.queries, q)
+	c.deps.add(lk.trigger, q)
+	idx := lw.sub.Indexer()
+	if q.Name != "" {
+		key := q.Name
+		if q.Namespace != "" {
+			key = q.Namespace + "/" + q.Name
+		}
+		obj, ok, err := idx.GetByKey(key)
+		if err != nil || !ok {
+			return nil, err
+		}
+		return []*unstructured.Unstructured{obj.(*unstructured.Unstructured)}, nil
+	}
+	var objs []any
+	if q.Namespace != "" {
+		objs, _ = idx.ByIndex(cache.NamespaceIndex, q.Namespace)
+	} else {
+		objs = idx.List()
+	}
+	out := make([]*unstructured.Unstructured, 0, len(objs))
+	for _, o := range objs {
+		u := o.(*unstructured.Unstructured)
+		if q.Selector.Matches(labels.Set(u.GetLabels())) {
+			out = append(out, u)
+		}
+	}
+	return out, nil
+}
+
+func (c *controller) lookupWatch(l *rules.Lookup) *lookupWatch {
+	for _, lw := range c.lookups {
+		if c.rule.Lookups[lw.index] == l {
+			return lw
+		}
+	}
+	panic(fmt.Sprintf("lookup %q is not of rule %q", l.ID, c.rule.Name))
+}
+
+func (c *controller) lookupNamespaced(l *rules.Lookup) bool {
+	return c.lookupWatch(l).mapping.Scope.Name() == meta.RESTScopeNameNamespace
+}
+
+// lookupIndex maps looked-up objects back to the triggers that read them:
+// by lookup, namespace and name for lookups of one object; by lookup,
+// namespace and selector for lists. An event costs one map read per
+// distinct list query of its lookup, not a pass over the triggers.
+type lookupIndex struct {
+	rule      *rules.Rule
+	mu        sync.Mutex
+	byTrigger map[cache.ObjectName]map[depKey]bool
+	named     map[depKey]map[cache.ObjectName]bool
+	lists     map[int]map[depKey]*listDep // by lookup
+}
+
+// depKey is one resolved query: a name, or (name empty) a selector.
+type depKey struct {
+	lookup          int
+	namespace, name string
+	selector        string
+}
+
+type listDep struct {
+	selector labels.Selector
+	triggers map[cache.ObjectName]bool
+}
+
+func newLookupIndex(r *rules.Rule) *lookupIndex {
+	return &lookupIndex{rule: r, byTrigger: map[cache.ObjectName]map[depKey]bool{},
+		named: map[depKey]map[cache.ObjectName]bool{}, lists: map[int]map[depKey]*listDep{}}
+}
+
+func keyOf(r *rules.Rule, q rules.LookupQuery) depKey {
+	k := depKey{lookup: lookupIndexOf(r, q.Lookup), namespace: q.Namespace, name: q.Name}
+	if q.Name == "" {
+		k.selector = q.Selector.String()
+	}
+	return k
+}
+
+func lookupIndexOf(r *rules.Rule, l *rules.Lookup) int {
+	for i, x := range r.Lookups {
+		if x == l {
+			return i
+		}
+	}
+	return -1
+}
+
+// add records that trigger reads q's answer.
+func (x *lookupIndex) add(trigger cache.ObjectName, q rules.LookupQuery) {
+	k := keyOf(x.rule, q)
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	deps := x.byTrigger[trigger]
+	if deps == nil {
+		deps = map[depKey]bool{}
+		x.byTrigger[trigger] = deps
+	}
+	if deps[k] {
+		return
+	}
+	deps[k] = true
+	if k.name != "" {
+		ts := x.named[k]
+		if ts == nil {
+			ts = map[cache.ObjectName]bool{}
+			x.named[k] = ts
+		}
+		ts[trigger] = true
+		return
+	}
+	lists := x.lists[k.lookup]
+	if lists == nil {
+		lists = map[depKey]*listDep{}
+		x.lists[k.lookup] = lists
+	}
+	ld := lists[k]
+	if ld == nil {
+		ld = &listDep{selector: q.Selector, triggers: map[cache.ObjectName]bool{}}
+		lists[k] = ld
+	}
+	ld.triggers[trigger] = true
+}
+
+// set makes qs the whole of what trigger reads (none: it reads nothing).
+func (x *lookupIndex) set(trigger cache.ObjectName, qs []rules.LookupQuery) {
+	keep := make(map[depKey]bool, len(qs))
+	for _, q := range qs {
+		keep[keyOf(x.rule, q)] = true
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for k := range x.byTrigger[trigger] {
+		if keep[k] {
+			continue
+		}
+		delete(x.byTrigger[trigger], k)
+		if k.name != "" {
+			delete(x.named[k], trigger)
+			if len(x.named[k]) == 0 {
+				delete(x.named, k)
+			}
+			continue
+		}
+		if ld := x.lists[k.lookup][k]; ld != nil {
+			delete(ld.triggers, trigger)
+			if len(ld.triggers) == 0 {
+				delete(x.lists[k.lookup], k)
+			}
+		}
+	}
+	if len(x.byTrigger[trigger]) == 0 {
+		delete(x.byTrigger, trigger)
+	}
+}
+
+// each calls f for every trigger that reads the object namespace/name with
+// labels set through lookup number i.
+func (x *lookupIndex) each(i int, namespace, name string, set labels.Set, f func(cache.ObjectName)) {
+	x.mu.Lock()
+	var out []cache.ObjectName
+	for t := range x.named[depKey{lookup: i, namespace: namespace, name: name}] {
+		out = append(out, t)
+	}
+	for k, ld := range x.lists[i] {
+		if (k.namespace == "" || k.namespace == namespace) && ld.selector.Matches(set) {
+			for t := range ld.triggers {
+				out = append(out, t)
+			}
+		}
+	}
+	x.mu.Unlock()
+	for _, t := range out {
+		f(t)
+	}
+}
+
+// len is how many triggers read lookups, for tests.
+func (x *lookupIndex) len() int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return len(x.byTrigger)
+}
