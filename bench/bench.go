@@ -172,7 +172,8 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 	if err != nil {
 		return nil, err
 	}
-	m := &counts{target: int64(cfg.Triggers)}
+	m := &counts{}
+	m.target.Store(int64(cfg.Triggers))
 	eng := engine.New(engine.Options{Client: cl, Mapper: dynamic.NewMapper(disco, 0), Metrics: m})
 	if cfg.CPUProfile != "" {
 		f, err := os.Create(cfg.CPUProfile)
@@ -267,7 +268,7 @@ type counts struct {
 	reconciles atomic.Int64
 	writes     atomic.Int64 // creates and updates
 	first      atomic.Int64 // UnixNano of the first write
-	target     int64        // set before the engine starts
+	target     atomic.Int64 // the write whose time reached records
 	reached    atomic.Int64 // UnixNano of the target-th write
 }
 
@@ -279,7 +280,7 @@ func (c *counts) Write(_, action string) {
 		n := c.writes.Add(1)
 		now := time.Now().UnixNano()
 		c.first.CompareAndSwap(0, now)
-		if n == c.target {
+		if n == c.target.Load() {
 			c.reached.Store(now)
 		}
 	}

@@ -28,3 +28,18 @@ func TestBenchSmoke(t *testing.T) {
 	}
 	t.Logf("%+v", res)
 }
+
+// TestFanoutSmoke runs the fan-out phase small: one change of the source
+// reaches every child with exactly one write each.
+func TestFanoutSmoke(t *testing.T) {
+	res, err := runFanout(t.Context(), testenv.Get(t), 50, 8, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Writes != 50 {
+		t.Errorf("the source change made %d writes, want one per child (50)", res.Writes)
+	}
+	if res.Seconds <= 0 || res.LimitSeconds <= 0 {
+		t.Errorf("times not measured: %+v", res)
+	}
+}

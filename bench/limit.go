@@ -78,31 +78,9 @@ func (w workload) limit(ctx context.Context, env *testenv.Env, n, workers int) (
 	if err != nil {
 		return 0, err
 	}
-	mapper := dynamic.NewMapper(disco, 0)
-	var children []*unstructured.Unstructured
-	var mappings []schema.GroupVersionResource
-	for i := range list.Items {
-		rd, err := rule.Render(ctx, &list.Items[i], mapper, nil)
-		if err != nil {
-			return 0, err
-		}
-		for _, ch := range rd.Children {
-			obj := ch.Object
-			data, err := json.Marshal(obj.Object)
-			if err != nil {
-				return 0, err
-			}
-			sum := sha256.Sum256(data)
-			ann := obj.GetAnnotations()
-			ann[engine.AnnotationAppliedHash] = hex.EncodeToString(sum[:8])
-			obj.SetAnnotations(ann)
-			m, err := mapper.Mapping(ctx, obj.GroupVersionKind())
-			if err != nil {
-				return 0, err
-			}
-			children = append(children, obj)
-			mappings = append(mappings, m.Resource)
-		}
+	children, mappings, err := renderChildren(ctx, rule, list.Items, dynamic.NewMapper(disco, 0), nil)
+	if err != nil {
+		return 0, err
 	}
 	if len(children) != n {
 		return 0, fmt.Errorf("the rule rendered %d children for %d triggers, want one each", len(children), n)
@@ -127,6 +105,37 @@ func (w workload) limit(ctx context.Context, env *testenv.Env, n, workers int) (
 		}
 	}
 	return took, nil
+}
+
+// renderChildren renders rule's children of triggers as syncloop applies
+// them (with its applied-hash annotation), and their resources.
+func renderChildren(ctx context.Context, rule *rules.Rule, triggers []unstructured.Unstructured, mapper *dynamic.Mapper, lk rules.Lookuper) ([]*unstructured.Unstructured, []schema.GroupVersionResource, error) {
+	var children []*unstructured.Unstructured
+	var gvrs []schema.GroupVersionResource
+	for i := range triggers {
+		rd, err := rule.Render(ctx, &triggers[i], mapper, lk)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, ch := range rd.Children {
+			obj := ch.Object
+			data, err := json.Marshal(obj.Object)
+			if err != nil {
+				return nil, nil, err
+			}
+			sum := sha256.Sum256(data)
+			ann := obj.GetAnnotations()
+			ann[engine.AnnotationAppliedHash] = hex.EncodeToString(sum[:8])
+			obj.SetAnnotations(ann)
+			m, err := mapper.Mapping(ctx, obj.GroupVersionKind())
+			if err != nil {
+				return nil, nil, err
+			}
+			children = append(children, obj)
+			gvrs = append(gvrs, m.Resource)
+		}
+	}
+	return children, gvrs, nil
 }
 
 // parseRules parses rule files given as name → text.

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"path/filepath"
 	"sort"
@@ -291,4 +292,39 @@ spec:
 		cm, ok := h.configMap(h.ns, "x-late")
 		return ok && cm.Data["found"] == "true"
 	})
+}
+
+// TestLookupDryRun: a dry run resolves lookups from the caches too, and
+// plans the source's values into the copy — redacted, as for every Secret.
+func TestLookupDryRun(t *testing.T) {
+	h := newHarness(t)
+	planner := &recordingPlanner{}
+	h.plan = planner
+	if _, err := h.cs.CoreV1().Secrets(h.ns).Create(context.Background(), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "source"}, Data: map[string][]byte{"token": []byte("new-secret-value")}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// A copy syncloop made earlier, from an older source.
+	if _, err := h.cs.CoreV1().Secrets(h.ns).Create(context.Background(), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "a-pull", Labels: map[string]string{rules.LabelManagedBy: rules.ManagedByValue, rules.LabelRule: "pull"}},
+		Data:       map[string][]byte{"token": []byte("old-secret-value")}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.createCM("a", map[string]string{"pull": "yes"}, nil)
+	h.start(h.loadRules(pullRule))
+	h.eventually("a planned update of the copy", func() bool { return planner.count(ActionUpdate) == 1 })
+	planner.mu.Lock()
+	defer planner.mu.Unlock()
+	a := planner.actions[0]
+	if a.Object.Name != "a-pull" || !strings.Contains(a.Diff, "token: (redacted") {
+		t.Errorf("planned %+v; want the copy's update with its token redacted", a)
+	}
+	for _, v := range []string{"secret-value", base64.StdEncoding.EncodeToString([]byte("new-secret-value")), base64.StdEncoding.EncodeToString([]byte("old-secret-value"))} {
+		if strings.Contains(a.Diff, v) {
+			t.Errorf("the plan shows a Secret value (%s):\n%s", v, a.Diff)
+		}
+	}
+	if s, _ := h.secret("a-pull"); string(s.Data["token"]) != "old-secret-value" {
+		t.Error("a dry run changed the copy")
+	}
 }
