@@ -163,18 +163,10 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 		return nil, err
 	}
 	var counter testenv.RequestCounter
-	engCfg := counter.Wrap(syncloopConfig(env.Config(), cfg))
-	cl, err := dynamic.NewClient(engCfg)
+	eng, m, cl, disco, err := newEngine(counter.Wrap(syncloopConfig(env.Config(), cfg)), cfg.Triggers)
 	if err != nil {
 		return nil, err
 	}
-	disco, err := discovery.NewDiscoveryClientForConfig(engCfg)
-	if err != nil {
-		return nil, err
-	}
-	m := &counts{}
-	m.target.Store(int64(cfg.Triggers))
-	eng := engine.New(engine.Options{Client: cl, Mapper: dynamic.NewMapper(disco, 0), Metrics: m})
 	if cfg.CPUProfile != "" {
 		f, err := os.Create(cfg.CPUProfile)
 		if err != nil {
@@ -185,14 +177,9 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 			return nil, err
 		}
 	}
-	engCtx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
 	start := time.Now()
-	go func() {
-		defer close(done)
-		_ = eng.Run(engCtx, set, nil)
-	}()
-	defer func() { stop(); <-done }()
+	engCtx, stop := runEngine(ctx, eng, set)
+	defer stop()
 	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Minute, true, func(ctx context.Context) (bool, error) {
 		return m.writes.Load() >= int64(cfg.Triggers), nil
 	})
@@ -262,6 +249,34 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// newEngine makes an engine on cfg whose metrics count writes, recording
+// the time of the target-th.
+func newEngine(cfg *rest.Config, target int) (*engine.Engine, *counts, *dynamic.Client, *discovery.DiscoveryClient, error) {
+	cl, err := dynamic.NewClient(cfg)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	m := &counts{}
+	m.target.Store(int64(target))
+	return engine.New(engine.Options{Client: cl, Mapper: dynamic.NewMapper(disco, 0), Metrics: m}), m, cl, disco, nil
+}
+
+// runEngine runs eng with set until stop, which waits for it to end; the
+// context returned is the engine's.
+func runEngine(ctx context.Context, eng *engine.Engine, set *rules.Set) (context.Context, func()) {
+	engCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = eng.Run(engCtx, set, nil)
+	}()
+	return engCtx, func() { cancel(); <-done }
+}
 
 // counts implements engine.Metrics for the benchmark.
 type counts struct {

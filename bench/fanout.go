@@ -10,12 +10,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/discovery"
 	k8sdynamic "k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/syncloop/syncloop/dynamic"
-	"github.com/syncloop/syncloop/engine"
 	"github.com/syncloop/syncloop/internal/testenv"
 	"github.com/syncloop/syncloop/rules"
 )
@@ -102,25 +99,12 @@ func runFanout(ctx context.Context, env *testenv.Env, n, limitWorkers int, logf 
 	if err != nil {
 		return nil, err
 	}
-	cfg := syncloopConfig(env.Config(), Config{})
-	cl, err := dynamic.NewClient(cfg)
+	eng, m, _, _, err := newEngine(syncloopConfig(env.Config(), Config{}), n)
 	if err != nil {
 		return nil, err
 	}
-	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	m := &counts{}
-	m.target.Store(int64(n))
-	eng := engine.New(engine.Options{Client: cl, Mapper: dynamic.NewMapper(disco, 0), Metrics: m})
-	engCtx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = eng.Run(engCtx, set, nil)
-	}()
-	defer func() { stop(); <-done }()
+	_, stop := runEngine(ctx, eng, set)
+	defer stop()
 	converged := func(target int64) error {
 		return wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Minute, true, func(context.Context) (bool, error) {
 			return m.writes.Load() >= target, nil
@@ -157,63 +141,15 @@ func runFanout(ctx context.Context, env *testenv.Env, n, limitWorkers int, logf 
 // (untimed), then times the n applies of them rendered with v2: the same
 // updates syncloop makes, sent from a plain loop.
 func fanoutLimit(ctx context.Context, env *testenv.Env, w workload, n, workers int) (time.Duration, error) {
-	cfg := env.Config()
-	cfg.QPS = -1
-	cs, err := kubernetes.NewForConfig(cfg)
+	l, err := w.newLimitLoop(ctx, env, n, "bench-fanout-limit-")
 	if err != nil {
 		return 0, err
 	}
-	dc, err := k8sdynamic.NewForConfig(cfg)
-	if err != nil {
+	defer l.close(ctx)
+	if _, err := l.apply(ctx, rules.OfflineObjects{fanoutSource(l.ns, "v1")}, workers); err != nil {
 		return 0, err
 	}
-	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return 0, err
-	}
-	ns, err := namespace(ctx, cs, "bench-fanout-limit-")
-	if err != nil {
-		return 0, err
-	}
-	defer cs.CoreV1().Namespaces().Delete(context.WithoutCancel(ctx), ns, metav1.DeleteOptions{})
-	if err := w.create(ctx, dc, ns, n); err != nil {
-		return 0, err
-	}
-	rule, err := parseRule(strings.ReplaceAll(w.rule, "NS", ns))
-	if err != nil {
-		return 0, err
-	}
-	list, err := dc.Resource(w.trigger).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: "bench-trigger"})
-	if err != nil {
-		return 0, err
-	}
-	mapper := dynamic.NewMapper(disco, 0)
-	apply := func(value string, timed bool) (time.Duration, error) {
-		children, gvrs, err := renderChildren(ctx, rule, list.Items, mapper, rules.OfflineObjects{fanoutSource(ns, value)})
-		if err != nil {
-			return 0, err
-		}
-		if len(children) != n {
-			return 0, fmt.Errorf("the rule rendered %d children for %d triggers, want one each", len(children), n)
-		}
-		start := time.Now()
-		err = parallel(ctx, n, workers, func(ctx context.Context, i int) error {
-			obj := children[i]
-			_, err := dc.Resource(gvrs[i]).Namespace(obj.GetNamespace()).Apply(ctx, obj.GetName(), obj,
-				metav1.ApplyOptions{FieldManager: rules.FieldManagerPrefix + rule.Name, Force: true})
-			return err
-		})
-		return time.Since(start), err
-	}
-	if _, err := apply("v1", false); err != nil {
-		return 0, err
-	}
-	took, err := apply("v2", true)
-	if err != nil {
-		return 0, err
-	}
-	// Without kube-controller-manager deleting the namespace leaves them.
-	return took, dc.Resource(configMaps).Namespace(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: rules.LabelRule + "=" + rule.Name})
+	return l.apply(ctx, rules.OfflineObjects{fanoutSource(l.ns, "v2")}, workers)
 }
 
 // reportFanout is the Markdown table of the fan-out phase.

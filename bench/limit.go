@@ -48,63 +48,94 @@ func (w workload) create(ctx context.Context, dc k8sdynamic.Interface, ns string
 // with no client-side rate limit and workers goroutines. Creating and
 // rendering happen before the clock starts: only the applies are timed.
 func (w workload) limit(ctx context.Context, env *testenv.Env, n, workers int) (time.Duration, error) {
-	cfg := env.Config()
-	cfg.QPS = -1
-	cs, err := kubernetes.NewForConfig(cfg)
+	l, err := w.newLimitLoop(ctx, env, n, "bench-limit-")
 	if err != nil {
 		return 0, err
 	}
-	dc, err := k8sdynamic.NewForConfig(cfg)
-	if err != nil {
-		return 0, err
+	defer l.close(ctx)
+	return l.apply(ctx, nil, workers)
+}
+
+// limitLoop is where a limit is measured: unthrottled clients, and the
+// workload's n triggers in a namespace of their own with the rule parsed
+// for it.
+type limitLoop struct {
+	cs       kubernetes.Interface
+	dc       k8sdynamic.Interface
+	mapper   *dynamic.Mapper
+	ns       string
+	n        int
+	rule     *rules.Rule
+	triggers []unstructured.Unstructured
+	gvrs     map[schema.GroupVersionResource]bool // of the children applied
+}
+
+func (w workload) newLimitLoop(ctx context.Context, env *testenv.Env, n int, prefix string) (*limitLoop, error) {
+	cfg := env.Config()
+	cfg.QPS = -1
+	l := &limitLoop{n: n, gvrs: map[schema.GroupVersionResource]bool{}}
+	var err error
+	if l.cs, err = kubernetes.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	if l.dc, err = k8sdynamic.NewForConfig(cfg); err != nil {
+		return nil, err
 	}
 	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	ns, err := namespace(ctx, cs, "bench-limit-")
+	l.mapper = dynamic.NewMapper(disco, 0)
+	if l.ns, err = namespace(ctx, l.cs, prefix); err != nil {
+		return nil, err
+	}
+	if err := w.create(ctx, l.dc, l.ns, n); err != nil {
+		return nil, err
+	}
+	if l.rule, err = parseRule(strings.ReplaceAll(w.rule, "NS", l.ns)); err != nil {
+		return nil, err
+	}
+	list, err := l.dc.Resource(w.trigger).Namespace(l.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	l.triggers = list.Items
+	return l, nil
+}
+
+// apply renders the rule's children (lookups read from lk) and times their
+// server-side applies from workers goroutines.
+func (l *limitLoop) apply(ctx context.Context, lk rules.Lookuper, workers int) (time.Duration, error) {
+	children, gvrs, err := renderChildren(ctx, l.rule, l.triggers, l.mapper, lk)
 	if err != nil {
 		return 0, err
 	}
-	defer cs.CoreV1().Namespaces().Delete(context.WithoutCancel(ctx), ns, metav1.DeleteOptions{})
-	if err := w.create(ctx, dc, ns, n); err != nil {
-		return 0, err
+	if len(children) != l.n {
+		return 0, fmt.Errorf("the rule rendered %d children for %d triggers, want one each", len(children), l.n)
 	}
-	rule, err := parseRule(strings.ReplaceAll(w.rule, "NS", ns))
-	if err != nil {
-		return 0, err
-	}
-	list, err := dc.Resource(w.trigger).Namespace(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return 0, err
-	}
-	children, mappings, err := renderChildren(ctx, rule, list.Items, dynamic.NewMapper(disco, 0), nil)
-	if err != nil {
-		return 0, err
-	}
-	if len(children) != n {
-		return 0, fmt.Errorf("the rule rendered %d children for %d triggers, want one each", len(children), n)
+	for _, gvr := range gvrs {
+		l.gvrs[gvr] = true
 	}
 	start := time.Now()
-	err = parallel(ctx, n, workers, func(ctx context.Context, i int) error {
+	err = parallel(ctx, l.n, workers, func(ctx context.Context, i int) error {
 		obj := children[i]
-		_, err := dc.Resource(mappings[i]).Namespace(obj.GetNamespace()).Apply(ctx, obj.GetName(), obj,
-			metav1.ApplyOptions{FieldManager: rules.FieldManagerPrefix + rule.Name, Force: true})
+		_, err := l.dc.Resource(gvrs[i]).Namespace(obj.GetNamespace()).Apply(ctx, obj.GetName(), obj,
+			metav1.ApplyOptions{FieldManager: rules.FieldManagerPrefix + l.rule.Name, Force: true})
 		return err
 	})
-	took := time.Since(start)
-	if err != nil {
-		return 0, err
+	return time.Since(start), err
+}
+
+// close removes the children and the namespace. The children carry
+// syncloop's labels: left behind, syncloop's child informer would list
+// them too (and without kube-controller-manager deleting the namespace
+// does not delete them).
+func (l *limitLoop) close(ctx context.Context) {
+	ctx = context.WithoutCancel(ctx)
+	for gvr := range l.gvrs {
+		_ = l.dc.Resource(gvr).Namespace(l.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: rules.LabelRule + "=" + l.rule.Name})
 	}
-	// They carry syncloop's labels: left behind, syncloop's child informer
-	// would list them too. (Without kube-controller-manager deleting the
-	// namespace does not delete them.)
-	for _, gvr := range mappings[:1] {
-		if err := dc.Resource(gvr).Namespace(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: rules.LabelRule + "=" + rule.Name}); err != nil {
-			return 0, err
-		}
-	}
-	return took, nil
+	_ = l.cs.CoreV1().Namespaces().Delete(ctx, l.ns, metav1.DeleteOptions{})
 }
 
 // renderChildren renders rule's children of triggers as syncloop applies

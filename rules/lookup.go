@@ -47,18 +47,7 @@ func (d *decoder) decodeLookups(r *Rule, n *yaml.Node, c *expr.Compiler) []strin
 			continue
 		}
 		errsBefore := len(d.errs)
-		l := &Lookup{Pos: d.pos(resolve(ln)), Field: field}
-		if nn, ok := f["id"]; !ok {
-			d.errorf(ln, field+".id", "required")
-		} else if id, ok := d.str(nn, field+".id"); ok {
-			if errs := validation.IsDNS1123Label(id); len(errs) > 0 {
-				d.errorf(nn, field+".id", "%q is not a valid lookup id: %s", id, strings.Join(errs, "; "))
-			} else if contains(ids, id) {
-				d.errorf(nn, field+".id", "lookup id %q used twice in this rule", id)
-			} else {
-				l.ID = id
-			}
-		}
+		l := &Lookup{Pos: d.pos(resolve(ln)), Field: field, ID: d.id(ln, f, field, "lookup", ids)}
 		l.APIVersion, l.Kind = d.apiVersionKind(ln, f, field)
 		if gv, err := schema.ParseGroupVersion(l.APIVersion); err == nil {
 			l.GVK = gv.WithKind(l.Kind)

@@ -362,18 +362,7 @@ func (d *decoder) decodeResource(i int, n *yaml.Node, docVal any, pos positions,
 		return nil
 	}
 	errsBefore := len(d.errs)
-	res := &Resource{Index: i}
-	if nn, ok := f["id"]; !ok {
-		d.errorf(n, field+".id", "required")
-	} else if id, ok := d.str(nn, field+".id"); ok {
-		if errs := validation.IsDNS1123Label(id); len(errs) > 0 {
-			d.errorf(nn, field+".id", "%q is not a valid resource id: %s", id, strings.Join(errs, "; "))
-		} else if contains(ids, id) {
-			d.errorf(nn, field+".id", "resource id %q used twice in this rule", id)
-		} else {
-			res.ID = id
-		}
-	}
+	res := &Resource{Index: i, ID: d.id(n, f, field, "resource", ids)}
 	if nn, ok := f["when"]; ok {
 		res.When = d.expression(nn, field+".when", c, scope, expr.BoolResult)
 	}
@@ -400,6 +389,28 @@ func (d *decoder) decodeResource(i int, n *yaml.Node, docVal any, pos positions,
 		return nil
 	}
 	return res
+}
+
+// id decodes the required id of a resource or lookup (what): a DNS-1123
+// label not among ids. It returns "" when there is an error.
+func (d *decoder) id(parent *yaml.Node, f map[string]*yaml.Node, field, what string, ids []string) string {
+	nn, ok := f["id"]
+	if !ok {
+		d.errorf(parent, field+".id", "required")
+		return ""
+	}
+	id, ok := d.str(nn, field+".id")
+	switch {
+	case !ok:
+		return ""
+	case len(validation.IsDNS1123Label(id)) > 0:
+		d.errorf(nn, field+".id", "%q is not a valid %s id: %s", id, what, strings.Join(validation.IsDNS1123Label(id), "; "))
+		return ""
+	case contains(ids, id):
+		d.errorf(nn, field+".id", "%s id %q used twice in this rule", what, id)
+		return ""
+	}
+	return id
 }
 
 // templateTopFields accepts every top-level key of a template (any kind's
