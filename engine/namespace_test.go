@@ -10,9 +10,10 @@ import (
 
 // TestWatchNamespace: limited to one namespace, syncloop runs as a user
 // whose only rights are a Role in that namespace. Rules within it work,
-// whether they name the namespace or not; a rule watching a cluster-scoped
-// kind fails with the reason; a child rendered into another namespace
-// fails its trigger. No request leaves the namespace and none is refused.
+// whether they name the namespace or not, lookups included; a rule watching
+// or looking up a cluster-scoped kind fails with the reason; a child
+// rendered, or a lookup templated, into another namespace fails its
+// trigger. No request leaves the namespace and none is refused.
 func TestWatchNamespace(t *testing.T) {
 	h := newHarness(t)
 	ctx := t.Context()
@@ -40,6 +41,8 @@ func TestWatchNamespace(t *testing.T) {
 	h.createCM("named", map[string]string{"copy": "yes"}, nil)
 	h.createCM("unnamed", map[string]string{"local": "yes"}, nil)
 	h.createCM("escape", map[string]string{"escape": "yes"}, nil)
+	h.createCM("peek", map[string]string{"peek": "yes"}, map[string]string{"where": "default"})
+	h.createCM("source", nil, map[string]string{"v": "found"})
 	h.startWith(h.loadRules(copyRule+`---
 apiVersion: syncloop.dev/v1alpha1
 kind: Rule
@@ -67,22 +70,61 @@ spec:
   resources:
     - id: child
       template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${object.metadata.name}", namespace: NS}}
+---
+apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: read}
+spec:
+  watch: {apiVersion: v1, kind: ConfigMap, labelSelector: local}
+  lookups:
+    - {id: source, apiVersion: v1, kind: ConfigMap, name: source}
+  resources:
+    - id: child
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${object.metadata.name}-read"}, data: {v: "${lookups.source.data.v}"}}
+---
+apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: peek}
+spec:
+  watch: {apiVersion: v1, kind: ConfigMap, labelSelector: peek}
+  lookups:
+    - {id: other, apiVersion: v1, kind: ConfigMap, namespace: "${object.data.where}", name: x}
+  resources:
+    - id: child
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${object.metadata.name}-peek"}}
+---
+apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: nodes}
+spec:
+  watch: {apiVersion: v1, kind: ConfigMap, labelSelector: local}
+  lookups:
+    - {id: n, apiVersion: v1, kind: Node}
+  resources:
+    - id: child
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${object.metadata.name}-nodes"}}
 `), false)
 
 	h.eventually("the children of the rules within the namespace", func() bool {
 		_, a := h.configMap(h.ns, "named-copy")
 		_, b := h.configMap(h.ns, "unnamed-local")
-		return a && b
+		read, c := h.configMap(h.ns, "unnamed-read")
+		return a && b && c && read.Data["v"] == "found"
 	})
-	h.eventually("the cluster-scoped rule to fail with the reason", func() bool {
-		for _, s := range h.engine.States() {
-			if s.Rule == "cluster" {
-				return s.State == StateFailed && strings.Contains(s.Detail, "it watches Namespace, which is cluster-scoped, but syncloop is limited to namespace")
+	failed := func(rule, detail string) func() bool {
+		return func() bool {
+			for _, s := range h.engine.States() {
+				if s.Rule == rule {
+					return s.State == StateFailed && strings.Contains(s.Detail, detail)
+				}
 			}
+			return false
 		}
-		return false
-	})
+	}
+	h.eventually("the cluster-scoped rule to fail with the reason", failed("cluster", "it watches Namespace, which is cluster-scoped, but syncloop is limited to namespace"))
+	h.eventually("the rule looking up Nodes to fail with the reason", failed("nodes", `lookup "n" reads Node, which is cluster-scoped, but syncloop is limited to namespace`))
 	h.waitForFailed("escape", `is outside namespace "`+h.ns+`"`)
+	h.waitForFailed("peek", `reads ConfigMap in namespace default, outside namespace "`+h.ns+`"`)
 	prefix := "/api/v1/namespaces/" + h.ns + "/"
 	for _, r := range h.counter.Requests(nil) {
 		if r.Status == 403 {
