@@ -51,7 +51,8 @@ func (k WatchKey) String() string {
 // Registry runs one shared informer per distinct WatchKey for as long as it
 // has subscribers: the first Subscribe starts it, the last Subscription.Stop
 // stops it and waits for it to end. Objects are cached without
-// managedFields. Safe for concurrent use.
+// managedFields (but the entries KeepManagedFields selects). Safe for
+// concurrent use.
 //
 // The Registry knows nothing of what its subscribers do with events; it does
 // not queue, filter or reconcile.
@@ -63,6 +64,11 @@ type Registry struct {
 	// every failed list or watch of an informer (its reflector then retries
 	// with backoff, as client-go's do).
 	OnWatchError func(key WatchKey, err error)
+
+	// KeepManagedFields, when set before the first Subscribe, says which
+	// field managers' managedFields entries the caches keep; every other
+	// entry is dropped (all of them when it is nil).
+	KeepManagedFields func(manager string) bool
 
 	mu      sync.Mutex
 	entries map[WatchKey]*entry
@@ -170,7 +176,15 @@ func (e *entry) stop() {
 // the larger part of an object — and interns the strings objects repeat.
 func (r *Registry) transform(obj any) (any, error) {
 	if u, ok := obj.(*unstructured.Unstructured); ok {
-		u.SetManagedFields(nil)
+		var kept []metav1.ManagedFieldsEntry
+		if r.KeepManagedFields != nil {
+			for _, m := range u.GetManagedFields() {
+				if r.KeepManagedFields(m.Manager) {
+					kept = append(kept, m)
+				}
+			}
+		}
+		u.SetManagedFields(kept)
 		internObject(u.Object)
 	}
 	return obj, nil

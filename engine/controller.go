@@ -54,15 +54,18 @@ type controller struct {
 	trigger        *dynamic.Subscription
 	children       map[schema.GroupVersionKind]*childKind
 	lookups        []*lookupWatch // one per rule lookup
+	patches        []*patchWatch  // one per mode: patch resource, then the retired
 
-	deps *lookupIndex // which triggers read which looked-up objects
+	deps      *lookupIndex // which triggers read which looked-up objects
+	patchDeps *lookupIndex // which triggers patch which objects (by resource index)
 
 	// Counters, for tests and diagnostics.
 	resyncs    atomic.Int64 // resync passes done
 	reconciles atomic.Int64 // reconciles finished
 	inFlight   atomic.Int64 // reconciles under way
 
-	retired []schema.GroupVersionKind // see newController
+	retired        []schema.GroupVersionKind // see newController
+	retiredPatches []*patchWatch             // see newController
 
 	mu      sync.Mutex
 	state   string
@@ -94,8 +97,9 @@ func refOf(obj *unstructured.Unstructured) childRef {
 
 // newController makes the controller of rule r. retired are kinds an
 // earlier version of the rule made and r does not: their children are
-// pruned.
-func newController(e *Engine, r *rules.Rule, retired []schema.GroupVersionKind) *controller {
+// pruned. retiredPatches are the patch watches of earlier versions: what
+// they patched and r does not is released.
+func newController(e *Engine, r *rules.Rule, retired []schema.GroupVersionKind, retiredPatches []*patchWatch) *controller {
 	limiter := workqueue.NewTypedMaxOfRateLimiter(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](r.RateLimit.BaseDelay, r.RateLimit.MaxDelay),
 		&workqueue.TypedBucketRateLimiter[cache.ObjectName]{Limiter: rate.NewLimiter(rate.Limit(r.RateLimit.QPS), r.RateLimit.Burst)},
@@ -105,13 +109,15 @@ func newController(e *Engine, r *rules.Rule, retired []schema.GroupVersionKind) 
 		rule: r,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(limiter,
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: r.Name, MetricsProvider: e.queues}),
-		done:     make(chan struct{}),
-		children: map[schema.GroupVersionKind]*childKind{},
-		deps:     newLookupIndex(r),
-		applied:  map[childRef]string{},
-		deleted:  map[childRef]types.UID{},
-		state:    StateWaiting,
-		retired:  retired,
+		done:           make(chan struct{}),
+		children:       map[schema.GroupVersionKind]*childKind{},
+		deps:           newLookupIndex(r),
+		patchDeps:      newLookupIndex(r),
+		retiredPatches: retiredPatches,
+		applied:        map[childRef]string{},
+		deleted:        map[childRef]types.UID{},
+		state:          StateWaiting,
+		retired:        retired,
 	}
 }
 
@@ -181,6 +187,11 @@ func (c *controller) run(ctx context.Context) {
 	for _, lw := range c.lookups {
 		children = append(children, lw.sub)
 	}
+	for _, pw := range c.patches {
+		if pw.res != nil {
+			children = append(children, pw.sub)
+		}
+	}
 	if !c.waitForSync(ctx, children) {
 		c.queue.ShutDown()
 		return
@@ -199,6 +210,7 @@ func (c *controller) run(ctx context.Context) {
 			}
 		}()
 	}
+	go c.afterRetiredPatches(ctx)
 	if c.waitForSync(ctx, []*dynamic.Subscription{c.trigger}) {
 		c.sweep(ctx) // children whose trigger went away while syncloop was down
 		c.setState(StateRunning, "")
@@ -261,6 +273,22 @@ func (c *controller) resolve(ctx context.Context) bool {
 				m, _ := c.e.mapper.Mapping(ctx, l.GVK) // mapped above
 				c.lookups = append(c.lookups, &lookupWatch{index: i, mapping: m})
 			}
+			c.patches = c.patches[:0]
+			current := map[dynamic.WatchKey]bool{}
+			for _, res := range c.rule.Resources {
+				if res.Mode == rules.ModePatch {
+					m, _ := c.e.mapper.Mapping(ctx, res.GVK) // mapped above
+					pw := &patchWatch{res: res, mapping: m, key: c.patchWatchKey(res, m)}
+					current[pw.key] = true
+					c.patches = append(c.patches, pw)
+				}
+			}
+			for _, old := range c.retiredPatches {
+				if !current[old.key] {
+					current[old.key] = true
+					c.patches = append(c.patches, &patchWatch{key: old.key, mapping: old.mapping})
+				}
+			}
 			for _, gvk := range c.retired {
 				if m, err := c.e.mapper.Mapping(ctx, gvk); err == nil && c.children[gvk] == nil {
 					c.children[gvk] = &childKind{mapping: m, retired: true}
@@ -306,6 +334,15 @@ func (c *controller) checkNamespace() error {
 			return fmt.Errorf("its children include %s, which is cluster-scoped, but syncloop is limited to namespace %q (--watch-namespace)", gvk.Kind, ns)
 		}
 	}
+	for _, pw := range c.patches {
+		switch {
+		case pw.res == nil:
+		case pw.mapping.Scope.Name() != meta.RESTScopeNameNamespace:
+			return fmt.Errorf("resource %q patches %s, which is cluster-scoped, but syncloop is limited to namespace %q (--watch-namespace)", pw.res.ID, pw.res.Kind, ns)
+		case pw.res.LiteralNamespace != "" && pw.res.LiteralNamespace != ns:
+			return fmt.Errorf("resource %q patches namespace %q, but syncloop is limited to namespace %q (--watch-namespace)", pw.res.ID, pw.res.LiteralNamespace, ns)
+		}
+	}
 	for _, lw := range c.lookups {
 		l := c.rule.Lookups[lw.index]
 		switch {
@@ -320,7 +357,7 @@ func (c *controller) checkNamespace() error {
 
 func (c *controller) isChildKind(gvk schema.GroupVersionKind) bool {
 	for _, r := range c.rule.Resources {
-		if r.GVK == gvk {
+		if r.GVK == gvk && r.Mode != rules.ModePatch {
 			return true
 		}
 	}
@@ -370,7 +407,10 @@ func (c *controller) subscribe(ctx context.Context) error {
 		}
 		ck.sub = sub
 	}
-	return c.subscribeLookups(ctx)
+	if err := c.subscribeLookups(ctx); err != nil {
+		return err
+	}
+	return c.subscribePatches(ctx)
 }
 
 func (c *controller) unsubscribe() {
@@ -385,6 +425,11 @@ func (c *controller) unsubscribe() {
 	for _, lw := range c.lookups {
 		if lw.sub != nil {
 			lw.sub.Stop()
+		}
+	}
+	for _, pw := range c.patches {
+		if pw.sub != nil {
+			pw.sub.Stop()
 		}
 	}
 }
@@ -566,6 +611,7 @@ func (c *controller) sweep(ctx context.Context) {
 	if n > 0 {
 		klog.FromContext(ctx).V(1).Info("Queued triggers of orphaned children", "count", n)
 	}
+	c.sweepPatches(ctx)
 }
 
 // idle reports whether nothing is queued or being reconciled.

@@ -132,7 +132,7 @@ func New(o Options) *Engine {
 	}
 	e := &Engine{
 		mapper:      o.Mapper,
-		registry:    dynamic.NewRegistry(dc, cache.Indexers{ownerIndex: ownerIndexFunc, ruleIndex: ruleIndexFunc}),
+		registry:    dynamic.NewRegistry(dc, cache.Indexers{ownerIndex: ownerIndexFunc, ruleIndex: ruleIndexFunc, patchIndex: patchIndexFunc}),
 		writer:      &dynamic.Writer{Client: o.Client, DryRun: o.Plan != nil},
 		recorder:    o.Recorder,
 		events:      o.Events,
@@ -146,6 +146,7 @@ func New(o Options) *Engine {
 	if e.metrics == nil {
 		e.metrics = noMetrics{}
 	}
+	e.registry.KeepManagedFields = isPatchManager
 	e.registry.OnWatchError = func(key dynamic.WatchKey, err error) {
 		e.metrics.WatchError(key.GVR.GroupResource().String(), errorReason(err))
 	}
@@ -241,12 +242,14 @@ func (e *Engine) Apply(ctx context.Context, set *rules.Set) {
 	e.applied = set != nil
 	var stopping []*controller
 	retired := map[string][]schema.GroupVersionKind{}
+	retiredPatches := map[string][]*patchWatch{}
 	for name, c := range e.controllers {
 		if r, ok := want[name]; !ok || r.Hash != c.rule.Hash {
 			stopping = append(stopping, c)
 			delete(e.controllers, name)
 			if ok {
 				retired[name] = retiredKinds(c, r)
+				retiredPatches[name] = c.patches
 			}
 		}
 	}
@@ -266,7 +269,7 @@ func (e *Engine) Apply(ctx context.Context, set *rules.Set) {
 	}
 	for name, r := range want {
 		if _, running := e.controllers[name]; !running {
-			c := newController(e, r, retired[name])
+			c := newController(e, r, retired[name], retiredPatches[name])
 			e.controllers[name] = c
 			c.start(klog.NewContext(ctx, klog.FromContext(ctx).WithValues("rule", name)))
 		}

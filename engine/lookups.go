@@ -191,7 +191,11 @@ func lookupIndexOf(r *rules.Rule, l *rules.Lookup) int {
 
 // add records that trigger reads q's answer.
 func (x *lookupIndex) add(trigger cache.ObjectName, q rules.LookupQuery) {
-	k := keyOf(x.rule, q)
+	x.addKey(trigger, keyOf(x.rule, q), q.Selector)
+}
+
+// addKey records that trigger depends on k; sel is a list's selector.
+func (x *lookupIndex) addKey(trigger cache.ObjectName, k depKey, sel labels.Selector) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	deps := x.byTrigger[trigger]
@@ -219,7 +223,7 @@ func (x *lookupIndex) add(trigger cache.ObjectName, q rules.LookupQuery) {
 	}
 	ld := lists[k]
 	if ld == nil {
-		ld = &listDep{selector: q.Selector, triggers: map[cache.ObjectName]bool{}}
+		ld = &listDep{selector: sel, triggers: map[cache.ObjectName]bool{}}
 		lists[k] = ld
 	}
 	ld.triggers[trigger] = true
@@ -231,6 +235,11 @@ func (x *lookupIndex) set(trigger cache.ObjectName, qs []rules.LookupQuery) {
 	for _, q := range qs {
 		keep[keyOf(x.rule, q)] = true
 	}
+	x.setKeys(trigger, keep)
+}
+
+// setKeys makes keep the whole of what trigger depends on.
+func (x *lookupIndex) setKeys(trigger cache.ObjectName, keep map[depKey]bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	for k := range x.byTrigger[trigger] {

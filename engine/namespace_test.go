@@ -103,6 +103,16 @@ spec:
   resources:
     - id: child
       template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${object.metadata.name}-nodes"}}
+---
+apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: mark}
+spec:
+  watch: {apiVersion: v1, kind: ConfigMap, labelSelector: local}
+  resources:
+    - id: ns
+      mode: patch
+      template: {apiVersion: v1, kind: Namespace, metadata: {name: NS, labels: {marked: "yes"}}}
 `), false)
 
 	h.eventually("the children of the rules within the namespace", func() bool {
@@ -123,6 +133,7 @@ spec:
 	}
 	h.eventually("the cluster-scoped rule to fail with the reason", failed("cluster", "it watches Namespace, which is cluster-scoped, but syncloop is limited to namespace"))
 	h.eventually("the rule looking up Nodes to fail with the reason", failed("nodes", `lookup "n" reads Node, which is cluster-scoped, but syncloop is limited to namespace`))
+	h.eventually("the rule patching Namespaces to fail with the reason", failed("mark", `resource "ns" patches Namespace, which is cluster-scoped, but syncloop is limited to namespace`))
 	h.waitForFailed("escape", `is outside namespace "`+h.ns+`"`)
 	h.waitForFailed("peek", `reads ConfigMap in namespace default, outside namespace "`+h.ns+`"`)
 	prefix := "/api/v1/namespaces/" + h.ns + "/"

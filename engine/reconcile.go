@@ -45,7 +45,8 @@ func (c *controller) reconcile(ctx context.Context, key cache.ObjectName) error 
 	ch := &changes{}
 	if trigger == nil || trigger.GetDeletionTimestamp() != nil {
 		c.deps.set(key, nil)
-		return c.prune(ctx, ch, ref, owner, existing, nil)
+		c.patchDeps.setKeys(key, nil)
+		return errors.Join(c.prune(ctx, ch, ref, owner, existing, nil), c.releasePatches(ctx, ch, ref, key, nil))
 	}
 	defer c.e.reconciled(trigger, ch)
 
@@ -59,24 +60,41 @@ func (c *controller) reconcile(ctx context.Context, key cache.ObjectName) error 
 		return err
 	}
 	if rd.Skipped {
-		return c.prune(ctx, ch, ref, owner, existing, nil)
+		c.patchDeps.setKeys(key, nil)
+		return errors.Join(c.prune(ctx, ch, ref, owner, existing, nil), c.releasePatches(ctx, ch, ref, key, nil))
 	}
 
 	desired := map[childRef]bool{}
+	patched := map[childRef]bool{}
+	patchKeys := map[depKey]bool{}
 	live := map[childRef]map[string]any{}
 	var errs []error
 	for _, child := range rd.Children {
 		ref := refOf(child.Object)
-		desired[ref] = true
-		out, err := c.applyChild(ctx, ch, trigger, child)
+		var out map[string]any
+		var err error
+		if child.Patch {
+			patched[ref] = true
+			patchKeys[depKey{lookup: c.resourceIndex(child.ResourceID), namespace: ref.namespace, name: ref.name}] = true
+			out, err = c.applyPatch(ctx, ch, trigger, key, child)
+		} else {
+			desired[ref] = true
+			out, err = c.applyChild(ctx, ch, trigger, child)
+		}
 		if err != nil {
 			c.e.failed(trigger, err)
 			errs = append(errs, err)
 			continue
 		}
-		live[ref] = out
+		if out != nil {
+			live[ref] = out
+		}
 	}
+	c.patchDeps.setKeys(key, patchKeys)
 	if err := c.prune(ctx, ch, ref, owner, existing, desired); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.releasePatches(ctx, ch, ref, key, patched); err != nil {
 		errs = append(errs, err)
 	}
 	if c.rule.Status != nil {

@@ -40,8 +40,11 @@ type Result struct {
 	Trigger  ObjectRef        `json:"trigger"`
 	Skipped  bool             `json:"skipped,omitempty"`
 	Children []map[string]any `json:"children,omitempty"`
-	Status   map[string]any   `json:"status,omitempty"`
-	Error    string           `json:"error,omitempty"`
+	// Patches are the fields mode: patch resources apply onto objects
+	// syncloop does not own.
+	Patches []map[string]any `json:"patches,omitempty"`
+	Status  map[string]any   `json:"status,omitempty"`
+	Error   string           `json:"error,omitempty"`
 }
 
 // Offline is the result of rendering rules against objects without a
@@ -129,7 +132,11 @@ func renderOne(ctx context.Context, r *Rule, obj *unstructured.Unstructured, sco
 		return res
 	}
 	for _, c := range rd.Children {
-		res.Children = append(res.Children, c.Object.Object)
+		if c.Patch {
+			res.Patches = append(res.Patches, c.Object.Object)
+		} else {
+			res.Children = append(res.Children, c.Object.Object)
+		}
 	}
 	res.Status, err = rd.Status(ctx, RenderedObject)
 	if err != nil {
@@ -165,6 +172,11 @@ func (o *Offline) WriteYAML(w io.Writer) error {
 		}
 		for _, c := range r.Children {
 			if err := writeDoc(&b, fmt.Sprintf("# rule: %s, trigger: %s", r.Rule, r.Trigger), c); err != nil {
+				return err
+			}
+		}
+		for _, c := range r.Patches {
+			if err := writeDoc(&b, fmt.Sprintf("# rule: %s, trigger: %s: patch (fields applied onto an existing object)", r.Rule, r.Trigger), c); err != nil {
 				return err
 			}
 		}

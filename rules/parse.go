@@ -357,12 +357,22 @@ func (d *decoder) apiVersionKind(parent *yaml.Node, f map[string]*yaml.Node, fie
 
 func (d *decoder) decodeResource(i int, n *yaml.Node, docVal any, pos positions, c *expr.Compiler, scope expr.Scope, ids []string) *Resource {
 	field := fmt.Sprintf("spec.resources[%d]", i)
-	f := d.fields(n, field, "id", "when", "forEach", "template")
+	f := d.fields(n, field, "id", "mode", "when", "forEach", "template")
 	if f == nil {
 		return nil
 	}
 	errsBefore := len(d.errs)
-	res := &Resource{Index: i, ID: d.id(n, f, field, "resource", ids)}
+	res := &Resource{Index: i, ID: d.id(n, f, field, "resource", ids), Mode: ModeOwn}
+	if nn, ok := f["mode"]; ok {
+		if v, ok := d.str(nn, field+".mode"); ok {
+			switch Mode(v) {
+			case ModeOwn, ModePatch:
+				res.Mode = Mode(v)
+			default:
+				d.errorf(nn, field+".mode", "must be own or patch, not %q", v)
+			}
+		}
+	}
 	if nn, ok := f["when"]; ok {
 		res.When = d.expression(nn, field+".when", c, scope, expr.BoolResult)
 	}
@@ -385,6 +395,14 @@ func (d *decoder) decodeResource(i int, n *yaml.Node, docVal any, pos positions,
 	}
 	d.checkMetadata(tn, tf, field+".template")
 	res.Template = d.template(tn, expr.Path{"spec", "resources", i, "template"}, docVal, pos, c, scope)
+	for _, f := range []struct {
+		key string
+		to  *string
+	}{{"name", &res.LiteralName}, {"namespace", &res.LiteralNamespace}} {
+		if v, ok := lookup(docVal, expr.Path{"spec", "resources", i, "template", "metadata", f.key}).(string); ok && !strings.Contains(v, "${") {
+			*f.to = v
+		}
+	}
 	if len(d.errs) > errsBefore {
 		return nil
 	}

@@ -24,6 +24,9 @@ type Child struct {
 	// Index is the forEach position, or -1 outside forEach.
 	Index  int
 	Object *unstructured.Unstructured
+	// Patch: the object is not syncloop's; Object holds only the fields
+	// to apply onto it, without syncloop's labels and annotations.
+	Patch bool
 }
 
 // Rendered is the desired state of one trigger under one rule.
@@ -166,7 +169,7 @@ func (r *Rule) Render(ctx context.Context, trigger *unstructured.Unstructured, s
 					Err: fmt.Errorf("%s %s rendered twice (also by resource %q)", obj.GetKind(), namespacedName(obj), prev)}
 			}
 			seen[key] = res.ID
-			out.Children = append(out.Children, Child{ResourceID: res.ID, Index: index, Object: obj})
+			out.Children = append(out.Children, Child{ResourceID: res.ID, Index: index, Object: obj, Patch: res.Mode == ModePatch})
 		}
 	}
 	return out, nil
@@ -207,6 +210,9 @@ func (r *Rule) renderChild(ctx context.Context, res *Resource, act *expr.Activat
 		return nil, fail("metadata.namespace", fmt.Errorf("%s is cluster-scoped: metadata.namespace must be empty, rendered %q", res.Kind, nsStr))
 	case !namespaced && hasNS:
 		delete(md, "namespace")
+	}
+	if res.Mode == ModePatch {
+		return obj, nil // not syncloop's: no labels, annotations or owner
 	}
 
 	t := TriggerOf(trigger)

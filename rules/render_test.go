@@ -407,3 +407,43 @@ func TestRenderLookupErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestRenderPatch: a mode: patch resource renders only its template's
+// fields — no labels, annotations or ownerReference of syncloop's — and
+// offline rendering lists it under patches, not children.
+func TestRenderPatch(t *testing.T) {
+	r := parseRule(t, `apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: mark}
+spec:
+  watch: {apiVersion: example.com/v1, kind: App}
+  resources:
+    - id: ns
+      mode: patch
+      template:
+        apiVersion: v1
+        kind: Namespace
+        metadata: {name: "${object.metadata.namespace}", labels: {has-apps: "true"}}
+    - id: cm
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x}}
+`)
+	trigger := obj("example.com/v1", "App", "shop", "web", nil)
+	rd, err := r.Render(context.Background(), trigger, testScopes, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rd.Children) != 2 || !rd.Children[0].Patch || rd.Children[1].Patch {
+		t.Fatalf("children %+v; want the patch then the owned child", rd.Children)
+	}
+	want := map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": "shop", "labels": map[string]any{"has-apps": "true"}}}
+	if got := rd.Children[0].Object.Object; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("patch = %v, want only the template's fields %v", got, want)
+	}
+	if rd.Children[1].Object.GetLabels()[LabelRule] != "mark" {
+		t.Error("the owned child lost syncloop's labels")
+	}
+	res := renderOne(context.Background(), r, trigger, testScopes, nil)
+	if len(res.Patches) != 1 || len(res.Children) != 1 {
+		t.Errorf("offline result: %d patches, %d children; want 1 and 1", len(res.Patches), len(res.Children))
+	}
+}

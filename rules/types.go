@@ -128,9 +128,29 @@ type Resource struct {
 	When       *Expression // nil: always
 	ForEach    *Expression // nil: one child
 	Template   *Template
+	// Mode is ModeOwn (the default) or ModePatch.
+	Mode Mode
+	// LiteralName and LiteralNamespace are the template's metadata.name and
+	// metadata.namespace when they hold no ${}; empty otherwise.
+	LiteralName, LiteralNamespace string
 	// Index is the resource's position in spec.resources.
 	Index int
 }
+
+// Mode says whether syncloop owns a resource's objects or patches objects
+// it does not own.
+type Mode string
+
+const (
+	// ModeOwn: syncloop creates the child, labels it as its own, repairs
+	// and prunes it.
+	ModeOwn Mode = "own"
+	// ModePatch: syncloop server-side applies the template's fields onto an
+	// existing object it does not own — never creating or deleting it,
+	// adding no labels, annotations or ownerReferences — and releases those
+	// fields when the resource is no longer desired.
+	ModePatch Mode = "patch"
+)
 
 // Expression is a compiled CEL expression and where it was written.
 type Expression struct {

@@ -151,6 +151,8 @@ func TestValidationErrors(t *testing.T) {
 			`r.yaml:17:30: rule "r": spec.resources[0].template.data.x: ${lookups.scr.metadata.name}: undeclared lookup id "scr" (declared: src)`},
 		{"when reads a lookup", head + watchNS + "  lookups:\n    - {id: src, apiVersion: v1, kind: Secret, name: a}\n  when: lookups.src != null\n" + cm,
 			`r.yaml:11:17: rule "r": spec.when: undeclared lookup id "src" (no lookup ids are declared here)`},
+		{"bad mode", head + watchNS + "  resources:\n    - id: a\n      mode: borrow\n      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: a}}\n",
+			`r.yaml:11:13: rule "r": spec.resources[0].mode: must be own or patch, not "borrow"`},
 		{"cluster namespace literal invalid", head + watchNS + "  resources:\n    - id: a\n      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: A_B}}\n",
 			`r.yaml:11:82: rule "r": spec.resources[0].template.metadata.namespace: "A_B" is not a valid namespace`},
 	}

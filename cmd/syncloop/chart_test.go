@@ -313,7 +313,7 @@ func TestChartInstall(t *testing.T) {
 		}
 	}
 	newNS("syncloop-system")
-	examples := []string{"tenant-defaults", "replicate", "app", "namespace-metadata", "pull-secret", "team-network-policy"}
+	examples := []string{"tenant-defaults", "replicate", "app", "namespace-metadata", "pull-secret", "team-network-policy", "namespace-label"}
 	args := []string{"install", "syncloop", chartDir, "-n", "syncloop-system", "--kubeconfig", env.Kubeconfig()}
 	for _, ex := range examples {
 		args = append(args, "--set-file", "rules."+ex+"\\.yaml=../../examples/"+ex+"/rules.yaml")
@@ -416,6 +416,13 @@ func TestChartInstall(t *testing.T) {
 			}) &&
 			exists(func() error { // a lookup's source, read with the chart's RBAC
 				_, err := cs.CoreV1().Secrets("releases").Get(ctx, "ci-registry", metav1.GetOptions{})
+				return err
+			}) &&
+			exists(func() error { // a patch of an object syncloop does not own
+				ns, err := cs.CoreV1().Namespaces().Get(ctx, "billing", metav1.GetOptions{})
+				if err == nil && ns.Labels["company.com/runs-workloads"] != "true" {
+					err = fmt.Errorf("labels %v", ns.Labels)
+				}
 				return err
 			}) &&
 			exists(func() error { // a list lookup

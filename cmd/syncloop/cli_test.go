@@ -158,8 +158,10 @@ func checkJSONShape(t *testing.T, out string) {
 			t.Errorf("result lacks rule: %v", r)
 		}
 		_, skipped := r["skipped"]
-		if _, ok := r["children"]; !ok && !skipped {
-			t.Errorf("result neither has children nor is skipped: %v", r)
+		_, children := r["children"]
+		_, patches := r["patches"]
+		if !children && !patches && !skipped {
+			t.Errorf("result has neither children nor patches and is not skipped: %s", r)
 		}
 	}
 }
