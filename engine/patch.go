@@ -199,9 +199,7 @@ func (c *controller) applyPatch(ctx context.Context, ch *changes, trigger *unstr
 	if err != nil {
 		return nil, fmt.Errorf("resource %q: patching %s %s: %w", child.ResourceID, ref.gvk.Kind, cacheKey(ref), err)
 	}
-	c.mu.Lock()
-	c.applied[ref] = rv
-	c.mu.Unlock()
+	c.rememberApplied(ref, rv)
 	c.e.metrics.Write(c.rule.Name, "update")
 	klog.FromContext(ctx).V(2).Info("Patched object", "kind", ref.gvk.Kind, "object", klog.KObj(obj))
 	ch.applied = append(ch.applied, fmt.Sprintf("Patched %s %s", ref.gvk.Kind, cacheKey(ref)))
@@ -346,9 +344,7 @@ func (c *controller) release(ctx context.Context, ch *changes, triggerRef rules.
 	if err != nil {
 		return fmt.Errorf("releasing the fields of %s %s: %w", ref.gvk.Kind, cacheKey(ref), err)
 	}
-	c.mu.Lock()
-	c.applied[ref] = rv
-	c.mu.Unlock()
+	c.rememberApplied(ref, rv)
 	c.e.metrics.Write(c.rule.Name, "update")
 	klog.FromContext(ctx).V(2).Info("Released the fields of an object", "kind", ref.gvk.Kind, "object", klog.KObj(obj))
 	ch.pruned = append(ch.pruned, fmt.Sprintf("Released %s %s", ref.gvk.Kind, cacheKey(ref)))

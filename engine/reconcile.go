@@ -183,9 +183,7 @@ func (c *controller) applyChild(ctx context.Context, ch *changes, trigger *unstr
 	if err != nil {
 		return nil, fmt.Errorf("resource %q: applying %s %s: %w", child.ResourceID, ref.gvk.Kind, cacheKey(ref), err)
 	}
-	c.mu.Lock()
-	c.applied[ref] = rv
-	c.mu.Unlock()
+	c.rememberApplied(ref, rv)
 	action := "update"
 	if cached == nil {
 		action = "create"
@@ -198,6 +196,14 @@ func (c *controller) applyChild(ctx context.Context, ch *changes, trigger *unstr
 	}
 	ch.applied = append(ch.applied, fmt.Sprintf("%s %s %s", done, ref.gvk.Kind, cacheKey(ref)))
 	return live, nil
+}
+
+// rememberApplied notes the resourceVersion syncloop's own apply of ref
+// returned: the cache's echo of it needs no reconcile.
+func (c *controller) rememberApplied(ref childRef, rv string) {
+	c.mu.Lock()
+	c.applied[ref] = rv
+	c.mu.Unlock()
 }
 
 // upToDate reports whether applying desired would change nothing: the
