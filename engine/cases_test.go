@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	k8sdynamic "k8s.io/client-go/dynamic"
 
 	"github.com/syncloop/syncloop/internal/testenv"
@@ -351,20 +352,33 @@ spec:
 `))
 	h.createCM("a", map[string]string{"keep": "yes"}, nil)
 	h.createCM("b", map[string]string{"keep": "yes"}, nil)
-	h.eventually("both children", func() bool {
+	// b will be deleted while a finalizer holds it: syncloop sees a trigger
+	// being deleted, and the garbage collector leaves its child alone (with
+	// b gone for good, a child the collector had not seen yet would be
+	// collected as dangling, whatever the propagation policy).
+	h.updateCM("b", func(cm *corev1.ConfigMap) { cm.Finalizers = append(cm.Finalizers, "test.syncloop.dev/hold") })
+	t.Cleanup(func() {
+		_, err := h.cs.CoreV1().ConfigMaps(h.ns).Patch(context.Background(), "b", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+		if err != nil {
+			t.Error(err)
+		}
+	})
+	c := h.controller("keep")
+	h.eventually("both children, and the rule idle", func() bool {
 		_, a := h.configMap(h.ns, "a-kept")
 		_, b := h.configMap(h.ns, "b-kept")
-		return a && b
+		return a && b && c.idle()
 	})
+	k0 := c.reconciles.Load()
 	h.updateCM("a", func(cm *corev1.ConfigMap) { cm.Labels["keep"] = "no" }) // when turns false
-	if err := h.cs.CoreV1().ConfigMaps(h.ns).Delete(context.Background(), "b", metav1.DeleteOptions{
-		PropagationPolicy: ptrTo(metav1.DeletePropagationOrphan), // keep the garbage collector out of it
-	}); err != nil {
+	if err := h.cs.CoreV1().ConfigMaps(h.ns).Delete(context.Background(), "b", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	c := h.controller("keep")
-	k0 := c.reconciles.Load()
-	h.eventually("both triggers reconciled", func() bool { return c.reconciles.Load() >= k0+2 && c.queue.Len() == 0 })
+	h.eventually("both triggers reconciled", func() bool {
+		obj, ok, _ := c.trigger.Indexer().GetByKey(h.ns + "/b")
+		deleting := ok && obj.(*unstructured.Unstructured).GetDeletionTimestamp() != nil
+		return deleting && c.reconciles.Load() >= k0+2 && c.idle()
+	})
 	if _, ok := h.configMap(h.ns, "a-kept"); !ok {
 		t.Error("Orphan: the child of a trigger whose when turned false was deleted")
 	}

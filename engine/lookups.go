@@ -64,9 +64,11 @@ func (c *controller) subscribeLookups(ctx context.Context) error {
 	return nil
 }
 
-// lookupChanged queues every trigger whose lookup number i read obj (by
-// name) or whose list selects it, before or after the change.
+// lookupChanged queues, once, every trigger whose lookup number i read obj
+// (by name) or whose list selects it, before or after the change. (Once:
+// a trigger queued again while a worker reconciles it is reconciled twice.)
 func (c *controller) lookupChanged(i int, objs ...any) {
+	triggers := map[cache.ObjectName]bool{}
 	for _, obj := range objs {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = d.Obj
@@ -75,7 +77,10 @@ func (c *controller) lookupChanged(i int, objs ...any) {
 		if err != nil {
 			continue
 		}
-		c.deps.each(i, m.GetNamespace(), m.GetName(), labels.Set(m.GetLabels()), c.queue.Add)
+		c.deps.each(i, m.GetNamespace(), m.GetName(), labels.Set(m.GetLabels()), func(t cache.ObjectName) { triggers[t] = true })
+	}
+	for t := range triggers {
+		c.queue.Add(t)
 	}
 }
 
