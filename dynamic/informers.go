@@ -176,18 +176,34 @@ func (e *entry) stop() {
 // the larger part of an object — and interns the strings objects repeat.
 func (r *Registry) transform(obj any) (any, error) {
 	if u, ok := obj.(*unstructured.Unstructured); ok {
-		var kept []metav1.ManagedFieldsEntry
-		if r.KeepManagedFields != nil {
-			for _, m := range u.GetManagedFields() {
-				if r.KeepManagedFields(m.Manager) {
-					kept = append(kept, m)
-				}
-			}
+		if md, ok := u.Object["metadata"].(map[string]any); ok {
+			r.filterManagedFields(md)
 		}
-		u.SetManagedFields(kept)
 		internObject(u.Object)
 	}
 	return obj, nil
+}
+
+// filterManagedFields drops the managedFields entries KeepManagedFields
+// does not keep, working on the raw entries: every cached object passes
+// here, and most keep none.
+func (r *Registry) filterManagedFields(md map[string]any) {
+	entries, _ := md["managedFields"].([]any)
+	var kept []any
+	if r.KeepManagedFields != nil {
+		for _, e := range entries {
+			if m, ok := e.(map[string]any); ok {
+				if manager, _ := m["manager"].(string); r.KeepManagedFields(manager) {
+					kept = append(kept, e)
+				}
+			}
+		}
+	}
+	if kept == nil {
+		delete(md, "managedFields")
+	} else {
+		md["managedFields"] = kept
+	}
 }
 
 // Len is the number of informers running.

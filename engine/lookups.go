@@ -104,7 +104,7 @@ func (lk *cacheLookuper) Lookup(_ context.Context, q rules.LookupQuery) ([]*unst
 		}
 		return nil, fmt.Errorf("reads %s %s, outside namespace %q, to which syncloop is limited (--watch-namespace)", q.Lookup.Kind, where, c.e.ns)
 	}
-	lw := c.lookupWatch(q.Lookup)
+	lw := c.lookups[q.Lookup.Index]
 	lk.queries = append(lk.queries, q)
 	c.deps.add(lk.trigger, q)
 	idx := lw.sub.Indexer()
@@ -135,17 +135,8 @@ func (lk *cacheLookuper) Lookup(_ context.Context, q rules.LookupQuery) ([]*unst
 	return out, nil
 }
 
-func (c *controller) lookupWatch(l *rules.Lookup) *lookupWatch {
-	for _, lw := range c.lookups {
-		if c.rule.Lookups[lw.index] == l {
-			return lw
-		}
-	}
-	panic(fmt.Sprintf("lookup %q is not of rule %q", l.ID, c.rule.Name))
-}
-
 func (c *controller) lookupNamespaced(l *rules.Lookup) bool {
-	return c.lookupWatch(l).mapping.Scope.Name() == meta.RESTScopeNameNamespace
+	return c.lookups[l.Index].mapping.Scope.Name() == meta.RESTScopeNameNamespace
 }
 
 // lookupIndex maps looked-up objects back to the triggers that read them:
@@ -153,7 +144,6 @@ func (c *controller) lookupNamespaced(l *rules.Lookup) bool {
 // namespace and selector for lists. An event costs one map read per
 // distinct list query of its lookup, not a pass over the triggers.
 type lookupIndex struct {
-	rule      *rules.Rule
 	mu        sync.Mutex
 	byTrigger map[cache.ObjectName]map[depKey]bool
 	named     map[depKey]map[cache.ObjectName]bool
@@ -172,31 +162,22 @@ type listDep struct {
 	triggers map[cache.ObjectName]bool
 }
 
-func newLookupIndex(r *rules.Rule) *lookupIndex {
-	return &lookupIndex{rule: r, byTrigger: map[cache.ObjectName]map[depKey]bool{},
+func newLookupIndex() *lookupIndex {
+	return &lookupIndex{byTrigger: map[cache.ObjectName]map[depKey]bool{},
 		named: map[depKey]map[cache.ObjectName]bool{}, lists: map[int]map[depKey]*listDep{}}
 }
 
-func keyOf(r *rules.Rule, q rules.LookupQuery) depKey {
-	k := depKey{lookup: lookupIndexOf(r, q.Lookup), namespace: q.Namespace, name: q.Name}
+func keyOf(q rules.LookupQuery) depKey {
+	k := depKey{lookup: q.Lookup.Index, namespace: q.Namespace, name: q.Name}
 	if q.Name == "" {
 		k.selector = q.Selector.String()
 	}
 	return k
 }
 
-func lookupIndexOf(r *rules.Rule, l *rules.Lookup) int {
-	for i, x := range r.Lookups {
-		if x == l {
-			return i
-		}
-	}
-	return -1
-}
-
 // add records that trigger reads q's answer.
 func (x *lookupIndex) add(trigger cache.ObjectName, q rules.LookupQuery) {
-	x.addKey(trigger, keyOf(x.rule, q), q.Selector)
+	x.addKey(trigger, keyOf(q), q.Selector)
 }
 
 // addKey records that trigger depends on k; sel is a list's selector.
@@ -238,7 +219,7 @@ func (x *lookupIndex) addKey(trigger cache.ObjectName, k depKey, sel labels.Sele
 func (x *lookupIndex) set(trigger cache.ObjectName, qs []rules.LookupQuery) {
 	keep := make(map[depKey]bool, len(qs))
 	for _, q := range qs {
-		keep[keyOf(x.rule, q)] = true
+		keep[keyOf(q)] = true
 	}
 	x.setKeys(trigger, keep)
 }

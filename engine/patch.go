@@ -152,7 +152,7 @@ func (c *controller) patchWatchOf(res *rules.Resource) *patchWatch {
 // resourceVersion as a precondition. It returns the object as it now is
 // (nil while it waits).
 func (c *controller) applyPatch(ctx context.Context, ch *changes, trigger *unstructured.Unstructured, key cache.ObjectName, child rules.Child) (map[string]any, error) {
-	res := c.rule.Resources[c.resourceIndex(child.ResourceID)]
+	res := child.Resource
 	pw := c.patchWatchOf(res)
 	obj := child.Object
 	ref := refOf(obj)
@@ -204,15 +204,6 @@ func (c *controller) applyPatch(ctx context.Context, ch *changes, trigger *unstr
 	klog.FromContext(ctx).V(2).Info("Patched object", "kind", ref.gvk.Kind, "object", klog.KObj(obj))
 	ch.applied = append(ch.applied, fmt.Sprintf("Patched %s %s", ref.gvk.Kind, cacheKey(ref)))
 	return live, nil
-}
-
-func (c *controller) resourceIndex(id string) int {
-	for i, r := range c.rule.Resources {
-		if r.ID == id {
-			return i
-		}
-	}
-	return -1
 }
 
 // patchUpToDate reports whether applying desired with manager would change

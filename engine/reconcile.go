@@ -75,7 +75,7 @@ func (c *controller) reconcile(ctx context.Context, key cache.ObjectName) error 
 		var err error
 		if child.Patch {
 			patched[ref] = true
-			patchKeys[depKey{lookup: c.resourceIndex(child.ResourceID), namespace: ref.namespace, name: ref.name}] = true
+			patchKeys[depKey{lookup: child.Resource.Index, namespace: ref.namespace, name: ref.name}] = true
 			out, err = c.applyPatch(ctx, ch, trigger, key, child)
 		} else {
 			desired[ref] = true

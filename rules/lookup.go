@@ -79,6 +79,7 @@ func (d *decoder) decodeLookups(r *Rule, n *yaml.Node, c *expr.Compiler) []strin
 			}
 		}
 		if len(d.errs) == errsBefore && l.ID != "" {
+			l.Index = len(r.Lookups)
 			r.Lookups = append(r.Lookups, l)
 			ids = append(ids, l.ID)
 		}
@@ -122,10 +123,10 @@ func (t Text) value(ctx context.Context, r *Rule, act *expr.Activation) (string,
 	return s, nil
 }
 
-// Query resolves the lookup for the evaluation act (its object is the
+// query resolves the lookup for the evaluation act (its object is the
 // trigger): a name, namespace and selector. namespaced says whether the
 // kind is namespaced.
-func (l *Lookup) Query(ctx context.Context, r *Rule, act *expr.Activation, trigger *unstructured.Unstructured, namespaced bool) (LookupQuery, error) {
+func (l *Lookup) query(ctx context.Context, r *Rule, act *expr.Activation, trigger *unstructured.Unstructured, namespaced bool) (LookupQuery, error) {
 	fail := func(field string, err error) error {
 		return &RenderError{Pos: l.Pos, Rule: r.Name, Field: join(l.Field, field), Err: err}
 	}
@@ -171,7 +172,7 @@ func (r *Rule) lookups(ctx context.Context, act *expr.Activation, trigger *unstr
 		if err != nil {
 			return nil, &RenderError{Pos: l.Pos, Rule: r.Name, Field: l.Field, Err: err}
 		}
-		q, err := l.Query(ctx, r, act, trigger, namespaced)
+		q, err := l.query(ctx, r, act, trigger, namespaced)
 		if err != nil {
 			return nil, err
 		}

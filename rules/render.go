@@ -24,6 +24,8 @@ type Child struct {
 	// Index is the forEach position, or -1 outside forEach.
 	Index  int
 	Object *unstructured.Unstructured
+	// Resource is the resource that made the child.
+	Resource *Resource
 	// Patch: the object is not syncloop's; Object holds only the fields
 	// to apply onto it, without syncloop's labels and annotations.
 	Patch bool
@@ -169,7 +171,7 @@ func (r *Rule) Render(ctx context.Context, trigger *unstructured.Unstructured, s
 					Err: fmt.Errorf("%s %s rendered twice (also by resource %q)", obj.GetKind(), namespacedName(obj), prev)}
 			}
 			seen[key] = res.ID
-			out.Children = append(out.Children, Child{ResourceID: res.ID, Index: index, Object: obj, Patch: res.Mode == ModePatch})
+			out.Children = append(out.Children, Child{ResourceID: res.ID, Index: index, Object: obj, Resource: res, Patch: res.Mode == ModePatch})
 		}
 	}
 	return out, nil

@@ -95,6 +95,8 @@ type Lookup struct {
 	// Pos is where the lookup was written; Field is spec.lookups[i].
 	Pos   Pos
 	Field string
+	// Index is the lookup's position in Rule.Lookups.
+	Index int
 }
 
 // List reports whether the lookup gives a list rather than one object.
