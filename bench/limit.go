@@ -144,7 +144,7 @@ func renderChildren(ctx context.Context, rule *rules.Rule, triggers []unstructur
 	var children []*unstructured.Unstructured
 	var gvrs []schema.GroupVersionResource
 	for i := range triggers {
-		rd, err := rule.Render(ctx, &triggers[i], mapper, lk)
+		rd, err := rule.Render(ctx, &triggers[i], mapper, lk, nil)
 		if err != nil {
 			return nil, nil, err
 		}

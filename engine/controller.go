@@ -70,8 +70,11 @@ type controller struct {
 	mu      sync.Mutex
 	state   string
 	detail  string
-	applied map[childRef]string    // resourceVersion our last apply of a child returned
-	deleted map[childRef]types.UID // children deleted whose removal the cache has not shown yet
+	applied map[childRef]string // resourceVersion our last apply of a child returned
+	// inflight holds the children being applied, with the resourceVersion
+	// of the last event of each seen meanwhile ("": none).
+	inflight map[childRef]string
+	deleted  map[childRef]types.UID // children deleted whose removal the cache has not shown yet
 }
 
 // childKind is one kind of child: how to reach it and its shared informer.
@@ -115,6 +118,7 @@ func newController(e *Engine, r *rules.Rule, retired []schema.GroupVersionKind, 
 		patchDeps:      newLookupIndex(),
 		retiredPatches: retiredPatches,
 		applied:        map[childRef]string{},
+		inflight:       map[childRef]string{},
 		deleted:        map[childRef]types.UID{},
 		state:          StateWaiting,
 		retired:        retired,
@@ -522,16 +526,49 @@ func (c *controller) enqueueOwner(obj any) {
 // version that apply returned), which changes nothing the reconcile that
 // made it did not already see: a cold start then costs one reconcile per
 // trigger, not two.
+//
+// An event that arrives while syncloop's own apply of the child is still
+// returning is held, not queued: the echo can beat the answer. applyDone
+// queues the trigger if the last event held was not that echo.
 func (c *controller) childChanged(obj any) {
 	if u, ok := obj.(*unstructured.Unstructured); ok {
+		ref := refOf(u)
 		c.mu.Lock()
-		rv, ok := c.applied[refOf(u)]
+		if _, applying := c.inflight[ref]; applying {
+			c.inflight[ref] = u.GetResourceVersion()
+			c.mu.Unlock()
+			return
+		}
+		rv, ok := c.applied[ref]
 		c.mu.Unlock()
 		if ok && rv == u.GetResourceVersion() {
 			return
 		}
 	}
 	c.enqueueOwner(obj)
+}
+
+// applying marks ref as being applied by a reconcile of trigger key.
+func (c *controller) applying(ref childRef) {
+	c.mu.Lock()
+	c.inflight[ref] = ""
+	c.mu.Unlock()
+}
+
+// applyDone ends an apply of ref for trigger key that returned rv (""
+// when it failed): rv is remembered as our own, and an event held during
+// the apply that is not its echo queues the trigger.
+func (c *controller) applyDone(ref childRef, rv string, key cache.ObjectName) {
+	c.mu.Lock()
+	seen := c.inflight[ref]
+	delete(c.inflight, ref)
+	if rv != "" {
+		c.applied[ref] = rv
+	}
+	c.mu.Unlock()
+	if seen != "" && seen != rv {
+		c.queue.Add(key)
+	}
 }
 
 // forget drops what the controller remembers of a child that is gone.

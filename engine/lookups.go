@@ -279,3 +279,15 @@ func (x *lookupIndex) len() int {
 	defer x.mu.Unlock()
 	return len(x.byTrigger)
 }
+
+// keysOf adds to into what trigger depends on through lookup (or patch
+// resource) number i.
+func (x *lookupIndex) keysOf(trigger cache.ObjectName, i int, into map[depKey]bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for k := range x.byTrigger[trigger] {
+		if k.lookup == i {
+			into[k] = true
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -13,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
@@ -150,7 +152,7 @@ func (c *controller) patchWatchOf(res *rules.Resource) *patchWatch {
 // exists: otherwise the resource waits (the object's appearance queues the
 // trigger again). It never creates: the apply carries the cached
 // resourceVersion as a precondition. It returns the object as it now is
-// (nil while it waits).
+// (when the rule reads it; otherwise what was applied), nil while it waits.
 func (c *controller) applyPatch(ctx context.Context, ch *changes, trigger *unstructured.Unstructured, key cache.ObjectName, child rules.Child) (map[string]any, error) {
 	res := child.Resource
 	pw := c.patchWatchOf(res)
@@ -186,9 +188,9 @@ func (c *controller) applyPatch(ctx context.Context, ch *changes, trigger *unstr
 		}
 		return out.Object, nil
 	}
-	var live map[string]any
+	live := obj.Object // stands for the object when the rule does not read it
 	var rv string
-	if c.rule.Status != nil {
+	if c.rule.ReadsLive(res) {
 		out, err := c.e.writer.Apply(ctx, pw.mapping, obj, manager, c.rule.ForceConflicts)
 		if err == nil {
 			live, rv = out.Object, out.GetResourceVersion()
@@ -287,13 +289,16 @@ func (c *controller) patchMappingOf(obj *unstructured.Unstructured) *meta.RESTMa
 // object not in desired (all of them when desired is nil — unless the rule
 // orphans). Released objects stay: only fields that manager alone owned
 // disappear.
-func (c *controller) releasePatches(ctx context.Context, ch *changes, triggerRef rules.ObjectRef, key cache.ObjectName, desired map[childRef]bool) error {
-	if len(c.patches) == 0 || (desired == nil && c.rule.DeletionPolicy == rules.DeletionOrphan) {
+func (c *controller) releasePatches(ctx context.Context, ch *changes, triggerRef rules.ObjectRef, key cache.ObjectName, desired map[childRef]bool, keepKinds []schema.GroupVersionKind) error {
+	if len(c.patches) == 0 || (desired == nil && c.rule.DeletionPolicy == rules.DeletionOrphan && !c.anyDeletes()) {
 		return nil
 	}
 	var errs []error
 	for _, obj := range c.patchedBy(patchManager(c.rule.Name, key)) {
-		if desired[refOf(obj)] {
+		if desired[refOf(obj)] || slices.Contains(keepKinds, refOf(obj).gvk) {
+			continue
+		}
+		if desired == nil && c.orphansKind(refOf(obj).gvk) {
 			continue
 		}
 		if err := c.release(ctx, ch, triggerRef, obj, patchManager(c.rule.Name, key)); err != nil {
@@ -301,6 +306,40 @@ func (c *controller) releasePatches(ctx context.Context, ch *changes, triggerRef
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// keepPatchKeys adds to keys what the trigger already depends on through
+// the patch resource res, which waits: its object's appearance or change
+// still queues the trigger.
+func (c *controller) keepPatchKeys(key cache.ObjectName, res *rules.Resource, keys map[depKey]bool) {
+	c.patchDeps.keysOf(key, res.Index, keys)
+}
+
+// orphansKind reports whether a trigger that is gone (or whose when is
+// false) leaves the fields patched into objects of kind gvk: every patch
+// resource of that kind has deletionPolicy Orphan.
+func (c *controller) orphansKind(gvk schema.GroupVersionKind) bool {
+	found := false
+	for _, res := range c.rule.Resources {
+		if res.Mode == rules.ModePatch && res.GVK == gvk {
+			if res.DeletionPolicy != rules.DeletionOrphan {
+				return false
+			}
+			found = true
+		}
+	}
+	return found || c.rule.DeletionPolicy == rules.DeletionOrphan
+}
+
+// anyDeletes reports whether some resource of the rule deletes (or
+// releases) when its trigger is gone.
+func (c *controller) anyDeletes() bool {
+	for _, res := range c.rule.Resources {
+		if res.DeletionPolicy == rules.DeletionDelete {
+			return true
+		}
+	}
+	return false
 }
 
 // release applies an empty configuration to obj with manager, so that the

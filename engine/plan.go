@@ -24,6 +24,9 @@ const (
 	ActionUpdate = "update"
 	ActionDelete = "delete"
 	ActionStatus = "status"
+	// ActionWait is a resource that would not be applied yet: a resource
+	// it reads is not ready.
+	ActionWait = "wait"
 )
 
 // Action is one write a dry run would make.
@@ -35,6 +38,10 @@ type Action struct {
 	// Diff is a unified diff, live against desired, of the fields syncloop
 	// manages (updates and status); Secret values are redacted.
 	Diff string `json:"diff,omitempty"`
+	// Resource and Reason, for a wait: the resource's id and what it
+	// waits for. Its object is named as far as the template is literal.
+	Resource string `json:"resource,omitempty"`
+	Reason   string `json:"reason,omitempty"`
 }
 
 // Planner receives what a dry run finds. Implementations must be safe for
@@ -77,6 +84,9 @@ func (p *PlanPrinter) Plan(a Action) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	key := a.Rule + " " + a.Action + " " + a.Object.String()
+	if a.Action == ActionWait {
+		key += " " + a.Trigger.String() + " " + a.Resource
+	}
 	if !p.stream {
 		p.held[key] = a
 		return
@@ -96,12 +106,19 @@ func (p *PlanPrinter) print(a Action) {
 		fmt.Fprintf(p.w, "%s\n", data)
 		return
 	}
-	sym := map[string]string{ActionCreate: "+", ActionUpdate: "~", ActionDelete: "-", ActionStatus: "~"}[a.Action]
-	fmt.Fprintf(p.w, "%s %-7s %s  (rule %s", sym, a.Action, a.Object, a.Rule)
+	sym := map[string]string{ActionCreate: "+", ActionUpdate: "~", ActionDelete: "-", ActionStatus: "~", ActionWait: "="}[a.Action]
+	object := a.Object.String()
+	if a.Action == ActionWait {
+		object = fmt.Sprintf("resource %s (%s)", a.Resource, strings.TrimSpace(object))
+	}
+	fmt.Fprintf(p.w, "%s %-7s %s  (rule %s", sym, a.Action, object, a.Rule)
 	if a.Action != ActionStatus {
 		fmt.Fprintf(p.w, ", trigger %s", a.Trigger)
 	}
 	fmt.Fprintln(p.w, ")")
+	if a.Reason != "" {
+		fmt.Fprintf(p.w, "    %s\n", a.Reason)
+	}
 	if a.Diff != "" {
 		for _, l := range strings.Split(strings.TrimRight(a.Diff, "\n"), "\n") {
 			fmt.Fprintf(p.w, "    %s\n", l)
@@ -147,8 +164,12 @@ func (p *PlanPrinter) Summary() (actions, failures int) {
 		if p.counts[ActionStatus] == 1 {
 			status = "status update"
 		}
-		fmt.Fprintf(p.w, "Plan: %d to create, %d to update, %d to delete, %d %s.\n",
-			p.counts[ActionCreate], p.counts[ActionUpdate], p.counts[ActionDelete], p.counts[ActionStatus], status)
+		waits := ""
+		if n := p.counts[ActionWait]; n > 0 {
+			waits = fmt.Sprintf(", %d waiting", n)
+		}
+		fmt.Fprintf(p.w, "Plan: %d to create, %d to update, %d to delete, %d %s%s.\n",
+			p.counts[ActionCreate], p.counts[ActionUpdate], p.counts[ActionDelete], p.counts[ActionStatus], status, waits)
 	}
 	return actions, p.errors
 }

@@ -115,6 +115,7 @@ func TestPlanPrinter(t *testing.T) {
 		{Action: ActionUpdate, Rule: "tenant", Trigger: trig, Object: rules.ObjectRef{APIVersion: "v1", Kind: "ConfigMap", Namespace: "team-a", Name: "settings"}, Diff: "--- live\n+++ desired\n@@ -1,1 +1,1 @@\n-a: 1\n+a: 2\n"},
 		{Action: ActionDelete, Rule: "tenant", Trigger: trig, Object: rules.ObjectRef{APIVersion: "v1", Kind: "ConfigMap", Namespace: "team-a", Name: "team-old"}},
 		{Action: ActionStatus, Rule: "app-status", Trigger: rules.ObjectRef{APIVersion: "example.com/v1", Kind: "App", Namespace: "shop", Name: "web"}, Object: rules.ObjectRef{APIVersion: "example.com/v1", Kind: "App", Namespace: "shop", Name: "web"}},
+		{Action: ActionWait, Rule: "tenant", Trigger: trig, Resource: "app", Object: rules.ObjectRef{APIVersion: "v1", Kind: "ConfigMap", Namespace: "team-a", Name: "app"}, Reason: `waiting for resource "gate"`},
 	}
 	var text bytes.Buffer
 	p := NewPlanPrinter(&text, io.Discard, false, false)
@@ -124,11 +125,13 @@ func TestPlanPrinter(t *testing.T) {
 	p.Plan(actions[2]) // a trigger planned twice in one pass: its writes are listed once
 	p.Failed("tenant", "team-b", errors.New("boom"))
 	p.Failed("tenant", "team-b", errors.New("boom"))
-	if n, errs := p.Summary(); n != 4 || errs != 1 {
+	if n, errs := p.Summary(); n != 5 || errs != 1 {
 		t.Errorf("Summary = %d actions, %d failures", n, errs)
 	}
 	want := `~ status  example.com/v1 App shop/web  (rule app-status)
 + create  networking.k8s.io/v1 NetworkPolicy team-a/default-deny  (rule tenant, trigger v1 Namespace team-a)
+= wait    resource app (v1 ConfigMap team-a/app)  (rule tenant, trigger v1 Namespace team-a)
+    waiting for resource "gate"
 ~ update  v1 ConfigMap team-a/settings  (rule tenant, trigger v1 Namespace team-a)
     --- live
     +++ desired
@@ -136,7 +139,7 @@ func TestPlanPrinter(t *testing.T) {
     -a: 1
     +a: 2
 - delete  v1 ConfigMap team-a/team-old  (rule tenant, trigger v1 Namespace team-a)
-Plan: 1 to create, 1 to update, 1 to delete, 1 status update.
+Plan: 1 to create, 1 to update, 1 to delete, 1 status update, 1 waiting.
 `
 	if text.String() != want {
 		t.Errorf("text plan:\n%s\nwant:\n%s", text.String(), want)
@@ -149,8 +152,11 @@ Plan: 1 to create, 1 to update, 1 to delete, 1 status update.
 	}
 	p.Summary()
 	lines := strings.Split(strings.TrimSpace(js.String()), "\n")
-	if len(lines) != 4 {
-		t.Fatalf("JSON plan has %d lines, want 4 (no summary):\n%s", len(lines), js.String())
+	if len(lines) != 5 {
+		t.Fatalf("JSON plan has %d lines, want 5 (no summary):\n%s", len(lines), js.String())
+	}
+	if !strings.Contains(js.String(), `{"action":"wait","rule":"tenant","trigger":{"apiVersion":"v1","kind":"Namespace","namespace":"","name":"team-a"},"object":{"apiVersion":"v1","kind":"ConfigMap","namespace":"team-a","name":"app"},"resource":"app","reason":"waiting for resource \"gate\""}`) {
+		t.Errorf("JSON plan lacks the wait:\n%s", js.String())
 	}
 	var first map[string]any
 	for _, l := range lines {

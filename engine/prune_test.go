@@ -81,7 +81,7 @@ func TestPruneProperty(t *testing.T) {
 			applied:  map[childRef]string{},
 			deleted:  map[childRef]types.UID{},
 		}
-		if err := c.prune(t.Context(), &changes{}, rules.ObjectRef{}, owner, existing, desired); err != nil {
+		if err := c.prune(t.Context(), &changes{}, rules.ObjectRef{}, owner, existing, desired, nil); err != nil {
 			t.Fatalf("seed %d: %v", seed, err)
 		}
 

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -46,64 +49,98 @@ func (c *controller) reconcile(ctx context.Context, key cache.ObjectName) error 
 	if trigger == nil || trigger.GetDeletionTimestamp() != nil {
 		c.deps.set(key, nil)
 		c.patchDeps.setKeys(key, nil)
-		return errors.Join(c.prune(ctx, ch, ref, owner, existing, nil), c.releasePatches(ctx, ch, ref, key, nil))
+		return errors.Join(c.prune(ctx, ch, ref, owner, existing, nil, nil), c.releasePatches(ctx, ch, ref, key, nil, nil))
 	}
 	defer c.e.reconciled(trigger, ch)
 
 	lk := &cacheLookuper{c: c, trigger: key}
-	rd, err := c.rule.Render(ctx, trigger, c.e.mapper, lk)
+	ap := &applier{c: c, ch: ch, trigger: trigger, key: key,
+		desired: map[childRef]bool{}, patched: map[childRef]bool{}, patchKeys: map[depKey]bool{}}
+	rd, err := c.rule.Render(ctx, trigger, c.e.mapper, lk, ap)
 	// What the render read, even when it failed: a source created or
 	// fixed later queues the trigger again.
 	c.deps.set(key, lk.queries)
 	if err != nil {
 		c.e.failed(trigger, err)
+		if c.rule.Status != nil {
+			// Keep what the patch index knows: nothing was released.
+			return errors.Join(err, c.writeStatus(ctx, trigger, nil, err))
+		}
 		return err
 	}
 	if rd.Skipped {
 		c.patchDeps.setKeys(key, nil)
-		return errors.Join(c.prune(ctx, ch, ref, owner, existing, nil), c.releasePatches(ctx, ch, ref, key, nil))
+		return errors.Join(c.prune(ctx, ch, ref, owner, existing, nil, nil), c.releasePatches(ctx, ch, ref, key, nil, nil))
 	}
 
-	desired := map[childRef]bool{}
-	patched := map[childRef]bool{}
-	patchKeys := map[depKey]bool{}
-	live := map[childRef]map[string]any{}
-	var errs []error
-	for _, child := range rd.Children {
-		ref := refOf(child.Object)
-		var out map[string]any
-		var err error
-		if child.Patch {
-			patched[ref] = true
-			patchKeys[depKey{lookup: child.Resource.Index, namespace: ref.namespace, name: ref.name}] = true
-			out, err = c.applyPatch(ctx, ch, trigger, key, child)
+	// A resource that waits for its dependencies keeps its children as they
+	// are: neither changed nor pruned nor released.
+	waiting := map[string]bool{}
+	var waitingKinds []schema.GroupVersionKind
+	for _, st := range rd.Waiting() {
+		waiting[st.Resource.ID] = true
+		if st.Resource.Mode == rules.ModePatch {
+			waitingKinds = append(waitingKinds, st.Resource.GVK)
+			c.keepPatchKeys(key, st.Resource, ap.patchKeys)
+		}
+		if c.e.plan != nil {
+			c.planWait(trigger, st)
 		} else {
-			desired[ref] = true
-			out, err = c.applyChild(ctx, ch, trigger, child)
-		}
-		if err != nil {
-			c.e.failed(trigger, err)
-			errs = append(errs, err)
-			continue
-		}
-		if out != nil {
-			live[ref] = out
+			c.e.metrics.Write(c.rule.Name, "wait")
 		}
 	}
-	c.patchDeps.setKeys(key, patchKeys)
-	if err := c.prune(ctx, ch, ref, owner, existing, desired); err != nil {
+	c.patchDeps.setKeys(key, ap.patchKeys)
+	errs := ap.errs
+	if err := c.prune(ctx, ch, ref, owner, existing, ap.desired, waiting); err != nil {
 		errs = append(errs, err)
 	}
-	if err := c.releasePatches(ctx, ch, ref, key, patched); err != nil {
+	if err := c.releasePatches(ctx, ch, ref, key, ap.patched, waitingKinds); err != nil {
 		errs = append(errs, err)
 	}
 	if c.rule.Status != nil {
-		if err := c.writeStatus(ctx, trigger, rd, live); err != nil {
+		if err := c.writeStatus(ctx, trigger, rd, errors.Join(errs...)); err != nil {
 			c.e.failed(trigger, err)
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// applier applies the children of one reconcile as the render walks the
+// rule's resources in dependency order, and notes what it applied.
+type applier struct {
+	c         *controller
+	ch        *changes
+	trigger   *unstructured.Unstructured
+	key       cache.ObjectName
+	desired   map[childRef]bool // owned children rendered
+	patched   map[childRef]bool // objects patched
+	patchKeys map[depKey]bool
+	errs      []error
+}
+
+// DryRun implements rules.DryRunner.
+func (a *applier) DryRun() bool { return a.c.e.plan != nil }
+
+// Apply implements rules.Applier.
+func (a *applier) Apply(ctx context.Context, child rules.Child) (map[string]any, error) {
+	c := a.c
+	ref := refOf(child.Object)
+	var out map[string]any
+	var err error
+	if child.Patch {
+		a.patched[ref] = true
+		a.patchKeys[depKey{lookup: child.Resource.Index, namespace: ref.namespace, name: ref.name}] = true
+		out, err = c.applyPatch(ctx, a.ch, a.trigger, a.key, child)
+	} else {
+		a.desired[ref] = true
+		out, err = c.applyChild(ctx, a.ch, a.trigger, child)
+	}
+	if err != nil {
+		c.e.failed(a.trigger, err)
+		a.errs = append(a.errs, err)
+	}
+	return out, err
 }
 
 // childrenOf returns this rule's children of one trigger, from the caches.
@@ -123,8 +160,8 @@ func (c *controller) childrenOf(owner string) []*unstructured.Unstructured {
 
 // applyChild server-side applies one rendered child unless the cached copy
 // already is what the rule wants, and notes the write in ch. It returns the
-// child as it now is — when the rule reads live children (its status);
-// otherwise nil once applied.
+// child as it now is when the rule reads it (rules.Rule.ReadsLive),
+// otherwise what it applied.
 func (c *controller) applyChild(ctx context.Context, ch *changes, trigger *unstructured.Unstructured, child rules.Child) (map[string]any, error) {
 	obj := child.Object
 	ref := refOf(obj)
@@ -169,10 +206,12 @@ func (c *controller) applyChild(ctx context.Context, ch *changes, trigger *unstr
 		}
 		return out.Object, nil
 	}
-	// The answer is decoded whole only when the rule reads live children.
-	var live map[string]any
+	// The answer is decoded whole only when the rule reads live children;
+	// otherwise the applied object stands for it.
+	live := obj.Object
 	var rv string
-	if c.rule.Status != nil {
+	c.applying(ref)
+	if c.rule.ReadsLive(child.Resource) {
 		out, err := c.e.writer.Apply(ctx, ck.mapping, obj, manager, c.rule.ForceConflicts)
 		if err == nil {
 			live, rv = out.Object, out.GetResourceVersion()
@@ -180,10 +219,10 @@ func (c *controller) applyChild(ctx context.Context, ch *changes, trigger *unstr
 	} else {
 		rv, err = c.e.writer.ApplyVersion(ctx, ck.mapping, obj, manager, c.rule.ForceConflicts)
 	}
+	c.applyDone(ref, rv, cache.ObjectName{Namespace: trigger.GetNamespace(), Name: trigger.GetName()})
 	if err != nil {
 		return nil, fmt.Errorf("resource %q: applying %s %s: %w", child.ResourceID, ref.gvk.Kind, cacheKey(ref), err)
 	}
-	c.rememberApplied(ref, rv)
 	action := "update"
 	if cached == nil {
 		action = "create"
@@ -224,23 +263,43 @@ func (c *controller) upToDate(ref childRef, cached, desired *unstructured.Unstru
 }
 
 // prune deletes this trigger's children that are not desired — all of them
-// when desired is nil — unless the rule orphans them, and notes each delete
-// in ch. mayPrune decides each
+// when desired is nil — unless their resource orphans them or waits (its
+// id in waiting), and notes each delete in ch. Dependents go first: the
+// deletes follow the rule's dependency order backwards, children of
+// resources no longer in the rule first of all. mayPrune decides each
 // delete; every delete carries the child's UID as a precondition, so an
 // object replaced meanwhile is never deleted.
 //
 // existing comes from synced informer caches only: a controller reconciles
 // nothing before its informers have synced, and a relist replaces a cache
 // whole, so a stale or empty cache never stands for an absent child.
-func (c *controller) prune(ctx context.Context, ch *changes, triggerRef rules.ObjectRef, owner string, existing []*unstructured.Unstructured, desired map[childRef]bool) error {
-	if c.rule.DeletionPolicy == rules.DeletionOrphan {
-		return nil
-	}
-	var errs []error
+func (c *controller) prune(ctx context.Context, ch *changes, triggerRef rules.ObjectRef, owner string, existing []*unstructured.Unstructured, desired map[childRef]bool, waiting map[string]bool) error {
+	var doomed []*unstructured.Unstructured
 	for _, child := range existing {
-		if !mayPrune(c.rule.Name, owner, child, desired) {
+		id := child.GetAnnotations()[rules.AnnotationResourceID]
+		if waiting[id] || c.deletionPolicy(id) == rules.DeletionOrphan || !mayPrune(c.rule.Name, owner, child, desired) {
 			continue
 		}
+		doomed = append(doomed, child)
+	}
+	if len(doomed) == 0 {
+		return nil
+	}
+	// Reverse dependency order; a child whose resource is gone from the
+	// rule depends on nothing syncloop knows, and goes first.
+	pos := make(map[string]int, len(c.rule.Order))
+	for i, res := range c.rule.Order {
+		pos[res.ID] = i
+	}
+	rank := func(u *unstructured.Unstructured) int {
+		if i, ok := pos[u.GetAnnotations()[rules.AnnotationResourceID]]; ok {
+			return i
+		}
+		return len(c.rule.Order)
+	}
+	slices.SortStableFunc(doomed, func(a, b *unstructured.Unstructured) int { return rank(b) - rank(a) })
+	var errs []error
+	for _, child := range doomed {
 		ref := refOf(child)
 		ck, ok := c.children[ref.gvk]
 		if !ok {
@@ -284,6 +343,17 @@ func (c *controller) prune(ctx context.Context, ch *changes, triggerRef rules.Ob
 	return errors.Join(errs...)
 }
 
+// deletionPolicy is the policy of the resource with this id: its own, or
+// the rule's for a resource no longer in the rule.
+func (c *controller) deletionPolicy(id string) rules.DeletionPolicy {
+	for _, res := range c.rule.Resources {
+		if res.ID == id {
+			return res.DeletionPolicy
+		}
+	}
+	return c.rule.DeletionPolicy
+}
+
 // mayPrune is the one test every delete passes: child carries syncloop's
 // managed-by label, this rule's label, a trigger UID label, and the owner
 // annotation of the trigger being reconciled — and is not among that
@@ -302,18 +372,39 @@ func mayPrune(rule, owner string, child *unstructured.Unstructured, desired map[
 		!desired[refOf(child)]
 }
 
-// writeStatus server-side applies the rendered status to the trigger's
-// status subresource, unless the trigger's status already holds it.
-func (c *controller) writeStatus(ctx context.Context, trigger *unstructured.Unstructured, rd *rules.Rendered, live map[childRef]map[string]any) error {
-	status, err := rd.Status(ctx, func(ch rules.Child) (map[string]any, bool) {
-		o, ok := live[refOf(ch.Object)]
-		return o, ok
-	})
-	if err != nil || status == nil {
-		return err
+// writeStatus server-side applies the rule's status and the Ready
+// condition to the trigger's status subresource, unless the trigger's
+// status already holds them. rd is nil when rendering failed, failure the
+// error of a reconcile that failed: the condition then says
+// ReconcileFailed and the rule's status fields keep the values they have.
+func (c *controller) writeStatus(ctx context.Context, trigger *unstructured.Unstructured, rd *rules.Rendered, failure error) error {
+	var status map[string]any
+	var cond rules.Condition
+	var statusErr error // the rule's status failed to render: still an error once the condition says so
+	if rd != nil {
+		if rd.Skipped {
+			return nil
+		}
+		if status, statusErr = rd.Status(ctx); statusErr != nil {
+			failure = errors.Join(failure, statusErr)
+		}
+		cond = rd.Readiness()
 	}
-	if holds(trigger.Object["status"], status) {
-		return nil
+	current, _ := trigger.Object["status"].(map[string]any)
+	if failure != nil {
+		cond = rules.Failed(failure)
+		if status == nil { // keep the fields the rule writes as they are
+			status = map[string]any{}
+			for _, k := range c.rule.Status.Keys() {
+				if v, ok := current[k]; ok && k != "conditions" {
+					status[k] = v
+				}
+			}
+		}
+	}
+	status["conditions"] = cond.Conditions(current["conditions"], status["conditions"], trigger.GetGeneration(), time.Now())
+	if holds(current, status) {
+		return statusErr
 	}
 	patch := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": trigger.GetAPIVersion(),
@@ -326,7 +417,7 @@ func (c *controller) writeStatus(ctx context.Context, trigger *unstructured.Unst
 	}
 	out, err := c.e.writer.ApplyStatus(ctx, c.triggerMapping, patch, rules.FieldManagerPrefix+c.rule.Name, true)
 	if err != nil {
-		return fmt.Errorf("writing status: %w", err)
+		return errors.Join(statusErr, fmt.Errorf("writing status: %w", err))
 	}
 	if c.e.plan != nil {
 		shape := map[string]any{"status": status}
@@ -335,10 +426,19 @@ func (c *controller) writeStatus(ctx context.Context, trigger *unstructured.Unst
 			ref := rules.RefOf(trigger)
 			c.e.plan.Plan(Action{Action: ActionStatus, Rule: c.rule.Name, Trigger: ref, Object: ref, Diff: diff})
 		}
-		return nil
+		return statusErr
 	}
 	c.e.metrics.Write(c.rule.Name, "status")
-	return nil
+	return statusErr
+}
+
+// planWait reports, in a dry run, a resource that would wait for its
+// dependencies.
+func (c *controller) planWait(trigger *unstructured.Unstructured, st *rules.ResourceState) {
+	res := st.Resource
+	c.e.plan.Plan(Action{Action: ActionWait, Rule: c.rule.Name, Trigger: rules.RefOf(trigger), Resource: res.ID,
+		Object: rules.ObjectRef{APIVersion: res.APIVersion, Kind: res.Kind, Namespace: res.LiteralNamespace, Name: res.LiteralName},
+		Reason: st.Why})
 }
 
 // groupKind is "Kind.group", as Redact wants it.

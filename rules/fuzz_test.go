@@ -47,9 +47,9 @@ func FuzzParse(f *testing.F) {
 			if r.Name == "" || len(r.Hash) != 64 {
 				t.Fatalf("accepted rule without name or hash: %+v", r)
 			}
-			rd, err := r.Render(context.Background(), trigger, NewOfflineScope(nil), nil)
+			rd, err := r.Render(context.Background(), trigger, NewOfflineScope(nil), nil, nil)
 			if err == nil {
-				_, _ = rd.Status(context.Background(), RenderedObject)
+				_, _ = rd.Status(context.Background())
 			}
 		}
 	})

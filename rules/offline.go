@@ -44,7 +44,10 @@ type Result struct {
 	// syncloop does not own.
 	Patches []map[string]any `json:"patches,omitempty"`
 	Status  map[string]any   `json:"status,omitempty"`
-	Error   string           `json:"error,omitempty"`
+	// Notes are what could not be decided without a cluster: a readyWhen
+	// that cannot hold on a rendered child, a value only the server sets.
+	Notes []string `json:"notes,omitempty"`
+	Error string   `json:"error,omitempty"`
 }
 
 // Offline is the result of rendering rules against objects without a
@@ -122,7 +125,7 @@ func (o OfflineObjects) Lookup(_ context.Context, q LookupQuery) ([]*unstructure
 
 func renderOne(ctx context.Context, r *Rule, obj *unstructured.Unstructured, scope Scoper, lk Lookuper) Result {
 	res := Result{Rule: r.Name, Trigger: RefOf(obj)}
-	rd, err := r.Render(ctx, obj, scope, lk)
+	rd, err := r.Render(ctx, obj, scope, lk, nil)
 	if err != nil {
 		res.Error = err.Error()
 		return res
@@ -138,7 +141,8 @@ func renderOne(ctx context.Context, r *Rule, obj *unstructured.Unstructured, sco
 			res.Children = append(res.Children, c.Object.Object)
 		}
 	}
-	res.Status, err = rd.Status(ctx, RenderedObject)
+	res.Notes = rd.Notes
+	res.Status, err = rd.Status(ctx)
 	if err != nil {
 		res.Error = err.Error()
 	}
@@ -169,6 +173,9 @@ func (o *Offline) WriteYAML(w io.Writer) error {
 		case r.Skipped:
 			fmt.Fprintf(&b, "# rule: %s, trigger: %s: skipped (when is false)\n", r.Rule, r.Trigger)
 			continue
+		}
+		for _, n := range r.Notes {
+			fmt.Fprintf(&b, "# rule: %s, trigger: %s: note: %s\n", r.Rule, r.Trigger, oneLine(n))
 		}
 		for _, c := range r.Children {
 			if err := writeDoc(&b, fmt.Sprintf("# rule: %s, trigger: %s", r.Rule, r.Trigger), c); err != nil {

@@ -209,12 +209,20 @@ func (d *decoder) decodeSpec(r *Rule, spec *yaml.Node, docVal any, pos positions
 	}
 
 	var ids []string
+	errsBefore := len(d.errs)
 	if n, ok := f["resources"]; ok {
+		// A resource may read any other as children.<id>: every id is
+		// declared to every resource, and the references become the graph.
+		all := nonNil(declaredIDs(docVal))
 		for i, rn := range d.seq(n, "spec.resources") {
-			if res := d.decodeResource(i, rn, docVal, pos, c, expr.Scope{Variables: varNames, Lookups: lookupIDs}, ids); res != nil {
+			scope := expr.Scope{Variables: varNames, Lookups: lookupIDs, Children: all}
+			if res := d.decodeResource(i, rn, docVal, pos, c, scope, ids); res != nil {
 				r.Resources = append(r.Resources, res)
 				ids = append(ids, res.ID)
 			}
+		}
+		if len(d.errs) == errsBefore {
+			d.graph(r)
 		}
 	}
 	if n, ok := f["status"]; ok {
@@ -222,7 +230,7 @@ func (d *decoder) decodeSpec(r *Rule, spec *yaml.Node, docVal any, pos positions
 			d.errorf(n, "spec.status", "must be a mapping, not %s", kindName(resolve(n)))
 		} else {
 			prefix := expr.Path{"spec", "status"}
-			r.Status = d.template(n, prefix, docVal, pos, c, expr.Scope{Variables: varNames, Lookups: lookupIDs, Children: nonNil(ids)})
+			r.Status = d.template(n, prefix, docVal, pos, c, expr.Scope{Variables: varNames, Lookups: lookupIDs, Children: nonNil(ids), Status: true})
 		}
 	}
 	if _, hasRes := f["resources"]; !hasRes && r.Status == nil {
@@ -240,6 +248,11 @@ func (d *decoder) decodeSpec(r *Rule, spec *yaml.Node, docVal any, pos positions
 			default:
 				d.errorf(n, "spec.deletionPolicy", "must be Delete or Orphan, not %q", v)
 			}
+		}
+	}
+	for _, res := range r.Resources {
+		if res.DeletionPolicy == "" {
+			res.DeletionPolicy = r.DeletionPolicy
 		}
 	}
 	r.ForceConflicts = true
@@ -357,12 +370,12 @@ func (d *decoder) apiVersionKind(parent *yaml.Node, f map[string]*yaml.Node, fie
 
 func (d *decoder) decodeResource(i int, n *yaml.Node, docVal any, pos positions, c *expr.Compiler, scope expr.Scope, ids []string) *Resource {
 	field := fmt.Sprintf("spec.resources[%d]", i)
-	f := d.fields(n, field, "id", "mode", "when", "forEach", "template")
+	f := d.fields(n, field, "id", "mode", "when", "forEach", "template", "readyWhen", "deletionPolicy")
 	if f == nil {
 		return nil
 	}
 	errsBefore := len(d.errs)
-	res := &Resource{Index: i, ID: d.id(n, f, field, "resource", ids), Mode: ModeOwn}
+	res := &Resource{Index: i, ID: d.id(n, f, field, "resource", ids), Mode: ModeOwn, Pos: d.pos(resolve(n))}
 	if nn, ok := f["mode"]; ok {
 		if v, ok := d.str(nn, field+".mode"); ok {
 			switch Mode(v) {
@@ -373,12 +386,32 @@ func (d *decoder) decodeResource(i int, n *yaml.Node, docVal any, pos positions,
 			}
 		}
 	}
+	if nn, ok := f["deletionPolicy"]; ok {
+		if v, ok := d.str(nn, field+".deletionPolicy"); ok {
+			switch DeletionPolicy(v) {
+			case DeletionDelete, DeletionOrphan:
+				res.DeletionPolicy = DeletionPolicy(v)
+			default:
+				d.errorf(nn, field+".deletionPolicy", "must be Delete or Orphan, not %q", v)
+			}
+		}
+	}
 	if nn, ok := f["when"]; ok {
 		res.When = d.expression(nn, field+".when", c, scope, expr.BoolResult)
+		res.Refs = append(res.Refs, d.exprRefs(nn, res.When)...)
 	}
 	if nn, ok := f["forEach"]; ok {
 		res.ForEach = d.expression(nn, field+".forEach", c, scope, expr.ListResult)
+		res.Refs = append(res.Refs, d.exprRefs(nn, res.ForEach)...)
 		scope.ForEach = true
+	}
+	if nn, ok := f["readyWhen"]; ok {
+		for j, en := range d.seq(nn, field+".readyWhen") {
+			e := d.expression(en, fmt.Sprintf("%s.readyWhen[%d]", field, j), c, expr.Scope{Self: true}, expr.BoolResult)
+			if e != nil {
+				res.ReadyWhen = append(res.ReadyWhen, e)
+			}
+		}
 	}
 	tn, ok := f["template"]
 	if !ok {
@@ -395,6 +428,16 @@ func (d *decoder) decodeResource(i int, n *yaml.Node, docVal any, pos positions,
 	}
 	d.checkMetadata(tn, tf, field+".template")
 	res.Template = d.template(tn, expr.Path{"spec", "resources", i, "template"}, docVal, pos, c, scope)
+	if res.Template != nil {
+		for _, ref := range res.Template.ChildRefs() {
+			full := append(expr.Path{"spec", "resources", i, "template"}, ref.Path...)
+			p := res.Template.posOf(ref.Path)
+			if sp, ok := pos[posKey(full, false)]; ok {
+				p = refPos(d, sp.node, ref.ID, p)
+			}
+			res.Refs = append(res.Refs, Ref{ID: ref.ID, Pos: p})
+		}
+	}
 	for _, f := range []struct {
 		key string
 		to  *string

@@ -31,15 +31,70 @@ type Child struct {
 	Patch bool
 }
 
-// Rendered is the desired state of one trigger under one rule.
+// Rendered is the desired state of one trigger under one rule, and what
+// became of it: the children rendered and applied, in dependency order,
+// and the state of every resource.
 type Rendered struct {
 	// Skipped is true when the rule's `when` is false for the trigger: it
 	// wants no children and writes no status.
 	Skipped  bool
 	Children []Child
+	// Resources is the state of each resource, in dependency order (empty
+	// when skipped).
+	Resources []*ResourceState
+	// Notes are what an offline render could not decide: a readyWhen that
+	// cannot hold on a rendered child, an expression over a value only the
+	// server sets.
+	Notes []string
 
-	rule *Rule
-	act  *expr.Activation
+	rule     *Rule
+	act      *expr.Activation
+	children map[string]any  // live children by resource id, as status and dependents see them
+	ready    map[string]bool // by resource id
+}
+
+// ResourceState is what one render made of one resource.
+type ResourceState struct {
+	Resource *Resource
+	// Excluded: the resource's `when` is false, or a resource it reads is
+	// excluded: it wants no children.
+	Excluded bool
+	// WaitingFor, when not nil, is a resource this one reads whose
+	// children do not all exist or are not all ready: this one was not
+	// rendered and its children, if any, stay as they are.
+	WaitingFor *Resource
+	// Ready: every child exists and satisfies readyWhen.
+	Ready bool
+	// Why says, when not Ready, why not.
+	Why string
+	// Err is the first failure to apply one of its children.
+	Err error
+}
+
+// Applier makes rendered children exist, in dependency order, and says
+// what they now are. The engine applies each child (or finds it already as
+// desired in its cache); offline, the rendered child stands for the live
+// one.
+type Applier interface {
+	// Apply brings c about and returns it as it now is: the live object
+	// when the rule reads it (Rule.ReadsLive), otherwise any non-nil map;
+	// nil when the object does not exist (a patch whose object is absent).
+	// An error is that child's failure: its resource is not ready and the
+	// resources that read it wait.
+	Apply(ctx context.Context, c Child) (map[string]any, error)
+}
+
+// DryRunner is an Applier that may only pretend: in a dry run, children
+// that were not created have none of the fields the server sets, and a
+// template string reading one renders as expr.Unknown, as offline.
+type DryRunner interface {
+	DryRun() bool
+}
+
+// ReadsLive reports whether rendering reads res's live children: for the
+// status, a readyWhen, or resources that depend on it.
+func (r *Rule) ReadsLive(res *Resource) bool {
+	return r.Status != nil || len(res.ReadyWhen) > 0 || len(res.Dependents) > 0
 }
 
 // RenderError is a failure to render a rule for a trigger. It names the
@@ -93,14 +148,26 @@ func (t Trigger) String() string {
 // object into a flood of writes.
 const MaxChildren = 10_000
 
-// Render computes the children the rule wants for trigger: it evaluates
-// `when`, reads the lookups from lk, evaluates the variables, each
-// resource's `when` and `forEach`, renders the templates, defaults
-// namespaces (scoper says which kinds are namespaced), and adds syncloop's
-// labels, annotations and controller ownerReference. It reads nothing but
-// its arguments; lk may be nil for a rule without lookups.
-func (r *Rule) Render(ctx context.Context, trigger *unstructured.Unstructured, scoper Scoper, lk Lookuper) (*Rendered, error) {
-	act := &expr.Activation{Object: trigger.Object, Rule: r.Name, Variables: map[string]any{}}
+// Render computes and brings about what the rule wants for trigger: it
+// evaluates `when`, reads the lookups from lk, evaluates the variables,
+// then walks the resources in dependency order. A resource whose
+// dependencies' children all exist and are ready is rendered — its `when`,
+// `forEach` and template see them as children.<id> — its children get
+// namespaces defaulted (scoper says which kinds are namespaced) and
+// syncloop's labels, annotations and controller ownerReference, and ap
+// applies them; readyWhen is evaluated on what ap returns. A resource
+// whose dependencies are not ready waits: it is not rendered.
+//
+// With ap nil, Render is offline: each rendered child stands for the live
+// one, dependents are rendered even when a readyWhen does not hold on a
+// rendered child (reported in Notes), and a template string reading a
+// field only the server sets renders as expr.Unknown. Render reads nothing
+// but its arguments; lk may be nil for a rule without lookups.
+func (r *Rule) Render(ctx context.Context, trigger *unstructured.Unstructured, scoper Scoper, lk Lookuper, ap Applier) (*Rendered, error) {
+	offline := ap == nil
+	dry, _ := ap.(DryRunner)
+	act := &expr.Activation{Object: trigger.Object, Rule: r.Name, Variables: map[string]any{},
+		Offline: offline || (dry != nil && dry.DryRun())}
 	if r.When != nil {
 		ok, err := r.When.EvalBool(ctx, act)
 		if err != nil {
@@ -123,58 +190,218 @@ func (r *Rule) Render(ctx context.Context, trigger *unstructured.Unstructured, s
 		}
 		act.Variables[v.Name] = val
 	}
-
-	triggerNamespaced := trigger.GetNamespace() != ""
-	out := &Rendered{rule: r, act: act}
-	seen := map[string]string{} // kind/namespace/name → resource id
+	if offline {
+		ap = renderedApplier{}
+	}
+	out := &Rendered{rule: r, act: act, children: map[string]any{}, ready: map[string]bool{}}
+	act.Children = out.children
 	for _, res := range r.Resources {
-		if res.When != nil {
-			ok, err := res.When.EvalBool(ctx, act)
-			if err != nil {
-				return nil, r.exprError(res.When, res.ID, err)
-			}
-			if !ok {
-				continue
-			}
-		}
-		namespaced, err := scoper.Namespaced(res.GVK)
-		if err != nil {
-			return nil, &RenderError{Pos: res.Template.Pos, Rule: r.Name, Resource: res.ID, Field: res.Template.Field, Err: err}
-		}
-		items := []any{nil}
+		out.ready[res.ID] = false
 		if res.ForEach != nil {
-			items, err = res.ForEach.EvalList(ctx, act)
-			if err != nil {
-				return nil, r.exprError(res.ForEach, res.ID, err)
-			}
-			if n := len(out.Children) + len(items); n > MaxChildren {
-				return nil, &RenderError{Pos: res.ForEach.Pos, Rule: r.Name, Resource: res.ID, Field: res.ForEach.Field,
-					Err: fmt.Errorf("%d children, more than the %d one trigger may have", n, MaxChildren)}
-			}
+			out.children[res.ID] = []any{}
 		}
-		for i, item := range items {
-			index := -1
-			itemAct := act
-			if res.ForEach != nil {
-				index = i
-				cp := *act
-				cp.Item, cp.Index = item, int64(i)
-				itemAct = &cp
-			}
-			obj, err := r.renderChild(ctx, res, itemAct, trigger, triggerNamespaced, namespaced)
-			if err != nil {
-				return nil, err
-			}
-			key := obj.GetKind() + "/" + obj.GetNamespace() + "/" + obj.GetName()
-			if prev, dup := seen[key]; dup {
-				return nil, &RenderError{Pos: res.Template.Pos, Rule: r.Name, Resource: res.ID, Field: res.Template.Field,
-					Err: fmt.Errorf("%s %s rendered twice (also by resource %q)", obj.GetKind(), namespacedName(obj), prev)}
-			}
-			seen[key] = res.ID
-			out.Children = append(out.Children, Child{ResourceID: res.ID, Index: index, Object: obj, Resource: res, Patch: res.Mode == ModePatch})
+	}
+	w := &graphWalk{r: r, rd: out, trigger: trigger, scoper: scoper, ap: ap, offline: offline,
+		seen: map[string]string{}, states: make(map[*Resource]*ResourceState, len(r.Order))}
+	for _, res := range r.Order {
+		if err := w.resource(ctx, res); err != nil {
+			return nil, err
 		}
 	}
 	return out, nil
+}
+
+// graphWalk is one render's pass over the resources in dependency order.
+type graphWalk struct {
+	r       *Rule
+	rd      *Rendered
+	trigger *unstructured.Unstructured
+	scoper  Scoper
+	ap      Applier
+	offline bool
+	seen    map[string]string // kind/namespace/name → resource id
+	states  map[*Resource]*ResourceState
+}
+
+func (w *graphWalk) resource(ctx context.Context, res *Resource) error {
+	r, act := w.r, w.rd.act
+	st := &ResourceState{Resource: res}
+	w.states[res] = st
+	w.rd.Resources = append(w.rd.Resources, st)
+	for _, dep := range res.Deps {
+		ds := w.states[dep]
+		switch {
+		case ds.Excluded:
+			st.Excluded = true
+			st.Why = fmt.Sprintf("resource %q, which it reads, is not wanted", dep.ID)
+			return nil
+		case !ds.Ready && !w.offline:
+			st.WaitingFor = dep
+			st.Why = fmt.Sprintf("waiting for resource %q", dep.ID)
+			return nil
+		}
+	}
+	if res.When != nil {
+		ok, err := res.When.EvalBool(ctx, act)
+		switch {
+		case err != nil && w.offline && res.When.Unknown(err):
+			w.rd.note(res, "%s: %v: known only on the server; rendered as if true", res.When.Field, err)
+			ok = true
+		case err != nil:
+			return r.exprError(res.When, res.ID, err)
+		}
+		if !ok {
+			st.Excluded = true
+			st.Why = "its when is false"
+			return nil
+		}
+	}
+	namespaced, err := w.scoper.Namespaced(res.GVK)
+	if err != nil {
+		return &RenderError{Pos: res.Template.Pos, Rule: r.Name, Resource: res.ID, Field: res.Template.Field, Err: err}
+	}
+	items := []any{nil}
+	if res.ForEach != nil {
+		items, err = res.ForEach.EvalList(ctx, act)
+		switch {
+		case err != nil && w.offline && res.ForEach.Unknown(err):
+			w.rd.note(res, "%s: %v: known only on the server; rendered no children", res.ForEach.Field, err)
+			items = nil
+		case err != nil:
+			return r.exprError(res.ForEach, res.ID, err)
+		}
+		if n := len(w.rd.Children) + len(items); n > MaxChildren {
+			return &RenderError{Pos: res.ForEach.Pos, Rule: r.Name, Resource: res.ID, Field: res.ForEach.Field,
+				Err: fmt.Errorf("%d children, more than the %d one trigger may have", n, MaxChildren)}
+		}
+	}
+	var lives []any
+	st.Ready = true
+	for i, item := range items {
+		index := -1
+		itemAct := act
+		if res.ForEach != nil {
+			index = i
+			cp := *act
+			cp.Item, cp.Index = item, int64(i)
+			itemAct = &cp
+		}
+		obj, err := r.renderChild(ctx, res, itemAct, w.trigger, w.trigger.GetNamespace() != "", namespaced)
+		if err != nil {
+			return err
+		}
+		key := obj.GetKind() + "/" + obj.GetNamespace() + "/" + obj.GetName()
+		if prev, dup := w.seen[key]; dup {
+			return &RenderError{Pos: res.Template.Pos, Rule: r.Name, Resource: res.ID, Field: res.Template.Field,
+				Err: fmt.Errorf("%s %s rendered twice (also by resource %q)", obj.GetKind(), namespacedName(obj), prev)}
+		}
+		w.seen[key] = res.ID
+		child := Child{ResourceID: res.ID, Index: index, Object: obj, Resource: res, Patch: res.Mode == ModePatch}
+		w.rd.Children = append(w.rd.Children, child)
+
+		live, err := w.ap.Apply(ctx, child)
+		switch {
+		case err != nil:
+			if st.Err == nil {
+				st.Err = err
+			}
+			w.notReady(st, fmt.Sprintf("%s %s: %v", res.Kind, namespacedName(obj), err))
+			continue
+		case live == nil:
+			w.notReady(st, fmt.Sprintf("%s %s does not exist", res.Kind, namespacedName(obj)))
+			continue
+		}
+		lives = append(lives, live)
+		if why := w.readiness(ctx, res, live); why != "" {
+			w.notReady(st, fmt.Sprintf("%s %s: %s", res.Kind, namespacedName(obj), why))
+		}
+	}
+	switch {
+	case res.ForEach != nil:
+		w.rd.children[res.ID] = nonNilList(lives)
+	case len(lives) == 1:
+		w.rd.children[res.ID] = lives[0]
+	}
+	w.rd.ready[res.ID] = st.Ready
+	return nil
+}
+
+// notReady marks st not ready, keeping the first reason.
+func (w *graphWalk) notReady(st *ResourceState, why string) {
+	if st.Ready {
+		st.Why = why
+	}
+	st.Ready = false
+}
+
+// readiness evaluates res's readyWhen on a live child and says why it is
+// not ready, or "". An expression that fails (a status field not there
+// yet) is not ready. Offline, a readyWhen that does not hold is noted and
+// the child counts as ready for its dependents.
+func (w *graphWalk) readiness(ctx context.Context, res *Resource, live map[string]any) string {
+	for _, e := range res.ReadyWhen {
+		ok, err := e.EvalBool(ctx, &expr.Activation{Self: live})
+		why := ""
+		switch {
+		case err != nil:
+			why = fmt.Sprintf("readyWhen %q: %v", e.Source(), err)
+		case !ok:
+			why = fmt.Sprintf("readyWhen %q is false", e.Source())
+		}
+		if why == "" {
+			continue
+		}
+		if w.offline {
+			then := "it is not ready offline"
+			if len(res.Dependents) > 0 {
+				then = "the resources that read it are rendered with what is known"
+			}
+			w.rd.note(res, "%s cannot hold on the rendered child (%s): %s", e.Field, why, then)
+		}
+		return why
+	}
+	return ""
+}
+
+func (rd *Rendered) note(res *Resource, format string, args ...any) {
+	rd.Notes = append(rd.Notes, fmt.Sprintf("resource %q: ", res.ID)+fmt.Sprintf(format, args...))
+}
+
+func nonNilList(l []any) []any {
+	if l == nil {
+		return []any{}
+	}
+	return l
+}
+
+// renderedApplier is the offline Applier: a child is as rendered.
+type renderedApplier struct{}
+
+func (renderedApplier) Apply(_ context.Context, c Child) (map[string]any, error) {
+	return c.Object.Object, nil
+}
+
+// Err is the first failure to apply a child, or nil.
+func (rd *Rendered) Err() error {
+	var errs []error
+	for _, st := range rd.Resources {
+		if st.Err != nil {
+			errs = append(errs, st.Err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Waiting are the resources that were not rendered because a resource
+// they read is not ready.
+func (rd *Rendered) Waiting() []*ResourceState {
+	var out []*ResourceState
+	for _, st := range rd.Resources {
+		if st.WaitingFor != nil {
+			out = append(out, st)
+		}
+	}
+	return out
 }
 
 func (r *Rule) renderChild(ctx context.Context, res *Resource, act *expr.Activation, trigger *unstructured.Unstructured, triggerNamespaced, namespaced bool) (*unstructured.Unstructured, error) {
@@ -241,8 +468,9 @@ func (r *Rule) renderChild(ctx context.Context, res *Resource, act *expr.Activat
 	obj.SetAnnotations(ann)
 
 	// Kubernetes allows an ownerReference from a child in the trigger's
-	// namespace, or to a cluster-scoped trigger from anything.
-	if !triggerNamespaced || (namespaced && obj.GetNamespace() == trigger.GetNamespace()) {
+	// namespace, or to a cluster-scoped trigger from anything. An orphaned
+	// child has none: the garbage collector must leave it too.
+	if res.DeletionPolicy != DeletionOrphan && (!triggerNamespaced || (namespaced && obj.GetNamespace() == trigger.GetNamespace())) {
 		ctrl := true
 		obj.SetOwnerReferences([]metav1.OwnerReference{{
 			APIVersion: t.APIVersion, Kind: t.Kind, Name: t.Name, UID: trigger.GetUID(), Controller: &ctrl,
@@ -251,34 +479,19 @@ func (r *Rule) renderChild(ctx context.Context, res *Resource, act *expr.Activat
 	return obj, nil
 }
 
-// Status renders the rule's status for the trigger, with children.<id> the
-// live state of each rendered child as live returns it (a list for forEach
-// resources); a child live does not know is left out. It returns nil when
-// the rule has no status or the trigger was skipped.
-func (rd *Rendered) Status(ctx context.Context, live func(Child) (map[string]any, bool)) (map[string]any, error) {
+// Status renders the rule's status for the trigger, with children.<id>
+// each resource's children as they were applied (a list for forEach
+// resources; a resource without children is left out) and ready.<id>
+// whether they all exist and are ready. It returns nil when the rule has
+// no status or the trigger was skipped.
+func (rd *Rendered) Status(ctx context.Context) (map[string]any, error) {
 	r := rd.rule
 	if r.Status == nil || rd.Skipped {
 		return nil, nil
 	}
-	children := map[string]any{}
-	for _, res := range r.Resources {
-		if res.ForEach != nil {
-			children[res.ID] = []any{}
-		}
-	}
-	for _, c := range rd.Children {
-		obj, ok := live(c)
-		if !ok {
-			continue
-		}
-		if c.Index >= 0 {
-			children[c.ResourceID] = append(children[c.ResourceID].([]any), obj)
-		} else {
-			children[c.ResourceID] = obj
-		}
-	}
 	act := *rd.act
-	act.Children = children
+	act.Children = rd.children
+	act.Ready = rd.ready
 	v, err := r.Status.Render(ctx, &act)
 	if err != nil {
 		return nil, r.templateError(r.Status, "", err)
@@ -289,10 +502,6 @@ func (rd *Rendered) Status(ctx context.Context, live func(Child) (map[string]any
 	}
 	return m, nil
 }
-
-// RenderedObject returns the child's rendered object: the live function for
-// Status when there is no cluster.
-func RenderedObject(c Child) (map[string]any, bool) { return c.Object.Object, true }
 
 func (r *Rule) exprError(e *Expression, resource string, err error) error {
 	return &RenderError{Pos: e.Pos, Rule: r.Name, Resource: resource, Field: e.Field, Err: err}

@@ -91,7 +91,7 @@ spec:
 func TestRenderChildren(t *testing.T) {
 	r := parseRule(t, appRule)
 	trigger := obj("example.com/v1", "App", "shop", "web", map[string]any{"cluster": "yes"})
-	rd, err := r.Render(context.Background(), trigger, testScopes, nil)
+	rd, err := r.Render(context.Background(), trigger, testScopes, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestRenderChildren(t *testing.T) {
 		t.Errorf("data = %v", got["local:shop/web-cfg"].Object["data"])
 	}
 
-	status, err := rd.Status(context.Background(), RenderedObject)
+	status, err := rd.Status(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,9 +143,16 @@ func TestRenderChildren(t *testing.T) {
 		t.Errorf("status = %v", status)
 	}
 	// Status sees live children: one the cluster does not have is absent.
-	status, err = rd.Status(context.Background(), func(c Child) (map[string]any, bool) {
-		return c.Object.Object, c.ResourceID != "local"
-	})
+	rd, err = r.Render(context.Background(), trigger, testScopes, nil, applierFunc(func(c Child) (map[string]any, error) {
+		if c.ResourceID == "local" {
+			return nil, nil
+		}
+		return c.Object.Object, nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, err = rd.Status(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,17 +163,17 @@ func TestRenderChildren(t *testing.T) {
 
 func TestRenderWhen(t *testing.T) {
 	r := parseRule(t, appRule)
-	rd, err := r.Render(context.Background(), obj("example.com/v1", "App", "shop", "web", map[string]any{"skip": "yes"}), testScopes, nil)
+	rd, err := r.Render(context.Background(), obj("example.com/v1", "App", "shop", "web", map[string]any{"skip": "yes"}), testScopes, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !rd.Skipped || len(rd.Children) != 0 {
 		t.Errorf("skipped %v with %d children, want skipped with none", rd.Skipped, len(rd.Children))
 	}
-	if s, err := rd.Status(context.Background(), RenderedObject); s != nil || err != nil {
+	if s, err := rd.Status(context.Background()); s != nil || err != nil {
 		t.Errorf("status of a skipped trigger = %v, %v", s, err)
 	}
-	rd, err = r.Render(context.Background(), obj("example.com/v1", "App", "shop", "web", nil), testScopes, nil)
+	rd, err = r.Render(context.Background(), obj("example.com/v1", "App", "shop", "web", nil), testScopes, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +190,7 @@ func TestClusterScopedTrigger(t *testing.T) {
       template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x}}
 `
 	r := parseRule(t, doc)
-	_, err := r.Render(context.Background(), obj("v1", "Namespace", "", "team-a", nil), testScopes, nil)
+	_, err := r.Render(context.Background(), obj("v1", "Namespace", "", "team-a", nil), testScopes, nil, nil)
 	want := `rule.yaml:11:17: rule "r": resource "defaulted": spec.resources[0].template.metadata.namespace: ConfigMap is namespaced and the trigger is cluster-scoped: set metadata.namespace`
 	if err == nil || err.Error() != want {
 		t.Fatalf("err = %v\nwant %s", err, want)
@@ -193,7 +200,7 @@ func TestClusterScopedTrigger(t *testing.T) {
     - id: inside
       template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: "${object.metadata.name}"}}
 `
-	rd, err := parseRule(t, doc).Render(context.Background(), obj("v1", "Namespace", "", "team-a", nil), testScopes, nil)
+	rd, err := parseRule(t, doc).Render(context.Background(), obj("v1", "Namespace", "", "team-a", nil), testScopes, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +248,7 @@ func TestRenderErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := parseRule(t, head+watchNS+tt.spec)
-			_, err := r.Render(context.Background(), obj("v1", "Namespace", "", "team-a", nil), testScopes, nil)
+			_, err := r.Render(context.Background(), obj("v1", "Namespace", "", "team-a", nil), testScopes, nil, nil)
 			if err == nil || err.Error() != tt.want {
 				t.Fatalf("err = %v\nwant %s", err, tt.want)
 			}
@@ -259,7 +266,7 @@ func TestRenderCostLimit(t *testing.T) {
       forEach: "lists.range(1000).map(a, lists.range(1000).map(b, a*b)).flatten()"
       template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "x-${item}", namespace: n}}
 `)
-	_, err := r.Render(context.Background(), obj("v1", "Namespace", "", "team-a", nil), testScopes, nil)
+	_, err := r.Render(context.Background(), obj("v1", "Namespace", "", "team-a", nil), testScopes, nil, nil)
 	if !errors.Is(err, expr.ErrCostLimit) {
 		t.Fatalf("err = %v, want one wrapping ErrCostLimit", err)
 	}
@@ -282,11 +289,11 @@ func TestRenderMaxChildren(t *testing.T) {
 	at := func(a, b int) *unstructured.Unstructured {
 		return obj("v1", "Namespace", "", "team-a", map[string]any{"a": fmt.Sprint(a), "b": fmt.Sprint(b)})
 	}
-	rd, err := r.Render(context.Background(), at(MaxChildren-1, 1), testScopes, nil)
+	rd, err := r.Render(context.Background(), at(MaxChildren-1, 1), testScopes, nil, nil)
 	if err != nil || len(rd.Children) != MaxChildren {
 		t.Fatalf("at the limit: %v children, err %v", len(rd.Children), err)
 	}
-	_, err = r.Render(context.Background(), at(MaxChildren, 1), testScopes, nil)
+	_, err = r.Render(context.Background(), at(MaxChildren, 1), testScopes, nil, nil)
 	if err == nil || !strings.HasPrefix(err.Error(), `rule.yaml:14:16: rule "r": resource "b": spec.resources[1].forEach: 10001 children, more than the 10000 one trigger may have`) {
 		t.Errorf("over the limit: err = %v", err)
 	}
@@ -348,7 +355,7 @@ func TestRenderLookups(t *testing.T) {
 		obj("v1", "ConfigMap", "b", "three", nil),
 	}
 	scopes := scopes{"Secret": true, "Namespace": false, "ConfigMap": true}
-	rd, err := r.Render(context.Background(), objects[0], scopes, objects)
+	rd, err := r.Render(context.Background(), objects[0], scopes, objects, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -364,7 +371,7 @@ func TestRenderLookups(t *testing.T) {
 	}
 
 	// The source is absent: lookups.source is null, the copy is not wanted.
-	rd, err = r.Render(context.Background(), objects[2], scopes, objects[:3])
+	rd, err = r.Render(context.Background(), objects[2], scopes, objects[:3], nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,7 +383,7 @@ func TestRenderLookups(t *testing.T) {
 	}
 
 	// No lookuper at all is an error that names the lookup.
-	if _, err := r.Render(context.Background(), objects[0], scopes, nil); err == nil || !strings.Contains(err.Error(), "spec.lookups[0]") {
+	if _, err := r.Render(context.Background(), objects[0], scopes, nil, nil); err == nil || !strings.Contains(err.Error(), "spec.lookups[0]") {
 		t.Errorf("render without objects to look up: %v", err)
 	}
 }
@@ -400,7 +407,7 @@ func TestRenderLookupErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := parseRule(t, head+tt.lookup+res)
-			_, err := r.Render(context.Background(), obj("v1", "Namespace", "", "team-a", nil), scopes{"Secret": true, "Namespace": false, "ConfigMap": true}, OfflineObjects{})
+			_, err := r.Render(context.Background(), obj("v1", "Namespace", "", "team-a", nil), scopes{"Secret": true, "Namespace": false, "ConfigMap": true}, OfflineObjects{}, nil)
 			if err == nil || !strings.HasPrefix(err.Error(), tt.want) {
 				t.Errorf("error = %v\nwant one starting with %s", err, tt.want)
 			}
@@ -428,7 +435,7 @@ spec:
       template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x}}
 `)
 	trigger := obj("example.com/v1", "App", "shop", "web", nil)
-	rd, err := r.Render(context.Background(), trigger, testScopes, nil)
+	rd, err := r.Render(context.Background(), trigger, testScopes, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -447,3 +454,8 @@ spec:
 		t.Errorf("offline result: %d patches, %d children; want 1 and 1", len(res.Patches), len(res.Children))
 	}
 }
+
+// applierFunc is an Applier for tests.
+type applierFunc func(Child) (map[string]any, error)
+
+func (f applierFunc) Apply(_ context.Context, c Child) (map[string]any, error) { return f(c) }

@@ -54,6 +54,9 @@ type Rule struct {
 	Lookups   []*Lookup
 	Variables []Variable
 	Resources []*Resource
+	// Order is Resources in dependency order: every resource after the
+	// resources it reads as children.<id>, otherwise in spec order.
+	Order []*Resource
 	// Status, when not nil, renders the trigger's .status.
 	Status *Template
 
@@ -135,8 +138,27 @@ type Resource struct {
 	// LiteralName and LiteralNamespace are the template's metadata.name and
 	// metadata.namespace when they hold no ${}; empty otherwise.
 	LiteralName, LiteralNamespace string
-	// Index is the resource's position in spec.resources.
+	// ReadyWhen must all hold on a live child for it to be ready; none:
+	// ready once it exists.
+	ReadyWhen []*Expression
+	// DeletionPolicy is the resource's own, or else the rule's.
+	DeletionPolicy DeletionPolicy
+	// Deps are the resources this one reads as children.<id> in its when,
+	// forEach or template, in spec order; Refs say where it reads them.
+	Deps []*Resource
+	Refs []Ref
+	// Dependents are the resources that read this one.
+	Dependents []*Resource
+	// Index is the resource's position in spec.resources; Pos is where it
+	// was written.
 	Index int
+	Pos   Pos
+}
+
+// Ref is one children.<id> reference in a resource, and where it is.
+type Ref struct {
+	ID  string
+	Pos Pos
 }
 
 // Mode says whether syncloop owns a resource's objects or patches objects

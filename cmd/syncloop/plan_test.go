@@ -37,7 +37,10 @@ func TestMain(m *testing.M) {
 	if os.Getenv(runAsSyncloop) == "1" {
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
-	testenv.Main(m, testenv.Options{})
+	// The chart test runs the examples, and the ci-robot chain waits for
+	// the token controller. No garbage collector: the plan tests show what
+	// syncloop itself would delete.
+	testenv.Main(m, testenv.Options{ControllerManager: true, Controllers: []string{"serviceaccount-token"}})
 }
 
 const planRules = `apiVersion: syncloop.dev/v1alpha1
@@ -98,7 +101,10 @@ func converge(t *testing.T, env *testenv.Env, rulesPath string, done func() bool
 	}
 }
 
-var uidPattern = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
+var (
+	uidPattern  = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
+	timePattern = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ`)
+)
 
 func TestPlan(t *testing.T) {
 	env := testenv.Get(t)
@@ -199,7 +205,8 @@ func TestPlan(t *testing.T) {
 		t.Fatalf("plan -o json with changes pending: exit %d, want 2", code)
 	}
 	normalize := func(s string) string {
-		return strings.ReplaceAll(uidPattern.ReplaceAllString(s, "<uid>"), ns, "plan-test")
+		s = timePattern.ReplaceAllString(uidPattern.ReplaceAllString(s, "<uid>"), "<time>")
+		return strings.ReplaceAll(s, ns, "plan-test")
 	}
 	golden(t, filepath.Join("testdata", "plan.txt"), normalize(text))
 	golden(t, filepath.Join("testdata", "plan.jsonl"), normalize(jsonOut))

@@ -33,6 +33,8 @@ const (
 	varIndex     = "index"
 	varChildren  = "children"
 	varLookups   = "lookups"
+	varReady     = "ready"
+	varSelf      = "self"
 )
 
 // Options configure a Compiler.
@@ -43,10 +45,13 @@ type Options struct {
 
 // Compiler compiles expressions and templates. It is safe for concurrent use.
 type Compiler struct {
-	base      *cel.Env // object, lookups, variables, rule
-	forEach   *cel.Env // base + item, index
-	status    *cel.Env // base + children
-	costLimit uint64
+	base            *cel.Env // object, lookups, variables, rule
+	forEach         *cel.Env // base + item, index
+	children        *cel.Env // base + children (a resource's dependencies)
+	forEachChildren *cel.Env // forEach + children
+	status          *cel.Env // base + children, ready
+	self            *cel.Env // self only (readyWhen)
+	costLimit       uint64
 }
 
 // NewCompiler builds the CEL environments.
@@ -68,7 +73,16 @@ func NewCompiler(opts Options) (*Compiler, error) {
 	if c.forEach, err = base.Extend(cel.Variable(varItem, cel.DynType), cel.Variable(varIndex, cel.IntType)); err != nil {
 		return nil, err
 	}
-	if c.status, err = base.Extend(cel.Variable(varChildren, dynMap)); err != nil {
+	if c.children, err = base.Extend(cel.Variable(varChildren, dynMap)); err != nil {
+		return nil, err
+	}
+	if c.forEachChildren, err = c.forEach.Extend(cel.Variable(varChildren, dynMap)); err != nil {
+		return nil, err
+	}
+	if c.status, err = c.children.Extend(cel.Variable(varReady, cel.MapType(cel.StringType, cel.BoolType))); err != nil {
+		return nil, err
+	}
+	if c.self, err = cel.NewEnv(append(libraries(), cel.Variable(varSelf, dynMap))...); err != nil {
 		return nil, err
 	}
 	c.base = base
@@ -107,8 +121,18 @@ type Scope struct {
 	Variables []string
 	// ForEach makes item and index available.
 	ForEach bool
-	// Children, when not nil, makes children available with these ids (status).
+	// Children, when not nil, makes children available with these ids: the
+	// live children of a resource's dependencies, or of every resource in
+	// the status.
 	Children []string
+	// Status adds ready.<id> (with the Children ids): whether a resource's
+	// children all exist and are ready. Status may use children freely;
+	// elsewhere children must be followed by a literal id, so that a
+	// resource's dependencies are known at load.
+	Status bool
+	// Self is the scope of readyWhen: self, the live child, and nothing
+	// else.
+	Self bool
 	// Lookups are the ids of the rule's lookups this expression may read
 	// (none in the rule's `when` and in the lookups themselves).
 	Lookups []string
@@ -156,21 +180,34 @@ type Program struct {
 	result    Result
 	prog      cel.Program
 	costLimit uint64
+	// childRefs are the resource ids the program reads as children.<id>,
+	// sorted.
+	childRefs []string
 }
 
 // Source is the expression as written.
 func (p *Program) Source() string { return p.src }
 
+// ChildRefs are the resource ids the expression reads as children.<id>,
+// sorted and without duplicates: its dependencies.
+func (p *Program) ChildRefs() []string { return p.childRefs }
+
 // Compile compiles src in scope and checks that it can produce want.
 func (c *Compiler) Compile(src string, scope Scope, want Result) (*Program, error) {
 	env := c.base
 	switch {
+	case scope.Self:
+		env = c.self
+	case scope.Status && scope.ForEach:
+		return nil, &Error{Offset: -1, Msg: "internal: forEach and status scopes are exclusive"}
+	case scope.Status:
+		env = c.status
 	case scope.ForEach && scope.Children != nil:
-		return nil, &Error{Offset: -1, Msg: "internal: forEach and children scopes are exclusive"}
+		env = c.forEachChildren
 	case scope.ForEach:
 		env = c.forEach
 	case scope.Children != nil:
-		env = c.status
+		env = c.children
 	}
 	if strings.TrimSpace(src) == "" {
 		return nil, &Error{Offset: -1, Msg: "empty expression"}
@@ -187,9 +224,21 @@ func (c *Compiler) Compile(src string, scope Scope, want Result) (*Program, erro
 	if err := checkReferences(checked, src, varLookups, "lookup id", scope.Lookups); err != nil {
 		return nil, err
 	}
+	var childRefs []string
 	if scope.Children != nil {
 		if err := checkReferences(checked, src, varChildren, "resource id", scope.Children); err != nil {
 			return nil, err
+		}
+		if scope.Status {
+			if err := checkReferences(checked, src, varReady, "resource id", scope.Children); err != nil {
+				return nil, err
+			}
+		}
+		var dynamicAt int
+		childRefs, dynamicAt = references(checked, src, varChildren)
+		if dynamicAt >= 0 && !scope.Status {
+			return nil, &Error{Offset: dynamicAt, Msg: "children must be followed by a resource id, as in children.db: " +
+				"a resource's dependencies are known when the rule loads"}
 		}
 	}
 	if err := checkResult(checked.OutputType(), want); err != nil {
@@ -204,7 +253,7 @@ func (c *Compiler) Compile(src string, scope Scope, want Result) (*Program, erro
 	if err != nil {
 		return nil, &Error{Offset: -1, Msg: err.Error()}
 	}
-	return &Program{src: src, result: want, prog: prog, costLimit: c.costLimit}, nil
+	return &Program{src: src, result: want, prog: prog, costLimit: c.costLimit, childRefs: childRefs}, nil
 }
 
 func checkResult(t *types.Type, want Result) error {
@@ -241,22 +290,8 @@ func checkReferences(checked *cel.Ast, src, name, what string, declared []string
 		if found != nil {
 			return
 		}
-		var operand ast.Expr
-		var field string
-		switch e.Kind() {
-		case ast.SelectKind:
-			operand, field = e.AsSelect().Operand(), e.AsSelect().FieldName()
-		case ast.CallKind:
-			call := e.AsCall()
-			if call.FunctionName() != "_[_]" || len(call.Args()) != 2 || call.Args()[1].Kind() != ast.LiteralKind {
-				return
-			}
-			s, ok := call.Args()[1].AsLiteral().(types.String)
-			if !ok {
-				return
-			}
-			operand, field = call.Args()[0], string(s)
-		default:
+		operand, field, ok := selection(e)
+		if !ok {
 			return
 		}
 		if operand.Kind() != ast.IdentKind || operand.AsIdent() != name || known[field] {
@@ -266,7 +301,7 @@ func checkReferences(checked *cel.Ast, src, name, what string, declared []string
 		off := offsetOf(src, loc.Line(), loc.Column())
 		// CEL places a select at its dot, and macros such as has() at their
 		// start: point at the field name itself where the text shows it.
-		for _, form := range []string{name + ".", name + "['", name + "[\""} {
+		for _, form := range []string{name + ".", name + ".?", name + "['", name + "[\"", name + "[?'", name + "[?\""} {
 			if i := strings.Index(src, form+field); i >= 0 {
 				off = i + len(form)
 				break
@@ -283,6 +318,64 @@ func checkReferences(checked *cel.Ast, src, name, what string, declared []string
 		found = &Error{Offset: off, Msg: msg}
 	}))
 	return found
+}
+
+// selection recognises the ways an expression reads a literal field of a
+// value: x.f, has(x.f), x['f'], and the optional x.?f and x[?'f']. It
+// returns the operand and the field.
+func selection(e ast.Expr) (operand ast.Expr, field string, ok bool) {
+	switch e.Kind() {
+	case ast.SelectKind:
+		return e.AsSelect().Operand(), e.AsSelect().FieldName(), true
+	case ast.CallKind:
+		call := e.AsCall()
+		switch call.FunctionName() {
+		case "_[_]", "_?._", "_[?_]":
+		default:
+			return nil, "", false
+		}
+		if len(call.Args()) != 2 || call.Args()[1].Kind() != ast.LiteralKind {
+			return nil, "", false
+		}
+		s, isString := call.Args()[1].AsLiteral().(types.String)
+		if !isString {
+			return nil, "", false
+		}
+		return call.Args()[0], string(s), true
+	}
+	return nil, "", false
+}
+
+// references returns the fields read of the variable name with a literal
+// field (name.x, name['x'], name.?x), sorted and without duplicates, and the
+// byte offset of a use of name that reads no literal field (the whole map
+// passed on, or indexed by a computed key), or -1 when there is none.
+func references(checked *cel.Ast, src, name string) ([]string, int) {
+	a := checked.NativeRep()
+	seen := map[string]bool{}
+	consumed := map[int64]bool{} // ident nodes read with a literal field
+	var refs []string
+	ast.PreOrderVisit(ast.NavigateAST(a), ast.NewExprVisitor(func(e ast.Expr) {
+		operand, field, ok := selection(e)
+		if !ok || operand.Kind() != ast.IdentKind || operand.AsIdent() != name {
+			return
+		}
+		consumed[operand.ID()] = true
+		if !seen[field] {
+			seen[field] = true
+			refs = append(refs, field)
+		}
+	}))
+	dynamicAt := -1
+	ast.PreOrderVisit(ast.NavigateAST(a), ast.NewExprVisitor(func(e ast.Expr) {
+		if dynamicAt >= 0 || e.Kind() != ast.IdentKind || e.AsIdent() != name || consumed[e.ID()] {
+			return
+		}
+		loc := a.SourceInfo().GetStartLocation(e.ID())
+		dynamicAt = offsetOf(src, loc.Line(), loc.Column())
+	}))
+	sort.Strings(refs)
+	return refs, dynamicAt
 }
 
 // offsetOf converts CEL's 1-based line and 0-based column (in code points)
@@ -324,9 +417,20 @@ type Activation struct {
 	// Lookups are the looked-up objects by lookup id: an object or nil for
 	// a lookup by name, a list otherwise.
 	Lookups map[string]any
+	// Ready says, in the status, whether each resource is ready.
+	Ready map[string]bool
+	// Self is the live child a readyWhen is evaluated on.
+	Self map[string]any
+	// Offline: children are rendered, not live, so a field only the server
+	// sets is missing from them. A template string whose expression reads
+	// one renders as Unknown instead of failing.
+	Offline bool
 }
 
 func (a *Activation) vars() map[string]any {
+	if a.Self != nil {
+		return map[string]any{varSelf: a.Self}
+	}
 	variables, children, lookups := a.Variables, a.Children, a.Lookups
 	if variables == nil {
 		variables = map[string]any{}
@@ -345,7 +449,20 @@ func (a *Activation) vars() map[string]any {
 		varIndex:     a.Index,
 		varChildren:  children,
 		varLookups:   lookups,
+		varReady:     a.Ready,
 	}
+}
+
+// Unknown is what a template string renders offline when its expression
+// reads a field of a child that only the server sets (an allocated
+// clusterIP, a status): "(known after apply: <expression>)".
+func Unknown(src string) string { return "(known after apply: " + strings.TrimSpace(src) + ")" }
+
+// Unknown reports whether err, from evaluating p offline, comes from a
+// field missing from a rendered child: the value is known only once the
+// child is applied.
+func (p *Program) Unknown(err error) bool {
+	return len(p.childRefs) > 0 && err != nil && strings.HasPrefix(err.Error(), "no such key")
 }
 
 // Eval evaluates the program and returns its value as a JSON-compatible Go

@@ -24,6 +24,7 @@ import (
 type Template struct {
 	root node
 	n    int // expressions compiled
+	refs []ChildRef
 }
 
 // Path locates a value in a template tree: map keys (string) and list
@@ -101,12 +102,27 @@ func (t *Template) Expressions() int { return t.n }
 // Render evaluates the template. A nil result means the whole template
 // evaluated to null.
 func (t *Template) Render(ctx context.Context, a *Activation) (any, error) {
-	vars := a.vars()
-	return t.root.render(ctx, vars)
+	return t.root.render(ctx, &state{vars: a.vars(), offline: a.Offline})
+}
+
+// ChildRef is a children.<id> reference in a template, and where.
+type ChildRef struct {
+	ID   string
+	Path Path
+}
+
+// ChildRefs are the template's children.<id> references, in template
+// order: its dependencies.
+func (t *Template) ChildRefs() []ChildRef { return t.refs }
+
+// state is what one render of a template sees.
+type state struct {
+	vars    map[string]any
+	offline bool
 }
 
 type node interface {
-	render(ctx context.Context, vars map[string]any) (any, error)
+	render(ctx context.Context, st *state) (any, error)
 }
 
 func (c *Compiler) compileNode(v any, path Path, scope Scope, t *Template, errs *[]*TemplateError) node {
@@ -199,6 +215,9 @@ func (c *Compiler) compileString(s string, path Path, scope Scope, t *Template, 
 			return nil, &TemplateError{Path: path, Offset: off, Msg: fmt.Sprintf("${%s}: %s", sg.text, ce.Msg)}
 		}
 		t.n++
+		for _, id := range prog.childRefs {
+			t.refs = append(t.refs, ChildRef{ID: id, Path: path})
+		}
 		parts = append(parts, part{prog: prog})
 	}
 	if len(parts) == 1 {
@@ -314,15 +333,18 @@ func skipStringLiteral(s string, exprStart, q int) (int, bool) {
 
 type constNode struct{ v any }
 
-func (n constNode) render(context.Context, map[string]any) (any, error) { return n.v, nil }
+func (n constNode) render(context.Context, *state) (any, error) { return n.v, nil }
 
 type exprNode struct {
 	prog *Program
 	path Path
 }
 
-func (n *exprNode) render(ctx context.Context, vars map[string]any) (any, error) {
-	v, err := n.prog.eval(ctx, vars)
+func (n *exprNode) render(ctx context.Context, st *state) (any, error) {
+	v, err := n.prog.eval(ctx, st.vars)
+	if err != nil && st.offline && n.prog.Unknown(err) {
+		return Unknown(n.prog.src), nil
+	}
 	if err != nil {
 		return nil, &RenderError{Path: n.path, Expr: n.prog.src, Err: err}
 	}
@@ -345,14 +367,18 @@ type interpNode struct {
 	stringOnly bool
 }
 
-func (n *interpNode) render(ctx context.Context, vars map[string]any) (any, error) {
+func (n *interpNode) render(ctx context.Context, st *state) (any, error) {
 	var b strings.Builder
 	for _, p := range n.parts {
 		if p.prog == nil {
 			b.WriteString(p.lit)
 			continue
 		}
-		v, err := p.prog.eval(ctx, vars)
+		v, err := p.prog.eval(ctx, st.vars)
+		if err != nil && st.offline && p.prog.Unknown(err) {
+			b.WriteString(Unknown(p.prog.src))
+			continue
+		}
 		if err != nil {
 			return nil, &RenderError{Path: n.path, Expr: p.prog.src, Err: err}
 		}
@@ -391,14 +417,14 @@ type mapNode struct {
 	path    Path
 }
 
-func (n *mapNode) render(ctx context.Context, vars map[string]any) (any, error) {
+func (n *mapNode) render(ctx context.Context, st *state) (any, error) {
 	out := make(map[string]any, len(n.entries))
 	for _, e := range n.entries {
-		k, err := e.key.render(ctx, vars)
+		k, err := e.key.render(ctx, st)
 		if err != nil {
 			return nil, err
 		}
-		v, err := e.val.render(ctx, vars)
+		v, err := e.val.render(ctx, st)
 		if err != nil {
 			return nil, err
 		}
@@ -416,10 +442,10 @@ func (n *mapNode) render(ctx context.Context, vars map[string]any) (any, error) 
 
 type listNode struct{ items []node }
 
-func (n *listNode) render(ctx context.Context, vars map[string]any) (any, error) {
+func (n *listNode) render(ctx context.Context, st *state) (any, error) {
 	out := make([]any, 0, len(n.items))
 	for _, it := range n.items {
-		v, err := it.render(ctx, vars)
+		v, err := it.render(ctx, st)
 		if err != nil {
 			return nil, err
 		}
@@ -452,4 +478,22 @@ func describe(v any) string {
 		return "a list"
 	}
 	return fmt.Sprintf("%T", v)
+}
+
+// Keys are the literal keys of a template that is a map: the fields it
+// always renders or removes.
+func (t *Template) Keys() []string {
+	m, ok := t.root.(*mapNode)
+	if !ok {
+		return nil
+	}
+	var keys []string
+	for _, e := range m.entries {
+		if k, ok := e.key.(constNode); ok {
+			if s, ok := k.v.(string); ok {
+				keys = append(keys, s)
+			}
+		}
+	}
+	return keys
 }
