@@ -313,7 +313,7 @@ func TestChartInstall(t *testing.T) {
 		}
 	}
 	newNS("syncloop-system")
-	examples := []string{"tenant-defaults", "replicate", "app", "namespace-metadata", "pull-secret", "team-network-policy", "namespace-label"}
+	examples := []string{"tenant-defaults", "replicate", "app", "namespace-metadata", "pull-secret", "team-network-policy", "namespace-label", "ci-robot"}
 	args := []string{"install", "syncloop", chartDir, "-n", "syncloop-system", "--kubeconfig", env.Kubeconfig()}
 	for _, ex := range examples {
 		args = append(args, "--set-file", "rules."+ex+"\\.yaml=../../examples/"+ex+"/rules.yaml")
@@ -431,7 +431,49 @@ func TestChartInstall(t *testing.T) {
 					err = fmt.Errorf("peers %q", np.Annotations["company.com/peers"])
 				}
 				return err
+			}) &&
+			exists(func() error { // a graph: the Service's address, read from the live Service
+				svc, err := cs.CoreV1().Services("shop").Get(ctx, "web", metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				cm, err := cs.CoreV1().ConfigMaps("shop").Get(ctx, "web-endpoint", metav1.GetOptions{})
+				if err == nil && (svc.Spec.ClusterIP == "" || cm.Data["address"] != svc.Spec.ClusterIP) {
+					err = fmt.Errorf("address %q, Service %q", cm.Data["address"], svc.Spec.ClusterIP)
+				}
+				return err
+			}) &&
+			exists(func() error { // a chain: the kubeconfig waited for the token controller's token
+				token, err := cs.CoreV1().Secrets("builds").Get(ctx, "ci-robot-token", metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				kc, err := cs.CoreV1().Secrets("builds").Get(ctx, "ci-robot-kubeconfig", metav1.GetOptions{})
+				if err == nil && (len(token.Data["token"]) == 0 || !strings.Contains(string(kc.Data["config"]), "token: "+string(token.Data["token"])+"\n")) {
+					err = fmt.Errorf("kubeconfig %q lacks the token", kc.Data["config"])
+				}
+				return err
 			})
+	})
+	dc, err := k8sdynamic.NewForConfig(env.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No kubelet runs pods here: the App's Deployment never becomes
+	// available, and its Ready condition says so.
+	poll("the App's Ready condition waiting for its Deployment", func() bool {
+		app, err := dc.Resource(schema.GroupVersionResource{Group: "example.syncloop.dev", Version: "v1", Resource: "apps"}).
+			Namespace("shop").Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		conds, _, _ := unstructured.NestedSlice(app.Object, "status", "conditions")
+		for _, c := range conds {
+			if m, _ := c.(map[string]any); m["type"] == "Ready" {
+				return m["status"] == "False" && m["reason"] == "WaitingForDeployment"
+			}
+		}
+		return false
 	})
 	lease, err := cs.CoordinationV1().Leases("syncloop-system").Get(ctx, "syncloop", metav1.GetOptions{})
 	if err != nil || lease.Spec.HolderIdentity == nil {
@@ -490,7 +532,7 @@ func TestChartInstall(t *testing.T) {
 		"metadata": map[string]any{"name": "api", "namespace": "apps-team"},
 		"spec":     map[string]any{"image": "nginx:1.29", "replicas": int64(2)},
 	}}
-	dc, err := k8sdynamic.NewForConfig(env.Config())
+	dc, err = k8sdynamic.NewForConfig(env.Config())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -212,6 +213,35 @@ spec:
 	}
 	if out != "" {
 		t.Errorf("stdout = %q, want nothing", out)
+	}
+}
+
+// TestValidateCycle: resources that read each other are rejected at load,
+// with every resource on the cycle and where it reads the next.
+func TestValidateCycle(t *testing.T) {
+	dir := t.TempDir()
+	rule := `apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: loop}
+spec:
+  watch: {apiVersion: v1, kind: Namespace}
+  resources:
+    - id: a
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${children.b.metadata.name}-a", namespace: x}}
+    - id: b
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${children.a.metadata.name}-b", namespace: x}}
+`
+	path := filepath.Join(dir, "rules.yaml")
+	if err := os.WriteFile(path, []byte(rule), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := syncloop(t, "validate", "-f", path)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	want := fmt.Sprintf(`%[1]s:8:71: rule "loop": spec.resources[0]: dependency cycle: "a" reads children.b at %[1]s:8:71, "b" reads children.a at %[1]s:10:71`, path)
+	if !strings.HasPrefix(errOut, want+"\n") {
+		t.Errorf("stderr = %q\nwant it to start with %q", errOut, want)
 	}
 }
 

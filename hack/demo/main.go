@@ -30,6 +30,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
@@ -168,6 +169,9 @@ func demo(ctx context.Context, bin, examples string) error {
 	if err := c.printAppStatus(ctx); err != nil {
 		return err
 	}
+	if err := c.printChain(ctx); err != nil {
+		return err
+	}
 
 	if err := showMetrics(ctx, probe, metricsAddr); err != nil {
 		return err
@@ -282,7 +286,7 @@ type child struct{ rule, kind, name, trigger string }
 
 var childKinds = []schema.GroupVersionResource{
 	{Version: "v1", Resource: "configmaps"}, {Version: "v1", Resource: "secrets"},
-	{Version: "v1", Resource: "resourcequotas"}, {Version: "v1", Resource: "services"},
+	{Version: "v1", Resource: "resourcequotas"}, {Version: "v1", Resource: "services"}, {Version: "v1", Resource: "serviceaccounts"},
 	{Group: "networking.k8s.io", Version: "v1", Resource: "networkpolicies"},
 	{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"},
 	{Group: "apps", Version: "v1", Resource: "deployments"},
@@ -329,16 +333,48 @@ func (c *cluster) printAppStatus(ctx context.Context) error {
 			return false, nil
 		}
 		for _, a := range list.Items {
-			if _, ok := a.Object["status"]; !ok {
+			if st, _ := a.Object["status"].(map[string]any); st == nil || st["address"] == "" || readyCondition(&a) == nil {
 				return false, nil
 			}
 		}
 		fmt.Println()
 		for _, a := range list.Items {
 			st := a.Object["status"].(map[string]any)
-			fmt.Printf("   App %s/%s status: ready=%v readyReplicas=%v url=%v\n", a.GetNamespace(), a.GetName(), st["ready"], st["readyReplicas"], st["url"])
+			rc := readyCondition(&a)
+			fmt.Printf("   App %s/%s status: ready=%v readyReplicas=%v address=%v (the Service's clusterIP)\n", a.GetNamespace(), a.GetName(), st["ready"], st["readyReplicas"], st["address"])
+			fmt.Printf("     condition Ready=%v reason=%v: %v\n", rc["status"], rc["reason"], rc["message"])
 		}
-		fmt.Println("   (no kubelet runs here, so no replica becomes ready)")
+		fmt.Println("   (no kubelet runs here, so no replica becomes ready: kubectl wait --for=condition=Ready would wait)")
+		return true, nil
+	})
+}
+
+// readyCondition is an object's status.conditions[type=Ready], or nil.
+func readyCondition(obj *unstructured.Unstructured) map[string]any {
+	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, ok := c.(map[string]any); ok && m["type"] == "Ready" {
+			return m
+		}
+	}
+	return nil
+}
+
+// printChain shows the ci-robot example's chain: the kubeconfig Secret was
+// made only once the token controller had filled in the token it holds.
+func (c *cluster) printChain(ctx context.Context) error {
+	return c.waitFor(ctx, "the CI robot's kubeconfig", func(ctx context.Context) (bool, error) {
+		token, err := c.cs.CoreV1().Secrets("builds").Get(ctx, "ci-robot-token", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		kc, err := c.cs.CoreV1().Secrets("builds").Get(ctx, "ci-robot-kubeconfig", metav1.GetOptions{})
+		if err != nil || len(token.Data["token"]) == 0 {
+			return false, nil
+		}
+		fmt.Printf("\n   builds/ci-robot-kubeconfig: %d bytes, holding the %d-byte token Kubernetes' token controller wrote into builds/ci-robot-token\n",
+			len(kc.Data["config"]), len(token.Data["token"]))
+		fmt.Println("   (syncloop applied it only once the token's readyWhen held)")
 		return true, nil
 	})
 }

@@ -25,9 +25,13 @@ import (
 // Options says what to start.
 type Options struct {
 	// ControllerManager also starts kube-controller-manager with the garbage
-	// collector and the namespace controller, for tests of ownerReferences
-	// and namespace deletion. It costs about a second and 100 MB.
+	// collector, the namespace controller and the service account token
+	// controller, for tests of ownerReferences, namespace deletion and
+	// token Secrets. It costs about a second and 100 MB.
 	ControllerManager bool
+	// Controllers, when set, are the controllers kube-controller-manager
+	// runs instead of those three.
+	Controllers []string
 	// Dir is the scratch directory (etcd data, PKI, logs, kubeconfig). Empty:
 	// a new temporary directory, removed by Stop.
 	Dir string
@@ -167,9 +171,17 @@ func (e *Env) start(ctx context.Context, bins map[string]string, opts Options) e
 	}
 
 	if opts.ControllerManager {
+		// serviceaccount-token fills the token Secrets of service
+		// accounts, as a cluster does (the ci-robot example waits for one).
+		controllers := opts.Controllers
+		if len(controllers) == 0 {
+			controllers = []string{"garbagecollector", "namespace", "serviceaccount-token"}
+		}
 		e.kcm, err = startProcess(e.dir, "kube-controller-manager", bins[controllerManagerBinary],
 			"--kubeconfig="+e.kubeconfig,
-			"--controllers=garbagecollector,namespace",
+			"--controllers="+strings.Join(controllers, ","),
+			"--service-account-private-key-file="+certs.saKey,
+			"--root-ca-file="+filepath.Join(e.dir, "ca.crt"),
 			"--leader-elect=false",
 			"--secure-port=0",
 			"--use-service-account-credentials=false",
