@@ -43,3 +43,18 @@ func TestFanoutSmoke(t *testing.T) {
 		t.Errorf("times not measured: %+v", res)
 	}
 }
+
+// TestChainSmoke runs the chain phase small: three dependent children per
+// trigger, exactly one write each.
+func TestChainSmoke(t *testing.T) {
+	res, err := runChain(t.Context(), testenv.Get(t), 50, 8, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.WritesPerTrigger != chainLength {
+		t.Errorf("%.2f writes per trigger, want %d (one per child)", res.WritesPerTrigger, chainLength)
+	}
+	if res.Seconds <= 0 || res.LimitSeconds <= 0 {
+		t.Errorf("times not measured: %+v", res)
+	}
+}

@@ -38,6 +38,7 @@ func main() {
 	flag.IntVar(&tr.Workers, "tenant-workers", 0, "the tenant rule's workers (0: the rule's default)")
 	pushback := flag.Int("pushback", 0, "run the tenant workload with this many Tenants as a ServiceAccount that API Priority and Fairness serves one request at a time, rejecting the rest with 429 (needs -syncloop; 0: skip)")
 	fanout := flag.Int("fanout", 0, "run the fan-out phase: one lookup source read by this many triggers is changed (0: skip)")
+	chain := flag.Int("chain", 0, "run the chain phase: this many triggers each need three dependent children (0: skip)")
 	syncloopArgs := flag.String("syncloop-args", "", "extra `syncloop run` flags for the tenant workload, space-separated (none: its defaults)")
 	flag.Parse()
 	cfg.QPS = float32(*qps)
@@ -79,6 +80,16 @@ func main() {
 		}
 		table += withNote(reportFanout(res, cfg.LimitWorkers), *note) + "\n"
 		out["fanout"] = res
+	}
+	if *chain > 0 {
+		res, err := runChain(ctx, env, *chain, cfg.LimitWorkers, logf)
+		if err != nil {
+			env.Stop()
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		table += withNote(reportChain(res, cfg.LimitWorkers), *note) + "\n"
+		out["chain"] = res
 	}
 	if tr.Triggers > 0 {
 		res, err := runTenants(ctx, env, tr, logf)
