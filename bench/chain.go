@@ -9,8 +9,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
-	k8sdynamic "k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/syncloop/syncloop/internal/testenv"
 	"github.com/syncloop/syncloop/rules"
@@ -78,26 +76,7 @@ func runChain(ctx context.Context, env *testenv.Env, n, limitWorkers int, logf f
 	res.LimitSeconds = limit.Seconds()
 	logf("chain limit: %d chains of %d from %d goroutines, no client-side limit, in %.2fs", n, chainLength, limitWorkers, res.LimitSeconds)
 
-	admin, err := kubernetes.NewForConfig(env.Config())
-	if err != nil {
-		return nil, err
-	}
-	plain, err := k8sdynamic.NewForConfig(env.Config())
-	if err != nil {
-		return nil, err
-	}
-	ns, err := namespace(ctx, admin, "bench-chain-")
-	if err != nil {
-		return nil, err
-	}
-	if err := w.create(ctx, plain, ns, n); err != nil {
-		return nil, err
-	}
-	files, err := parseRules([2]string{"chain.yaml", strings.ReplaceAll(w.rule, "NS", ns)})
-	if err != nil {
-		return nil, err
-	}
-	set, err := rules.NewSet(files...)
+	_, _, set, err := w.prepare(ctx, env, n, "bench-chain-", nil)
 	if err != nil {
 		return nil, err
 	}

@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	k8sdynamic "k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/syncloop/syncloop/internal/testenv"
 	"github.com/syncloop/syncloop/rules"
@@ -73,29 +72,10 @@ func runFanout(ctx context.Context, env *testenv.Env, n, limitWorkers int, logf 
 	res.LimitSeconds = limit.Seconds()
 	logf("fan-out limit: %d child updates from %d goroutines, no client-side limit, in %.2fs", n, limitWorkers, res.LimitSeconds)
 
-	admin, err := kubernetes.NewForConfig(env.Config())
-	if err != nil {
-		return nil, err
-	}
-	plain, err := k8sdynamic.NewForConfig(env.Config())
-	if err != nil {
-		return nil, err
-	}
-	ns, err := namespace(ctx, admin, "bench-fanout-")
-	if err != nil {
-		return nil, err
-	}
-	if _, err := plain.Resource(configMaps).Namespace(ns).Create(ctx, fanoutSource(ns, "v1"), metav1.CreateOptions{}); err != nil {
-		return nil, err
-	}
-	if err := w.create(ctx, plain, ns, n); err != nil {
-		return nil, err
-	}
-	files, err := parseRules([2]string{"fanout.yaml", strings.ReplaceAll(w.rule, "NS", ns)})
-	if err != nil {
-		return nil, err
-	}
-	set, err := rules.NewSet(files...)
+	ns, plain, set, err := w.prepare(ctx, env, n, "bench-fanout-", func(ns string, plain k8sdynamic.Interface) error {
+		_, err := plain.Resource(configMaps).Namespace(ns).Create(ctx, fanoutSource(ns, "v1"), metav1.CreateOptions{})
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -41,6 +41,41 @@ func (w workload) create(ctx context.Context, dc k8sdynamic.Interface, ns string
 	})
 }
 
+// prepare makes a namespace (named from prefix) with the workload's n
+// triggers — after first, when not nil, has run in it — and parses the
+// rule for it.
+func (w workload) prepare(ctx context.Context, env *testenv.Env, n int, prefix string, first func(ns string, plain k8sdynamic.Interface) error) (string, k8sdynamic.Interface, *rules.Set, error) {
+	admin, err := kubernetes.NewForConfig(env.Config())
+	if err != nil {
+		return "", nil, nil, err
+	}
+	plain, err := k8sdynamic.NewForConfig(env.Config())
+	if err != nil {
+		return "", nil, nil, err
+	}
+	ns, err := namespace(ctx, admin, prefix)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	if first != nil {
+		if err := first(ns, plain); err != nil {
+			return "", nil, nil, err
+		}
+	}
+	if err := w.create(ctx, plain, ns, n); err != nil {
+		return "", nil, nil, err
+	}
+	files, err := parseRules([2]string{prefix + "rules.yaml", strings.ReplaceAll(w.rule, "NS", ns)})
+	if err != nil {
+		return "", nil, nil, err
+	}
+	set, err := rules.NewSet(files...)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	return ns, plain, set, nil
+}
+
 // limit measures what the API server itself can take: the N server-side
 // applies syncloop makes for the workload — the very children, rendered by
 // the rule from triggers in a namespace of their own, with syncloop's

@@ -61,45 +61,53 @@ func main() {
 	}
 	var table string
 	out := map[string]any{}
-	if cfg.Triggers > 0 {
-		res, err := Run(ctx, env, cfg, logf)
+	// phase runs one workload on the control plane and records its table
+	// under its JSON key; a failure ends the benchmark.
+	phase := func(key string, run func() (string, any, error)) {
+		t, res, err := run()
 		if err != nil {
 			env.Stop()
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
-		table += withNote(report(cfg, res), *note) + "\n"
-		out["engine"] = res
+		table += withNote(t, *note) + "\n"
+		out[key] = res
+	}
+	if cfg.Triggers > 0 {
+		phase("engine", func() (string, any, error) {
+			res, err := Run(ctx, env, cfg, logf)
+			if err != nil {
+				return "", nil, err
+			}
+			return report(cfg, res), res, nil
+		})
 	}
 	if *fanout > 0 {
-		res, err := runFanout(ctx, env, *fanout, cfg.LimitWorkers, logf)
-		if err != nil {
-			env.Stop()
-			fmt.Fprintln(os.Stderr, "bench:", err)
-			os.Exit(1)
-		}
-		table += withNote(reportFanout(res, cfg.LimitWorkers), *note) + "\n"
-		out["fanout"] = res
+		phase("fanout", func() (string, any, error) {
+			res, err := runFanout(ctx, env, *fanout, cfg.LimitWorkers, logf)
+			if err != nil {
+				return "", nil, err
+			}
+			return reportFanout(res, cfg.LimitWorkers), res, nil
+		})
 	}
 	if *chain > 0 {
-		res, err := runChain(ctx, env, *chain, cfg.LimitWorkers, logf)
-		if err != nil {
-			env.Stop()
-			fmt.Fprintln(os.Stderr, "bench:", err)
-			os.Exit(1)
-		}
-		table += withNote(reportChain(res, cfg.LimitWorkers), *note) + "\n"
-		out["chain"] = res
+		phase("chain", func() (string, any, error) {
+			res, err := runChain(ctx, env, *chain, cfg.LimitWorkers, logf)
+			if err != nil {
+				return "", nil, err
+			}
+			return reportChain(res, cfg.LimitWorkers), res, nil
+		})
 	}
 	if tr.Triggers > 0 {
-		res, err := runTenants(ctx, env, tr, logf)
-		if err != nil {
-			env.Stop()
-			fmt.Fprintln(os.Stderr, "bench:", err)
-			os.Exit(1)
-		}
-		table += withNote(reportTenants(tr, res), *note) + "\n"
-		out["tenants"] = res
+		phase("tenants", func() (string, any, error) {
+			res, err := runTenants(ctx, env, tr, logf)
+			if err != nil {
+				return "", nil, err
+			}
+			return reportTenants(tr, res), res, nil
+		})
 	}
 	env.Stop()
 	if *pushback > 0 {

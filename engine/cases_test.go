@@ -43,9 +43,7 @@ func (h *harness) newNamespace() string {
 // written through the status subresource — reports the live child.
 func TestStatusFromChildren(t *testing.T) {
 	h := newHarness(t)
-	if _, err := testenv.Get(t).InstallCRDs(t.Context(), filepath.Join("testdata", "widgets-crd.yaml")); err != nil {
-		t.Fatal(err)
-	}
+	h.installWidgets()
 	h.start(h.loadRules(`apiVersion: syncloop.dev/v1alpha1
 kind: Rule
 metadata: {name: widget}
@@ -71,19 +69,9 @@ spec:
     hasExtra: ${has(children.extra)}
 `))
 	dc := h.dynamic()
-	w := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "test.syncloop.dev/v1", "kind": "Widget",
-		"metadata": map[string]any{"name": "w"}, "spec": map[string]any{"size": int64(3)},
-	}}
-	if _, err := dc.Resource(widgets).Namespace(h.ns).Create(t.Context(), w, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	h.createWidget("w", map[string]any{"size": int64(3)})
 	status := func() map[string]any {
-		got, err := dc.Resource(widgets).Namespace(h.ns).Get(context.Background(), "w", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		st, _, _ := unstructured.NestedMap(got.Object, "status")
+		st, _, _ := unstructured.NestedMap(h.widget("w").Object, "status")
 		return st
 	}
 	h.eventually("the Widget's status", func() bool { return status()["size"] == "3" })

@@ -59,6 +59,38 @@ spec:
     gateReady: ${ready.gate}
 `
 
+// installWidgets installs the Widget kind (a status subresource, any
+// fields) on the test's control plane.
+func (h *harness) installWidgets() {
+	h.t.Helper()
+	if _, err := testenv.Get(h.t).InstallCRDs(h.t.Context(), filepath.Join("testdata", "widgets-crd.yaml")); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// createWidget creates a Widget in the test's namespace.
+func (h *harness) createWidget(name string, spec map[string]any) {
+	h.t.Helper()
+	w := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "test.syncloop.dev/v1", "kind": "Widget", "metadata": map[string]any{"name": name}}}
+	if spec != nil {
+		w.Object["spec"] = spec
+	}
+	if _, err := h.dynamic().Resource(widgets).Namespace(h.ns).Create(h.t.Context(), w, metav1.CreateOptions{}); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// widget reads a Widget of the test's namespace from the API server.
+func (h *harness) widget(name string) *unstructured.Unstructured {
+	h.t.Helper()
+	w, err := h.dynamic().Resource(widgets).Namespace(h.ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return w
+}
+
 // readyCondition returns the trigger's Ready condition, or nil.
 func readyCondition(obj *unstructured.Unstructured) map[string]any {
 	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
@@ -74,25 +106,11 @@ func readyCondition(obj *unstructured.Unstructured) map[string]any {
 // zero writes at steady state, reverse-order pruning.
 func TestGraph(t *testing.T) {
 	h := newHarness(t)
-	if _, err := testenv.Get(t).InstallCRDs(t.Context(), filepath.Join("testdata", "widgets-crd.yaml")); err != nil {
-		t.Fatal(err)
-	}
+	h.installWidgets()
 	h.start(h.loadRules(graphRule))
-	dc := h.dynamic()
-	wc := dc.Resource(widgets).Namespace(h.ns)
-	if _, err := wc.Create(t.Context(), &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "test.syncloop.dev/v1", "kind": "Widget",
-		"metadata": map[string]any{"name": "w"}, "spec": map[string]any{"size": int64(1)},
-	}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	widget := func() *unstructured.Unstructured {
-		w, err := wc.Get(context.Background(), "w", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return w
-	}
+	wc := h.dynamic().Resource(widgets).Namespace(h.ns)
+	h.createWidget("w", map[string]any{"size": int64(1)})
+	widget := func() *unstructured.Unstructured { return h.widget("w") }
 
 	// The ConfigMap receives the Service's allocated address.
 	h.eventually("the address ConfigMap", func() bool { _, ok := h.configMap(h.ns, "w-addr"); return ok })
@@ -261,16 +279,10 @@ spec:
 // the dependent that would wait, with why.
 func TestGraphDryRun(t *testing.T) {
 	h := newHarness(t)
-	if _, err := testenv.Get(t).InstallCRDs(t.Context(), filepath.Join("testdata", "widgets-crd.yaml")); err != nil {
-		t.Fatal(err)
-	}
+	h.installWidgets()
 	planner := &recordingPlanner{}
 	h.plan = planner
-	if _, err := h.dynamic().Resource(widgets).Namespace(h.ns).Create(t.Context(), &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "test.syncloop.dev/v1", "kind": "Widget", "metadata": map[string]any{"name": "d"},
-	}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	h.createWidget("d", nil)
 	h.start(h.loadRules(graphRule))
 	h.eventually("creates for svc, addr and gate, and app waiting", func() bool {
 		return planner.count(ActionCreate) >= 3 && planner.count(ActionWait) >= 1
@@ -298,9 +310,7 @@ func TestGraphDryRun(t *testing.T) {
 // Ready condition, and the rule's status fields keep their values.
 func TestReadyConditionReconcileFailed(t *testing.T) {
 	h := newHarness(t)
-	if _, err := testenv.Get(t).InstallCRDs(t.Context(), filepath.Join("testdata", "widgets-crd.yaml")); err != nil {
-		t.Fatal(err)
-	}
+	h.installWidgets()
 	h.start(h.loadRules(`apiVersion: syncloop.dev/v1alpha1
 kind: Rule
 metadata: {name: failing}
@@ -317,19 +327,8 @@ spec:
     size: ${object.spec.size}
 `))
 	wc := h.dynamic().Resource(widgets).Namespace(h.ns)
-	if _, err := wc.Create(t.Context(), &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "test.syncloop.dev/v1", "kind": "Widget", "metadata": map[string]any{"name": "f"},
-		"spec": map[string]any{"size": int64(1), "name": "x"},
-	}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	get := func() *unstructured.Unstructured {
-		w, err := wc.Get(context.Background(), "f", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return w
-	}
+	h.createWidget("f", map[string]any{"size": int64(1), "name": "x"})
+	get := func() *unstructured.Unstructured { return h.widget("f") }
 	h.eventually("Ready True", func() bool {
 		c := readyCondition(get())
 		return c != nil && c["status"] == "True" && c["message"] == "the resource is ready"

@@ -199,21 +199,8 @@ func TestGraphLoadErrors(t *testing.T) {
 		{"ready typo", head + watchNS + "  resources:\n" + res("a", "") + "  status:\n    x: ${ready.b}\n",
 			`r.yaml:16:16: rule "r": spec.status.x: ${ready.b}: undeclared resource id "b" (declared: a)`},
 	}
-	l := newLoader(t)
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := l.Parse("r.yaml", []byte(tt.yaml))
-			var list ErrorList
-			if !errors.As(err, &list) {
-				t.Fatalf("error = %v, want an ErrorList", err)
-			}
-			for _, e := range list {
-				if strings.HasPrefix(e.Error(), tt.want) {
-					return
-				}
-			}
-			t.Errorf("errors:\n%v\nwant one starting with:\n%s", err, tt.want)
-		})
+		t.Run(tt.name, func(t *testing.T) { wantLoadError(t, tt.yaml, tt.want) })
 	}
 }
 

@@ -241,13 +241,8 @@ func (d *decoder) decodeSpec(r *Rule, spec *yaml.Node, docVal any, pos positions
 
 	r.DeletionPolicy = DeletionDelete
 	if n, ok := f["deletionPolicy"]; ok {
-		if v, ok := d.str(n, "spec.deletionPolicy"); ok {
-			switch DeletionPolicy(v) {
-			case DeletionDelete, DeletionOrphan:
-				r.DeletionPolicy = DeletionPolicy(v)
-			default:
-				d.errorf(n, "spec.deletionPolicy", "must be Delete or Orphan, not %q", v)
-			}
+		if v, ok := d.oneOf(n, "spec.deletionPolicy", string(DeletionDelete), string(DeletionOrphan)); ok {
+			r.DeletionPolicy = DeletionPolicy(v)
 		}
 	}
 	for _, res := range r.Resources {
@@ -377,23 +372,13 @@ func (d *decoder) decodeResource(i int, n *yaml.Node, docVal any, pos positions,
 	errsBefore := len(d.errs)
 	res := &Resource{Index: i, ID: d.id(n, f, field, "resource", ids), Mode: ModeOwn, Pos: d.pos(resolve(n))}
 	if nn, ok := f["mode"]; ok {
-		if v, ok := d.str(nn, field+".mode"); ok {
-			switch Mode(v) {
-			case ModeOwn, ModePatch:
-				res.Mode = Mode(v)
-			default:
-				d.errorf(nn, field+".mode", "must be own or patch, not %q", v)
-			}
+		if v, ok := d.oneOf(nn, field+".mode", string(ModeOwn), string(ModePatch)); ok {
+			res.Mode = Mode(v)
 		}
 	}
 	if nn, ok := f["deletionPolicy"]; ok {
-		if v, ok := d.str(nn, field+".deletionPolicy"); ok {
-			switch DeletionPolicy(v) {
-			case DeletionDelete, DeletionOrphan:
-				res.DeletionPolicy = DeletionPolicy(v)
-			default:
-				d.errorf(nn, field+".deletionPolicy", "must be Delete or Orphan, not %q", v)
-			}
+		if v, ok := d.oneOf(nn, field+".deletionPolicy", string(DeletionDelete), string(DeletionOrphan)); ok {
+			res.DeletionPolicy = DeletionPolicy(v)
 		}
 	}
 	if nn, ok := f["when"]; ok {
@@ -450,6 +435,19 @@ func (d *decoder) decodeResource(i int, n *yaml.Node, docVal any, pos positions,
 		return nil
 	}
 	return res
+}
+
+// oneOf decodes a string that must be one of values.
+func (d *decoder) oneOf(n *yaml.Node, field string, values ...string) (string, bool) {
+	v, ok := d.str(n, field)
+	if !ok {
+		return "", false
+	}
+	if contains(values, v) {
+		return v, true
+	}
+	d.errorf(n, field, "must be %s or %s, not %q", strings.Join(values[:len(values)-1], ", "), values[len(values)-1], v)
+	return "", false
 }
 
 // id decodes the required id of a resource or lookup (what): a DNS-1123

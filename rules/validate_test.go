@@ -156,28 +156,32 @@ func TestValidationErrors(t *testing.T) {
 		{"cluster namespace literal invalid", head + watchNS + "  resources:\n    - id: a\n      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: A_B}}\n",
 			`r.yaml:11:82: rule "r": spec.resources[0].template.metadata.namespace: "A_B" is not a valid namespace`},
 	}
-	l := newLoader(t)
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := l.Parse("r.yaml", []byte(tt.yaml))
-			if tt.want == "" {
-				if err != nil {
-					t.Fatalf("unexpected error: %v", err)
-				}
-				return
-			}
-			var list ErrorList
-			if !errors.As(err, &list) {
-				t.Fatalf("error = %v, want an ErrorList", err)
-			}
-			for _, e := range list {
-				if strings.HasPrefix(e.Error(), tt.want) {
-					return
-				}
-			}
-			t.Errorf("errors:\n%v\nwant one starting with:\n%s", err, tt.want)
-		})
+		t.Run(tt.name, func(t *testing.T) { wantLoadError(t, tt.yaml, tt.want) })
 	}
+}
+
+// wantLoadError parses doc as r.yaml and wants an error line starting with
+// want; want "" wants none.
+func wantLoadError(t *testing.T, doc, want string) {
+	t.Helper()
+	_, err := newLoader(t).Parse("r.yaml", []byte(doc))
+	if want == "" {
+		if err != nil {
+			t.Fatalf("unexpected error: %v", err)
+		}
+		return
+	}
+	var list ErrorList
+	if !errors.As(err, &list) {
+		t.Fatalf("error = %v, want an ErrorList", err)
+	}
+	for _, e := range list {
+		if strings.HasPrefix(e.Error(), want) {
+			return
+		}
+	}
+	t.Errorf("errors:\n%v\nwant one starting with:\n%s", err, want)
 }
 
 func TestAllErrorsReported(t *testing.T) {
