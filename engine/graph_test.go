@@ -106,6 +106,8 @@ func readyCondition(obj *unstructured.Unstructured) map[string]any {
 func TestGraph(t *testing.T) {
 	h := newHarness(t)
 	h.installWidgets()
+	m := &recordingMetrics{}
+	h.metrics = m
 	h.start(h.loadRules(graphRule))
 	wc := h.dynamic().Resource(widgets).Namespace(h.ns)
 	h.createWidget("w", map[string]any{"size": int64(1)})
@@ -139,6 +141,9 @@ func TestGraph(t *testing.T) {
 	h.eventually("the rule idle", ctl.idle)
 	if _, ok := h.configMap(h.ns, "w-app"); ok {
 		t.Fatal("app was applied before gate was ready")
+	}
+	if m.written("graph", "wait") == 0 {
+		t.Error(`no syncloop_apply_total{action="wait"} counted for the waiting app`)
 	}
 
 	// Someone else opens the gate: app follows — the gate's event queues

@@ -183,21 +183,36 @@ func (h *harness) denyInNamespace(message, validation string) {
 	}
 }
 
-// watchErrors records the engine's WatchError and RuleRemoved calls.
-type watchErrors struct {
+// recordingMetrics records the engine's WatchError, Write and RuleRemoved
+// calls.
+type recordingMetrics struct {
 	mu      sync.Mutex
 	counts  map[string]int // "resource reason"
+	writes  map[string]int // "rule action"
 	removed []string
 }
 
-func (w *watchErrors) ReconcileDone(string, string, time.Duration) {}
-func (w *watchErrors) Write(string, string)                        {}
-func (w *watchErrors) RuleRemoved(rule string) {
+func (w *recordingMetrics) ReconcileDone(string, string, time.Duration) {}
+func (w *recordingMetrics) Write(rule, action string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.writes == nil {
+		w.writes = map[string]int{}
+	}
+	w.writes[rule+" "+action]++
+}
+
+func (w *recordingMetrics) written(rule, action string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.writes[rule+" "+action]
+}
+func (w *recordingMetrics) RuleRemoved(rule string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.removed = append(w.removed, rule)
 }
-func (w *watchErrors) WatchError(resource, reason string) {
+func (w *recordingMetrics) WatchError(resource, reason string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.counts == nil {
@@ -206,7 +221,7 @@ func (w *watchErrors) WatchError(resource, reason string) {
 	w.counts[resource+" "+reason]++
 }
 
-func (w *watchErrors) count(key string) int {
+func (w *recordingMetrics) count(key string) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.counts[key]
@@ -256,7 +271,7 @@ func TestForbiddenKinds(t *testing.T) {
 		_ = rbac.Delete(context.Background(), user, metav1.DeleteOptions{})
 	})
 	h.config = h.env.ImpersonatedConfig(user, "system:authenticated")
-	errs := &watchErrors{}
+	errs := &recordingMetrics{}
 	h.metrics = errs
 
 	h.createCM("allowed", map[string]string{"copy": "yes"}, nil)

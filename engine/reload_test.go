@@ -184,7 +184,7 @@ func TestReloadCyclesDoNotLeak(t *testing.T) {
 // of a changed rule, which keeps running, are not.
 func TestRemovedRuleMetrics(t *testing.T) {
 	h := newHarness(t)
-	m := &watchErrors{}
+	m := &recordingMetrics{}
 	h.metrics = m
 	h.start(h.loadRules(labelRule("changed", "a", "x") + "---\n" + labelRule("removed", "b", "y")))
 	h.engine.Apply(t.Context(), h.loadRules(labelRule("changed", "a", "z")))
