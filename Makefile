@@ -10,7 +10,7 @@ TESTFLAGS ?= -race -count=1 -timeout=30m
 
 IMAGE    ?= ghcr.io/syncloop/syncloop:$(VERSION)
 
-.PHONY: help build build-static image test test-short testenv demo cluster bench bench-full soak lint clean
+.PHONY: help build build-static image test test-short testenv openapi-snapshot demo cluster bench bench-full soak lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -26,6 +26,9 @@ image: ## build the container image $(IMAGE) (needs a Docker engine)
 
 testenv: ## build the local control plane (etcd, kube-apiserver, kube-controller-manager) and helm into the cache, once
 	@bash hack/testenv.sh
+
+openapi-snapshot: testenv ## refresh the compiled-in schemas of the built-in kinds from the local kube-apiserver
+	$(GO) run ./hack/openapi-snapshot -o rules/schema/builtin.json.gz
 
 test: testenv ## run every test, integration tests against the local control plane included
 	$(GO) test $(TESTFLAGS) ./...

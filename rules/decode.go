@@ -10,6 +10,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/syncloop/syncloop/rules/expr"
+	"github.com/syncloop/syncloop/rules/schema"
 )
 
 // Bounds on one rule document, so that a "billion laughs" or a deeply nested
@@ -31,6 +32,11 @@ type decoder struct {
 	// expanding holds the anchors whose alias is being expanded, to catch
 	// an anchor that contains an alias to itself.
 	expanding map[*yaml.Node]bool
+	// schemas checks templates; nil: no checks.
+	schemas schema.Source
+	// at is where every value and key of the document was written (posKey),
+	// for the schema checks' errors; dropped with the decoder.
+	at map[string]Pos
 }
 
 func (d *decoder) pos(n *yaml.Node) Pos {
@@ -186,6 +192,10 @@ func (d *decoder) value(n *yaml.Node, path expr.Path, field string, pos position
 		d.errorf(n, pathField(field, path[:maxDepth]), "nested more than %d levels deep", maxDepth)
 		return nil, false
 	}
+	if d.at == nil {
+		d.at = map[string]Pos{}
+	}
+	d.at[posKey(path, false)] = d.pos(n)
 	if n.Kind == yaml.AliasNode {
 		target := resolve(n)
 		if d.expanding[target] {
@@ -221,6 +231,7 @@ func (d *decoder) value(n *yaml.Node, path expr.Path, field string, pos position
 				continue
 			}
 			p := path.With(k.Value)
+			d.at[posKey(p, true)] = d.pos(k)
 			if strings.Contains(k.Value, "${") {
 				pos.add(p, true, d.pos(k), k)
 			}

@@ -13,8 +13,10 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/syncloop/syncloop/rules/expr"
+	"github.com/syncloop/syncloop/rules/schema"
 )
 
 // File is one parsed rule file: its rules, or the errors that keep it out.
@@ -46,9 +48,12 @@ func (s *Set) Len() int { return len(s.rules) }
 // Files returns the files the set was built from, in the order given.
 func (s *Set) Files() []*File { return s.files }
 
-// Loader parses rule files with one CEL compiler.
+// Loader parses rule files with one CEL compiler, checking templates
+// against the schemas it knows: the built-in kinds', and those of the
+// CustomResourceDefinitions given to UseCRDs or found among the files.
 type Loader struct {
 	compiler *expr.Compiler
+	schemas  schema.Source
 }
 
 // NewLoader returns a Loader whose expressions evaluate under opts.
@@ -57,7 +62,28 @@ func NewLoader(opts expr.Options) (*Loader, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Loader{compiler: c}, nil
+	return &Loader{compiler: c, schemas: schema.Builtin()}, nil
+}
+
+// UseCRDs makes the kinds that the CustomResourceDefinitions among objs
+// define known to the checks of later loads (objects of other kinds are
+// ignored), as `render --objects` and `validate` use them.
+func (l *Loader) UseCRDs(objs []*unstructured.Unstructured) error {
+	var crds []map[string]any
+	for _, o := range objs {
+		if schema.IsCRD(o.Object) {
+			crds = append(crds, o.Object)
+		}
+	}
+	if len(crds) == 0 {
+		return nil
+	}
+	k, err := schema.FromCRDs(crds, l.schemas)
+	if err != nil {
+		return err
+	}
+	l.schemas = k
+	return nil
 }
 
 // Load finds the rule files under paths (see FindFiles), parses them all and
@@ -66,6 +92,16 @@ func NewLoader(opts expr.Options) (*Loader, error) {
 func (l *Loader) Load(paths ...string) (*Set, error) {
 	files, err := FindFiles(paths...)
 	if err != nil {
+		return nil, err
+	}
+	// A rule may template a kind whose CRD is in another of the files.
+	var crds []*unstructured.Unstructured
+	for _, f := range files {
+		if data, err := os.ReadFile(f); err == nil {
+			crds = append(crds, crdsIn(data)...)
+		}
+	}
+	if err := l.UseCRDs(crds); err != nil {
 		return nil, err
 	}
 	var parsed []*File
@@ -117,6 +153,16 @@ func (l *Loader) Parse(path string, data []byte) (*File, error) {
 	}
 	f := &File{Path: path}
 	lines := strings.Split(string(data), "\n")
+	schemas := l.schemas
+	if crds := crdsIn(data); len(crds) > 0 {
+		var maps []map[string]any
+		for _, c := range crds {
+			maps = append(maps, c.Object)
+		}
+		if k, err := schema.FromCRDs(maps, schemas); err == nil {
+			schemas = k
+		}
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var errs ErrorList
 	names := map[string]Pos{}
@@ -138,7 +184,7 @@ func (l *Loader) Parse(path string, data []byte) (*File, error) {
 			f.Skipped++
 			continue
 		}
-		d := &decoder{file: path, lines: lines}
+		d := &decoder{file: path, lines: lines, schemas: schemas}
 		r := d.decodeRule(root, l.compiler)
 		errs = append(errs, d.errs...)
 		if r == nil {
@@ -156,6 +202,47 @@ func (l *Loader) Parse(path string, data []byte) (*File, error) {
 		return nil, errs.errOrNil()
 	}
 	return f, nil
+}
+
+// crdsIn returns the CustomResourceDefinitions among the documents of a
+// rule file; documents that do not decode are the parse's to report.
+func crdsIn(data []byte) []*unstructured.Unstructured {
+	if !bytes.Contains(data, []byte("CustomResourceDefinition")) {
+		return nil
+	}
+	var out []*unstructured.Unstructured
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for {
+		var doc map[string]any
+		if err := dec.Decode(&doc); err != nil {
+			return out
+		}
+		if doc != nil && schema.IsCRD(doc) {
+			if v, ok := jsonCompatible(doc).(map[string]any); ok {
+				out = append(out, &unstructured.Unstructured{Object: v})
+			}
+		}
+	}
+}
+
+// jsonCompatible turns YAML-decoded values (int, map[string]any) into the
+// JSON-compatible ones unstructured objects hold.
+func jsonCompatible(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, e := range v {
+			v[k] = jsonCompatible(e)
+		}
+		return v
+	case []any:
+		for i, e := range v {
+			v[i] = jsonCompatible(e)
+		}
+		return v
+	case int:
+		return int64(v)
+	}
+	return v
 }
 
 func isNull(n *yaml.Node) bool {

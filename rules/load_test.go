@@ -183,7 +183,7 @@ func TestRecursiveAndDeepDocuments(t *testing.T) {
 		t.Errorf("deep nesting: err = %v", err)
 	}
 	// An alias used twice, not inside itself, is fine.
-	ok := head + watchNS + cm + "  status:\n    a: &a {x: y}\n    b: *a\n"
+	ok := head + watchNS + cm + "        data: {a: &a y, b: *a}\n"
 	if _, err := l.Parse("ok.yaml", []byte(ok)); err != nil {
 		t.Errorf("alias used twice: %v", err)
 	}

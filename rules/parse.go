@@ -14,8 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/kube-openapi/pkg/validation/spec"
 
 	"github.com/syncloop/syncloop/rules/expr"
+	kinds "github.com/syncloop/syncloop/rules/schema"
 )
 
 // Labels and annotations syncloop puts on every child (DESIGN §4). A
@@ -231,6 +233,13 @@ func (d *decoder) decodeSpec(r *Rule, spec *yaml.Node, docVal any, pos positions
 		} else {
 			prefix := expr.Path{"spec", "status"}
 			r.Status = d.template(n, prefix, docVal, pos, c, expr.Scope{Variables: varNames, Lookups: lookupIDs, Children: nonNil(ids), Status: true})
+			if d.schemas != nil && r.Status != nil {
+				if s := d.schemas.Schema(r.Watch.GVK); s != nil {
+					if st, ok := s.Properties["status"]; ok {
+						d.checkSchema(&st, prefix, docVal, r.Status, r.Watch.Kind+" status")
+					}
+				}
+			}
 		}
 	}
 	if _, hasRes := f["resources"]; !hasRes && r.Status == nil {
@@ -413,6 +422,9 @@ func (d *decoder) decodeResource(i int, n *yaml.Node, docVal any, pos positions,
 	}
 	d.checkMetadata(tn, tf, field+".template")
 	res.Template = d.template(tn, expr.Path{"spec", "resources", i, "template"}, docVal, pos, c, scope)
+	if d.schemas != nil && res.Template != nil && len(d.errs) == errsBefore {
+		d.checkSchema(d.schemas.Schema(res.GVK), expr.Path{"spec", "resources", i, "template"}, docVal, res.Template, res.Kind)
+	}
 	if res.Template != nil {
 		for _, ref := range res.Template.ChildRefs() {
 			full := append(expr.Path{"spec", "resources", i, "template"}, ref.Path...)
@@ -435,6 +447,39 @@ func (d *decoder) decodeResource(i int, n *yaml.Node, docVal any, pos positions,
 		return nil
 	}
 	return res
+}
+
+// checkSchema reports what in the template at prefix the schema s of its
+// kind (what, for messages) would not take: unknown fields, values of the
+// wrong type. s nil: the kind is not known, nothing is checked.
+func (d *decoder) checkSchema(s *spec.Schema, prefix expr.Path, docVal any, t *Template, what string) {
+	if s == nil {
+		return
+	}
+	kindOf := func(path []any, _ string) kinds.Kind {
+		o, whole := t.OutputAt(expr.Path(path))
+		if !whole {
+			return kinds.String // text around ${} parts
+		}
+		return [...]kinds.Kind{expr.TypeDyn: kinds.Unknown, expr.TypeString: kinds.String, expr.TypeInt: kinds.Int,
+			expr.TypeDouble: kinds.Number, expr.TypeBool: kinds.Bool, expr.TypeList: kinds.List, expr.TypeMap: kinds.Map,
+			expr.TypeNull: kinds.Null}[o]
+	}
+	for _, p := range kinds.Check(s, lookup(docVal, prefix), kindOf) {
+		full := append(append(expr.Path(nil), prefix...), p.Path...)
+		at, ok := d.at[posKey(full, p.Key)]
+		if !ok {
+			at = t.Pos
+		}
+		msg := p.Msg
+		if p.Key {
+			msg = fmt.Sprintf("unknown field %q: %s has no such field", p.Field, what)
+			if s := suggest(p.Field, p.Known); s != "" {
+				msg += fmt.Sprintf(" (did you mean %q?)", s)
+			}
+		}
+		d.errorAt(at, pathField("", full), "%s", msg)
+	}
 }
 
 // oneOf decodes a string that must be one of values.

@@ -234,7 +234,7 @@ func TestRenderErrors(t *testing.T) {
 `, `rule.yaml:12:17: rule "r": resource "a": spec.resources[0].template: ConfigMap n/x rendered twice (also by resource "a")`},
 		{"label not a string", `  resources:
     - id: a
-      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: n, labels: {n: 1}}}
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: n, labels: {n: "${object.metadata.?generation.orValue(1)}"}}}
 `, `rule.yaml:11:17: rule "r": resource "a": spec.resources[0].template.metadata.labels: values must be strings`},
 		{"cluster-scoped child with namespace", `  resources:
     - id: a

@@ -30,11 +30,12 @@ or from the objects themselves. Exit status 1 if any rendering fails.`,
 			if output != "yaml" && output != "json" {
 				return fmt.Errorf("--output must be yaml or json, not %q", output)
 			}
-			set, err := rf.load(cmd.ErrOrStderr())
+			objs, err := rules.ReadObjects(objects...)
 			if err != nil {
 				return err
 			}
-			objs, err := rules.ReadObjects(objects...)
+			// CRDs among the objects type the templates of their kinds.
+			set, err := rf.load(cmd.ErrOrStderr(), objs...)
 			if err != nil {
 				return err
 			}

@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/syncloop/syncloop/rules"
 	"github.com/syncloop/syncloop/rules/expr"
@@ -24,11 +25,16 @@ func (f *ruleFlags) register(cmd *cobra.Command) {
 	_ = cmd.MarkFlagRequired("rules")
 }
 
-// load loads the rule set; on error it prints every problem, one per line,
-// to stderr and returns exitCode 1.
-func (f *ruleFlags) load(stderr io.Writer) (*rules.Set, error) {
+// load loads the rule set, its templates checked against the built-in
+// kinds, the CustomResourceDefinitions among the rule files and those among
+// crds; on error it prints every problem, one per line, to stderr and
+// returns exitCode 1.
+func (f *ruleFlags) load(stderr io.Writer, crds ...*unstructured.Unstructured) (*rules.Set, error) {
 	l, err := rules.NewLoader(expr.Options{CostLimit: f.costLimit})
 	if err != nil {
+		return nil, err
+	}
+	if err := l.UseCRDs(crds); err != nil {
 		return nil, err
 	}
 	set, err := l.Load(f.paths...)

@@ -183,7 +183,45 @@ type Program struct {
 	// childRefs are the resource ids the program reads as children.<id>,
 	// sorted.
 	childRefs []string
+	// out is what the checker says the program produces.
+	out *types.Type
 }
+
+// Output is the type the expression is known to produce when it loads:
+// TypeString, TypeInt, …, or TypeDyn when only evaluating tells.
+func (p *Program) Output() OutputType {
+	switch p.out.Kind() {
+	case types.StringKind:
+		return TypeString
+	case types.IntKind, types.UintKind:
+		return TypeInt
+	case types.DoubleKind:
+		return TypeDouble
+	case types.BoolKind:
+		return TypeBool
+	case types.ListKind:
+		return TypeList
+	case types.MapKind:
+		return TypeMap
+	case types.NullTypeKind:
+		return TypeNull
+	}
+	return TypeDyn
+}
+
+// OutputType is what an expression produces, as far as is known at load.
+type OutputType int
+
+const (
+	TypeDyn OutputType = iota
+	TypeString
+	TypeInt
+	TypeDouble
+	TypeBool
+	TypeList
+	TypeMap
+	TypeNull
+)
 
 // Source is the expression as written.
 func (p *Program) Source() string { return p.src }
@@ -253,7 +291,7 @@ func (c *Compiler) Compile(src string, scope Scope, want Result) (*Program, erro
 	if err != nil {
 		return nil, &Error{Offset: -1, Msg: err.Error()}
 	}
-	return &Program{src: src, result: want, prog: prog, costLimit: c.costLimit, childRefs: childRefs}, nil
+	return &Program{src: src, result: want, prog: prog, costLimit: c.costLimit, childRefs: childRefs, out: checked.OutputType()}, nil
 }
 
 func checkResult(t *types.Type, want Result) error {

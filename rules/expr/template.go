@@ -25,6 +25,16 @@ type Template struct {
 	root node
 	n    int // expressions compiled
 	refs []ChildRef
+	// outputs are the types of the strings that are a sole ${expr}, by
+	// path (Path.String()).
+	outputs map[string]OutputType
+}
+
+// OutputAt is the type of the value at path when its string is a sole
+// ${expr}; false for other strings.
+func (t *Template) OutputAt(path Path) (OutputType, bool) {
+	o, ok := t.outputs[path.String()]
+	return o, ok
 }
 
 // Path locates a value in a template tree: map keys (string) and list
@@ -221,6 +231,10 @@ func (c *Compiler) compileString(s string, path Path, scope Scope, t *Template, 
 		parts = append(parts, part{prog: prog})
 	}
 	if len(parts) == 1 {
+		if t.outputs == nil {
+			t.outputs = map[string]OutputType{}
+		}
+		t.outputs[path.String()] = parts[0].prog.Output()
 		return &exprNode{prog: parts[0].prog, path: path}, nil
 	}
 	return &interpNode{parts: parts, path: path}, nil

@@ -1,0 +1,59 @@
+package schema
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/kube-openapi/pkg/validation/spec"
+)
+
+// IsCRD reports whether an object (as decoded from YAML) is a
+// CustomResourceDefinition.
+func IsCRD(obj map[string]any) bool {
+	return obj["apiVersion"] == "apiextensions.k8s.io/v1" && obj["kind"] == "CustomResourceDefinition"
+}
+
+// FromCRDs returns the kinds the CustomResourceDefinitions among objs
+// define, each version with a schema, falling back on next for others. A
+// custom kind's root gets apiVersion, kind and the ObjectMeta of metadata,
+// as the API server serves it.
+func FromCRDs(objs []map[string]any, next Source) (*Kinds, error) {
+	k := &Kinds{schemas: map[schema.GroupVersionKind]*spec.Schema{}, next: next}
+	meta := Builtin().Schema(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}).Properties["metadata"]
+	for _, obj := range objs {
+		if !IsCRD(obj) {
+			continue
+		}
+		spec_, _ := obj["spec"].(map[string]any)
+		group, _ := spec_["group"].(string)
+		names, _ := spec_["names"].(map[string]any)
+		kind, _ := names["kind"].(string)
+		versions, _ := spec_["versions"].([]any)
+		for _, v := range versions {
+			vm, _ := v.(map[string]any)
+			name, _ := vm["name"].(string)
+			sch, _ := vm["schema"].(map[string]any)
+			raw, ok := sch["openAPIV3Schema"]
+			if !ok || name == "" || kind == "" {
+				continue
+			}
+			data, err := json.Marshal(raw)
+			if err != nil {
+				return nil, err
+			}
+			s := &spec.Schema{}
+			if err := json.Unmarshal(data, s); err != nil {
+				return nil, fmt.Errorf("CustomResourceDefinition %s.%s version %s: openAPIV3Schema: %w", names["plural"], group, name, err)
+			}
+			if s.Properties == nil {
+				s.Properties = map[string]spec.Schema{}
+			}
+			s.Properties["apiVersion"] = *spec.StringProperty()
+			s.Properties["kind"] = *spec.StringProperty()
+			s.Properties["metadata"] = meta
+			k.schemas[schema.GroupVersionKind{Group: group, Version: name, Kind: kind}] = s
+		}
+	}
+	return k, nil
+}

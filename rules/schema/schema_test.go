@@ -1,0 +1,129 @@
+package schema
+
+import (
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/kube-openapi/pkg/validation/spec"
+	"sigs.k8s.io/yaml"
+)
+
+func parse(t *testing.T, doc string) map[string]any {
+	t.Helper()
+	var v map[string]any
+	if err := yaml.Unmarshal([]byte(doc), &v); err != nil {
+		t.Fatal(err)
+	}
+	return normalize(v).(map[string]any)
+}
+
+// normalize turns sigs.k8s.io/yaml's float64 numbers into int64 where
+// integral, as the rules decoder gives them.
+func normalize(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, e := range v {
+			v[k] = normalize(e)
+		}
+	case []any:
+		for i, e := range v {
+			v[i] = normalize(e)
+		}
+	case float64:
+		if v == float64(int64(v)) {
+			return int64(v)
+		}
+	}
+	return v
+}
+
+func messages(ps []Problem) string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, pathString(p.Path)+": "+p.Msg)
+	}
+	return strings.Join(out, "\n")
+}
+
+func pathString(p []any) string {
+	var b strings.Builder
+	for _, e := range p {
+		switch e := e.(type) {
+		case int:
+			b.WriteString("[" + string(rune('0'+e)) + "]")
+		case string:
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(e)
+		}
+	}
+	return b.String()
+}
+
+func TestBuiltinSchemas(t *testing.T) {
+	for _, gvk := range []schema.GroupVersionKind{
+		{Version: "v1", Kind: "ConfigMap"}, {Group: "apps", Version: "v1", Kind: "Deployment"},
+		{Group: "networking.k8s.io", Version: "v1", Kind: "NetworkPolicy"}, {Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "RoleBinding"},
+		{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"},
+	} {
+		s := Builtin().Schema(gvk)
+		if s == nil || s.Properties["metadata"].Properties["labels"].AdditionalProperties == nil {
+			t.Errorf("%s: no schema, or no metadata.labels in it", gvk)
+		}
+	}
+	if Builtin().Schema(schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "App"}) != nil {
+		t.Error("a schema for a kind that is not built in")
+	}
+}
+
+func TestCheck(t *testing.T) {
+	deploy := Builtin().Schema(schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"})
+	cm := Builtin().Schema(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"})
+	svc := Builtin().Schema(schema.GroupVersionKind{Version: "v1", Kind: "Service"})
+	kindOf := func(_ []any, s string) Kind {
+		if strings.HasPrefix(s, "${") && strings.HasSuffix(s, "}") && strings.Count(s, "${") == 1 {
+			return Unknown
+		}
+		return String
+	}
+	tests := []struct {
+		name string
+		s    *spec.Schema
+		doc  string
+		want string
+	}{
+		{"well typed", deploy, `
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, labels: {a: b}, annotations: {"${variables.k}": v}}
+spec:
+  replicas: ${variables.replicas}
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers:
+        - name: app
+          image: nginx
+          ports: [{containerPort: 8080, name: http}]
+          resources: {limits: {cpu: 500m, memory: 1Gi}}
+`, ""},
+		{"unknown field", cm, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndatas: {a: b}\n", `datas: unknown field "datas"`},
+		{"interpolated string for an integer", deploy, "spec: {replicas: \"${variables.n}x\"}\n", "spec.replicas: wants an integer, the template gives a string"},
+		{"literal string for an integer", deploy, "spec: {replicas: three}\n", "spec.replicas: wants an integer, the template gives a string"},
+		{"int-or-string takes both", svc, "spec: {ports: [{port: 80, targetPort: http}, {port: 81, targetPort: 8081}]}\n", ""},
+		{"bool for a string", cm, "data: {a: true}\n", "data.a: wants a string, the template gives a bool"},
+		{"mapping for a list", deploy, "spec: {template: {spec: {containers: {name: x}}}}\n", "spec.template.spec.containers: wants an array (a list), the template gives a mapping"},
+		{"deep unknown field", deploy, "spec: {template: {spec: {containers: [{name: x, imagePullPolicyy: Always}]}}}\n", `spec.template.spec.containers[0].imagePullPolicyy: unknown field "imagePullPolicyy"`},
+		{"null removes", deploy, "spec: {replicas: null}\n", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := messages(Check(tt.s, parse(t, tt.doc), kindOf)); got != tt.want {
+				t.Errorf("problems:\n%s\nwant:\n%s", got, tt.want)
+			}
+		})
+	}
+}
