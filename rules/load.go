@@ -68,22 +68,16 @@ func NewLoader(opts expr.Options) (*Loader, error) {
 // UseCRDs makes the kinds that the CustomResourceDefinitions among objs
 // define known to the checks of later loads (objects of other kinds are
 // ignored), as `render --objects` and `validate` use them.
-func (l *Loader) UseCRDs(objs []*unstructured.Unstructured) error {
+func (l *Loader) UseCRDs(objs []*unstructured.Unstructured) {
 	var crds []map[string]any
 	for _, o := range objs {
 		if schema.IsCRD(o.Object) {
 			crds = append(crds, o.Object)
 		}
 	}
-	if len(crds) == 0 {
-		return nil
+	if len(crds) > 0 {
+		l.schemas = schema.FromCRDs(crds, l.schemas)
 	}
-	k, err := schema.FromCRDs(crds, l.schemas)
-	if err != nil {
-		return err
-	}
-	l.schemas = k
-	return nil
 }
 
 // Load finds the rule files under paths (see FindFiles), parses them all and
@@ -101,9 +95,7 @@ func (l *Loader) Load(paths ...string) (*Set, error) {
 			crds = append(crds, crdsIn(data)...)
 		}
 	}
-	if err := l.UseCRDs(crds); err != nil {
-		return nil, err
-	}
+	l.UseCRDs(crds)
 	var parsed []*File
 	var errs ErrorList
 	for _, f := range files {
@@ -159,9 +151,7 @@ func (l *Loader) Parse(path string, data []byte) (*File, error) {
 		for _, c := range crds {
 			maps = append(maps, c.Object)
 		}
-		if k, err := schema.FromCRDs(maps, schemas); err == nil {
-			schemas = k
-		}
+		schemas = schema.FromCRDs(maps, schemas)
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var errs ErrorList

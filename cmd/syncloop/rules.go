@@ -34,9 +34,7 @@ func (f *ruleFlags) load(stderr io.Writer, crds ...*unstructured.Unstructured) (
 	if err != nil {
 		return nil, err
 	}
-	if err := l.UseCRDs(crds); err != nil {
-		return nil, err
-	}
+	l.UseCRDs(crds)
 	set, err := l.Load(f.paths...)
 	if err != nil {
 		var list rules.ErrorList

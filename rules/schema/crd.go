@@ -2,7 +2,6 @@ package schema
 
 import (
 	"encoding/json"
-	"fmt"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/kube-openapi/pkg/validation/spec"
@@ -17,8 +16,9 @@ func IsCRD(obj map[string]any) bool {
 // FromCRDs returns the kinds the CustomResourceDefinitions among objs
 // define, each version with a schema, falling back on next for others. A
 // custom kind's root gets apiVersion, kind and the ObjectMeta of metadata,
-// as the API server serves it.
-func FromCRDs(objs []map[string]any, next Source) (*Kinds, error) {
+// as the API server serves it. A version whose schema does not decode is
+// left out.
+func FromCRDs(objs []map[string]any, next Source) *Kinds {
 	k := &Kinds{schemas: map[schema.GroupVersionKind]*spec.Schema{}, next: next}
 	meta := Builtin().Schema(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}).Properties["metadata"]
 	for _, obj := range objs {
@@ -38,13 +38,15 @@ func FromCRDs(objs []map[string]any, next Source) (*Kinds, error) {
 			if !ok || name == "" || kind == "" {
 				continue
 			}
+			// A schema that does not decode is the API server's to
+			// reject: its kind is not checked here.
 			data, err := json.Marshal(raw)
 			if err != nil {
-				return nil, err
+				continue
 			}
 			s := &spec.Schema{}
 			if err := json.Unmarshal(data, s); err != nil {
-				return nil, fmt.Errorf("CustomResourceDefinition %s.%s version %s: openAPIV3Schema: %w", names["plural"], group, name, err)
+				continue
 			}
 			if s.Properties == nil {
 				s.Properties = map[string]spec.Schema{}
@@ -55,5 +57,5 @@ func FromCRDs(objs []map[string]any, next Source) (*Kinds, error) {
 			k.schemas[schema.GroupVersionKind{Group: group, Version: name, Kind: kind}] = s
 		}
 	}
-	return k, nil
+	return k
 }
