@@ -28,6 +28,7 @@ spec:
               properties:
                 size: {type: integer}
                 extra: {type: object, x-kubernetes-preserve-unknown-fields: true}
+                inner: {type: object, x-kubernetes-embedded-resource: true, properties: {spec: {type: object, properties: {n: {type: integer}}}}}
             status:
               type: object
               properties:
@@ -51,9 +52,11 @@ func TestTemplateSchemaErrors(t *testing.T) {
 		{"deep unknown field", res("        apiVersion: apps/v1\n        kind: Deployment\n        metadata: {name: a, namespace: x}\n        spec:\n          template:\n            spec:\n              containers:\n                - {name: a, image: b, imagePullPolicyy: Always}\n"),
 			`r.yaml:19:39: rule "r": spec.resources[0].template.spec.template.spec.containers[0].imagePullPolicyy: unknown field "imagePullPolicyy": Deployment has no such field (did you mean "imagePullPolicy"?)`},
 		{"a CRD in the same file", widgetCRD + res("        apiVersion: test.syncloop.dev/v1\n        kind: Widget\n        metadata: {name: a, namespace: x}\n        spec: {size: 3, szie: 4, extra: {any: [thing]}}\n"),
-			`r.yaml:40:25: rule "r": spec.resources[0].template.spec.szie: unknown field "szie": Widget has no such field (did you mean "size"?)`},
+			`r.yaml:41:25: rule "r": spec.resources[0].template.spec.szie: unknown field "szie": Widget has no such field (did you mean "size"?)`},
+		{"an embedded resource has apiVersion, kind and metadata", widgetCRD + res("        apiVersion: test.syncloop.dev/v1\n        kind: Widget\n        metadata: {name: a, namespace: x}\n        spec: {inner: {apiVersion: v1, kind: Pod, metadata: {name: p}, spec: {n: x}}}\n"),
+			`r.yaml:41:82: rule "r": spec.resources[0].template.spec.inner.spec.n: wants an integer, the template gives a string`},
 		{"the trigger's status", widgetCRD + head + "  watch: {apiVersion: test.syncloop.dev/v1, kind: Widget}\n  status:\n    ready: \"yes\"\n",
-			`r.yaml:33:12: rule "r": spec.status.ready: wants a bool, the template gives a string`},
+			`r.yaml:34:12: rule "r": spec.status.ready: wants a bool, the template gives a string`},
 		{"well typed", res(`        apiVersion: apps/v1
         kind: Deployment
         metadata: {name: a, namespace: x, labels: {app: a}}

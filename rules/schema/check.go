@@ -79,6 +79,16 @@ func (c *checker) check(s *spec.Schema, v any, path []any) {
 		}
 		return
 	}
+	if alts := alternatives(s); alts != nil {
+		// oneOf/anyOf of plain types (a Quantity: a string or a number).
+		for _, t := range alts {
+			if scalarFits(kind, v, t) {
+				return
+			}
+		}
+		c.add(path, "wants %s, the template gives %s", strings.Join(mapArticles(alts), " or "), kind)
+		return
+	}
 	want := typeOf(s)
 	switch kind {
 	case Map:
@@ -113,6 +123,10 @@ func (c *checker) check(s *spec.Schema, v any, path []any) {
 // fields checks the keys and values of a mapping against an object schema.
 func (c *checker) fields(s *spec.Schema, m map[string]any, path []any) {
 	open := preserveUnknown(s) || (len(s.Properties) == 0 && s.AdditionalProperties == nil)
+	embedded := false
+	if v, ok := s.Extensions["x-kubernetes-embedded-resource"].(bool); ok && v {
+		embedded = true // apiVersion, kind and metadata go without saying
+	}
 	var extra *spec.Schema
 	if s.AdditionalProperties != nil {
 		if s.AdditionalProperties.Schema != nil {
@@ -135,8 +149,9 @@ func (c *checker) fields(s *spec.Schema, m map[string]any, path []any) {
 		switch {
 		case extra != nil:
 			c.check(extra, e, with(path, k))
-		case open, strings.Contains(k, "${"):
-			// any field, or a key known only when rendered
+		case open, strings.Contains(k, "${"), embedded && (k == "apiVersion" || k == "kind" || k == "metadata"):
+			// any field, a key known only when rendered, or an embedded
+			// object's type and metadata
 		default:
 			known := make([]string, 0, len(s.Properties))
 			for name := range s.Properties {
@@ -217,15 +232,42 @@ func article(t string) string {
 }
 
 func intOrString(s *spec.Schema) bool {
-	if v, ok := s.Extensions["x-kubernetes-int-or-string"].(bool); ok && v {
-		return true
+	v, ok := s.Extensions["x-kubernetes-int-or-string"].(bool)
+	return ok && v
+}
+
+// alternatives returns the types a schema without a type of its own
+// allows through oneOf or anyOf, when each alternative is a plain type
+// (built-in IntOrString: integer or string; Quantity: string or number);
+// nil otherwise.
+func alternatives(s *spec.Schema) []string {
+	if typeOf(s) != "" {
+		return nil
 	}
-	// Built-in IntOrString fields: anyOf integer, string.
-	if len(s.AnyOf) == 2 {
-		a, b := typeOf(&s.AnyOf[0]), typeOf(&s.AnyOf[1])
-		return (a == "integer" && b == "string") || (a == "string" && b == "integer")
+	alts := s.OneOf
+	if len(alts) == 0 {
+		alts = s.AnyOf
 	}
-	return false
+	if len(alts) == 0 {
+		return nil
+	}
+	var out []string
+	for i := range alts {
+		t := typeOf(&alts[i])
+		if t == "" || t == "object" || t == "array" {
+			return nil
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+func mapArticles(ts []string) []string {
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = article(t)
+	}
+	return out
 }
 
 func preserveUnknown(s *spec.Schema) bool {

@@ -118,6 +118,9 @@ spec:
 		{"mapping for a list", deploy, "spec: {template: {spec: {containers: {name: x}}}}\n", "spec.template.spec.containers: wants an array (a list), the template gives a mapping"},
 		{"deep unknown field", deploy, "spec: {template: {spec: {containers: [{name: x, imagePullPolicyy: Always}]}}}\n", `spec.template.spec.containers[0].imagePullPolicyy: unknown field "imagePullPolicyy"`},
 		{"null removes", deploy, "spec: {replicas: null}\n", ""},
+		{"int-or-string takes neither a list", svc, "spec: {ports: [{port: 80, targetPort: [http]}]}\n", "spec.ports[0].targetPort: wants an integer or a string, the template gives a list"},
+		{"a quantity is a string or a number", deploy, "spec: {template: {spec: {containers: [{name: a, resources: {limits: {cpu: 1, memory: 1Gi, x: 0.5}, requests: {cpu: true}}}]}}}\n",
+			"spec.template.spec.containers[0].resources.requests.cpu: wants a string or a number, the template gives a bool"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
