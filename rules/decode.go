@@ -28,7 +28,8 @@ type decoder struct {
 	lines []string // the file's source lines, for positions inside block scalars
 	rule  string   // the rule's name once known
 	errs  ErrorList
-	nodes int // values produced so far, aliases expanded
+	warns ErrorList // what may still work: required fields a template lacks
+	nodes int       // values produced so far, aliases expanded
 	// expanding holds the anchors whose alias is being expanded, to catch
 	// an anchor that contains an alias to itself.
 	expanding map[*yaml.Node]bool

@@ -25,6 +25,10 @@ type File struct {
 	Rules []*Rule
 	// Skipped counts documents that are not rules (sample objects, CRDs).
 	Skipped int
+	// Warnings are what the rules may get wrong without being invalid:
+	// required fields a template lacks (defaulting or admission may set
+	// them). Each Msg starts with "warning: ".
+	Warnings ErrorList
 }
 
 // Set is a loaded rule set: every rule of every file, names unique. It is
@@ -177,6 +181,7 @@ func (l *Loader) Parse(path string, data []byte) (*File, error) {
 		d := &decoder{file: path, lines: lines, schemas: schemas}
 		r := d.decodeRule(root, l.compiler)
 		errs = append(errs, d.errs...)
+		f.Warnings = append(f.Warnings, d.warns...)
 		if r == nil {
 			continue
 		}

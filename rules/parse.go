@@ -236,7 +236,7 @@ func (d *decoder) decodeSpec(r *Rule, spec *yaml.Node, docVal any, pos positions
 			if d.schemas != nil && r.Status != nil {
 				if s := d.schemas.Schema(r.Watch.GVK); s != nil {
 					if st, ok := s.Properties["status"]; ok {
-						d.checkSchema(&st, prefix, docVal, r.Status, r.Watch.Kind+" status")
+						d.checkSchema(&st, prefix, docVal, r.Status, r.Watch.Kind+" status", false)
 					}
 				}
 			}
@@ -423,7 +423,7 @@ func (d *decoder) decodeResource(i int, n *yaml.Node, docVal any, pos positions,
 	d.checkMetadata(tn, tf, field+".template")
 	res.Template = d.template(tn, expr.Path{"spec", "resources", i, "template"}, docVal, pos, c, scope)
 	if d.schemas != nil && res.Template != nil && len(d.errs) == errsBefore {
-		d.checkSchema(d.schemas.Schema(res.GVK), expr.Path{"spec", "resources", i, "template"}, docVal, res.Template, res.Kind)
+		d.checkSchema(d.schemas.Schema(res.GVK), expr.Path{"spec", "resources", i, "template"}, docVal, res.Template, res.Kind, res.Mode == ModeOwn)
 	}
 	if res.Template != nil {
 		for _, ref := range res.Template.ChildRefs() {
@@ -451,8 +451,9 @@ func (d *decoder) decodeResource(i int, n *yaml.Node, docVal any, pos positions,
 
 // checkSchema reports what in the template at prefix the schema s of its
 // kind (what, for messages) would not take: unknown fields, values of the
-// wrong type. s nil: the kind is not known, nothing is checked.
-func (d *decoder) checkSchema(s *spec.Schema, prefix expr.Path, docVal any, t *Template, what string) {
+// wrong type; with required, missing required fields, as warnings. s nil:
+// the kind is not known, nothing is checked.
+func (d *decoder) checkSchema(s *spec.Schema, prefix expr.Path, docVal any, t *Template, what string, required bool) {
 	if s == nil {
 		return
 	}
@@ -465,11 +466,13 @@ func (d *decoder) checkSchema(s *spec.Schema, prefix expr.Path, docVal any, t *T
 			expr.TypeDouble: kinds.Number, expr.TypeBool: kinds.Bool, expr.TypeList: kinds.List, expr.TypeMap: kinds.Map,
 			expr.TypeNull: kinds.Null}[o]
 	}
-	for _, p := range kinds.Check(s, lookup(docVal, prefix), kindOf) {
+	for _, p := range kinds.Check(s, lookup(docVal, prefix), kindOf, required) {
 		full := append(append(expr.Path(nil), prefix...), p.Path...)
-		at, ok := d.at[posKey(full, p.Key)]
+		at, ok := d.at[posKey(full, p.Key || p.Warning)] // a mapping lacking a field: at its key
 		if !ok {
-			at = t.Pos
+			if at, ok = d.at[posKey(full, false)]; !ok {
+				at = t.Pos
+			}
 		}
 		msg := p.Msg
 		if p.Key {
@@ -477,6 +480,10 @@ func (d *decoder) checkSchema(s *spec.Schema, prefix expr.Path, docVal any, t *T
 			if s := suggest(p.Field, p.Known); s != "" {
 				msg += fmt.Sprintf(" (did you mean %q?)", s)
 			}
+		}
+		if p.Warning {
+			d.warns = append(d.warns, &Error{Pos: at, Rule: d.rule, Field: pathField("", full), Msg: "warning: " + msg})
+			continue
 		}
 		d.errorAt(at, pathField("", full), "%s", msg)
 	}

@@ -216,6 +216,38 @@ spec:
 	}
 }
 
+// TestValidateWarnsRequired: a template lacking a required field of its
+// kind is valid — defaulting or admission may set it — with a warning
+// that names the place.
+func TestValidateWarnsRequired(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	rule := `apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: w}
+spec:
+  watch: {apiVersion: v1, kind: Namespace}
+  resources:
+    - id: d
+      template:
+        apiVersion: apps/v1
+        kind: Deployment
+        metadata: {name: d, namespace: x}
+        spec:
+          template: {spec: {containers: [{name: a, image: nginx}]}}
+`
+	if err := os.WriteFile(path, []byte(rule), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := syncloop(t, "validate", "-f", path)
+	if code != 0 || !strings.HasPrefix(out, "1 rule(s) in 1 file(s) valid") {
+		t.Fatalf("exit %d, stdout %q: want 0 and valid", code, out)
+	}
+	want := path + `:12:9: rule "w": spec.resources[0].template.spec: warning: missing required field "selector" (unless defaulting or admission sets it)` + "\n"
+	if errOut != want {
+		t.Errorf("stderr = %q\nwant %q", errOut, want)
+	}
+}
+
 // TestValidateCycle: resources that read each other are rejected at load,
 // with every resource on the cycle and where it reads the next.
 func TestValidateCycle(t *testing.T) {

@@ -47,5 +47,10 @@ func (f *ruleFlags) load(stderr io.Writer, crds ...*unstructured.Unstructured) (
 		}
 		return nil, err
 	}
+	for _, f := range set.Files() {
+		for _, w := range f.Warnings {
+			fmt.Fprintln(stderr, w)
+		}
+	}
 	return set, nil
 }

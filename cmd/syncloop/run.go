@@ -206,6 +206,7 @@ version in force; at start, files that fail are left out and reported.`,
 			loaded := src.Load()
 			files := &fileErrors{}
 			files.report(logger, loaded.Errors)
+			logWarnings(logger, loaded.Set)
 
 			broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 			broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cl.core.CoreV1().Events("")})
@@ -259,6 +260,7 @@ version in force; at start, files that fail are left out and reported.`,
 				defer close(watchDone)
 				err := watcher.Run(ctx, func(st reload.Status) {
 					files.report(logger, st.Errors)
+					logWarnings(logger, st.Set)
 					m.Reloaded(len(st.Errors) > 0)
 					m.RulesLoaded(st.Set.Len())
 					logger.Info("Rule files reloaded", "rules", st.Set.Len(), "fileErrors", len(st.Errors))
@@ -407,4 +409,14 @@ func serve(ctx context.Context, addr, what string, h http.Handler) (*http.Server
 		}
 	}()
 	return srv, nil
+}
+
+// logWarnings logs what the rules in force may get wrong without being
+// invalid (required fields a template lacks).
+func logWarnings(logger klog.Logger, set *rules.Set) {
+	for _, f := range set.Files() {
+		for _, w := range f.Warnings {
+			logger.Info("Rule warning", "warning", w.Error())
+		}
+	}
 }

@@ -32,11 +32,14 @@ func (k Kind) String() string {
 // from the template's root; Key says the problem is the map key at Path
 // (an unknown field), whose siblings are Known.
 type Problem struct {
-	Path  []any
-	Key   bool
-	Msg   string
-	Field string   // the unknown field, when Key
-	Known []string // the fields the schema has there, when Key
+	Path []any
+	Key  bool
+	// Warning: the API server may still accept it (a required field that
+	// defaulting or admission may fill in).
+	Warning bool
+	Msg     string
+	Field   string   // the unknown field, when Key
+	Known   []string // the fields the schema has there, when Key
 }
 
 // KindOf describes a template string that holds ${}: a sole ${expr} is the
@@ -45,17 +48,19 @@ type KindOf func(path []any, s string) Kind
 
 // Check walks a template — maps, lists and scalars as decoded from YAML —
 // against the schema of its kind and returns what the API server would
-// reject or drop: fields the kind does not have, values of the wrong type.
-// Templated map keys, and values whose type is not known until rendered,
-// are not checked.
-func Check(s *spec.Schema, v any, kindOf KindOf) []Problem {
-	c := &checker{kindOf: kindOf}
+// reject or drop: fields the kind does not have, values of the wrong type;
+// with required, also warnings for required fields a written mapping lacks
+// (not for a patch, which completes an existing object). Templated map
+// keys, and values whose type is not known until rendered, are not checked.
+func Check(s *spec.Schema, v any, kindOf KindOf, required bool) []Problem {
+	c := &checker{kindOf: kindOf, required: required}
 	c.check(s, v, nil)
 	return c.problems
 }
 
 type checker struct {
 	kindOf   KindOf
+	required bool
 	problems []Problem
 }
 
@@ -136,10 +141,20 @@ func (c *checker) fields(s *spec.Schema, m map[string]any, path []any) {
 		}
 	}
 	keys := make([]string, 0, len(m))
+	templatedKey := false
 	for k := range m {
 		keys = append(keys, k)
+		templatedKey = templatedKey || strings.Contains(k, "${")
 	}
 	sort.Strings(keys)
+	if c.required && !templatedKey {
+		for _, r := range s.Required {
+			if _, ok := m[r]; !ok {
+				c.problems = append(c.problems, Problem{Path: append([]any(nil), path...), Warning: true,
+					Msg: fmt.Sprintf("missing required field %q (unless defaulting or admission sets it)", r)})
+			}
+		}
+	}
 	for _, k := range keys {
 		e := m[k]
 		if p, ok := s.Properties[k]; ok {

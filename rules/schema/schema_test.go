@@ -124,9 +124,27 @@ spec:
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := messages(Check(tt.s, parse(t, tt.doc), kindOf)); got != tt.want {
+			if got := messages(Check(tt.s, parse(t, tt.doc), kindOf, false)); got != tt.want {
 				t.Errorf("problems:\n%s\nwant:\n%s", got, tt.want)
 			}
 		})
+	}
+}
+
+func TestCheckRequired(t *testing.T) {
+	deploy := Builtin().Schema(schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"})
+	doc := parse(t, "spec: {template: {spec: {containers: [{image: nginx}]}}}\n")
+	ps := Check(deploy, doc, nil, true)
+	if got := messages(ps); got != `spec: missing required field "selector" (unless defaulting or admission sets it)`+"\n"+
+		`spec.template.spec.containers[0]: missing required field "name" (unless defaulting or admission sets it)` {
+		t.Errorf("problems:\n%s", got)
+	}
+	for _, p := range ps {
+		if !p.Warning {
+			t.Errorf("%s: a missing required field must be a warning", p.Msg)
+		}
+	}
+	if ps := Check(deploy, doc, nil, false); len(ps) != 0 {
+		t.Errorf("without required: %s", messages(ps))
 	}
 }
