@@ -199,11 +199,7 @@ spec:
     - id: cm
       template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: y}}
 `
-	path := filepath.Join(dir, "rules.yaml")
-	if err := os.WriteFile(path, []byte(rule), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	code, out, errOut := syncloop(t, "validate", "-f", path)
+	path, code, out, errOut := validateRule(t, dir, rule)
 	if code != 1 {
 		t.Fatalf("exit %d, want 1", code)
 	}
@@ -220,7 +216,6 @@ spec:
 // kind is valid — defaulting or admission may set it — with a warning
 // that names the place.
 func TestValidateWarnsRequired(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "rules.yaml")
 	rule := `apiVersion: syncloop.dev/v1alpha1
 kind: Rule
 metadata: {name: w}
@@ -235,10 +230,7 @@ spec:
         spec:
           template: {spec: {containers: [{name: a, image: nginx}]}}
 `
-	if err := os.WriteFile(path, []byte(rule), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	code, out, errOut := syncloop(t, "validate", "-f", path)
+	path, code, out, errOut := validateRule(t, t.TempDir(), rule)
 	if code != 0 || !strings.HasPrefix(out, "1 rule(s) in 1 file(s) valid") {
 		t.Fatalf("exit %d, stdout %q: want 0 and valid", code, out)
 	}
@@ -251,7 +243,6 @@ spec:
 // TestValidateCycle: resources that read each other are rejected at load,
 // with every resource on the cycle and where it reads the next.
 func TestValidateCycle(t *testing.T) {
-	dir := t.TempDir()
 	rule := `apiVersion: syncloop.dev/v1alpha1
 kind: Rule
 metadata: {name: loop}
@@ -263,11 +254,7 @@ spec:
     - id: b
       template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${children.a.metadata.name}-b", namespace: x}}
 `
-	path := filepath.Join(dir, "rules.yaml")
-	if err := os.WriteFile(path, []byte(rule), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	code, _, errOut := syncloop(t, "validate", "-f", path)
+	path, code, _, errOut := validateRule(t, t.TempDir(), rule)
 	if code != 1 {
 		t.Fatalf("exit %d, want 1", code)
 	}
@@ -275,6 +262,17 @@ spec:
 	if !strings.HasPrefix(errOut, want+"\n") {
 		t.Errorf("stderr = %q\nwant it to start with %q", errOut, want)
 	}
+}
+
+// validateRule writes rule to dir/rules.yaml and runs validate on it.
+func validateRule(t *testing.T, dir, rule string) (path string, code int, stdout, stderr string) {
+	t.Helper()
+	path = filepath.Join(dir, "rules.yaml")
+	if err := os.WriteFile(path, []byte(rule), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr = syncloop(t, "validate", "-f", path)
+	return path, code, stdout, stderr
 }
 
 func TestRenderFailureExitCode(t *testing.T) {
