@@ -136,8 +136,8 @@ func TestGraphFailureAndExclusion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !errors.Is(rd.Err(), boom) || len(rd.Waiting()) != 1 {
-		t.Errorf("err %v, waiting %d: want boom and cm waiting", rd.Err(), len(rd.Waiting()))
+	if svc := rd.Resources[0]; svc.Resource.ID != "svc" || !errors.Is(svc.Err, boom) || svc.Ready || len(rd.Waiting()) != 1 {
+		t.Errorf("svc %+v, waiting %d: want svc failed with boom, not ready, and cm waiting", svc, len(rd.Waiting()))
 	}
 	rd, err = r.Render(context.Background(), obj("example.com/v1", "App", "shop", "off", nil), graphScopes, nil, ap)
 	if err != nil {

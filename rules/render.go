@@ -381,17 +381,6 @@ func (renderedApplier) Apply(_ context.Context, c Child) (map[string]any, error)
 	return c.Object.Object, nil
 }
 
-// Err is the first failure to apply a child, or nil.
-func (rd *Rendered) Err() error {
-	var errs []error
-	for _, st := range rd.Resources {
-		if st.Err != nil {
-			errs = append(errs, st.Err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
 // Waiting are the resources that were not rendered because a resource
 // they read is not ready.
 func (rd *Rendered) Waiting() []*ResourceState {

@@ -130,6 +130,3 @@ func (k *Kinds) Schema(gvk schema.GroupVersionKind) *spec.Schema {
 	}
 	return k.next.Schema(gvk)
 }
-
-// Len is how many kinds the table holds (not counting the fallback).
-func (k *Kinds) Len() int { return len(k.schemas) }
