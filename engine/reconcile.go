@@ -287,13 +287,9 @@ func (c *controller) prune(ctx context.Context, ch *changes, triggerRef rules.Ob
 	}
 	// Reverse dependency order; a child whose resource is gone from the
 	// rule depends on nothing syncloop knows, and goes first.
-	pos := make(map[string]int, len(c.rule.Order))
-	for i, res := range c.rule.Order {
-		pos[res.ID] = i
-	}
 	rank := func(u *unstructured.Unstructured) int {
-		if i, ok := pos[u.GetAnnotations()[rules.AnnotationResourceID]]; ok {
-			return i
+		if res := c.rule.Resource(u.GetAnnotations()[rules.AnnotationResourceID]); res != nil {
+			return res.Rank
 		}
 		return len(c.rule.Order)
 	}
@@ -346,10 +342,8 @@ func (c *controller) prune(ctx context.Context, ch *changes, triggerRef rules.Ob
 // deletionPolicy is the policy of the resource with this id: its own, or
 // the rule's for a resource no longer in the rule.
 func (c *controller) deletionPolicy(id string) rules.DeletionPolicy {
-	for _, res := range c.rule.Resources {
-		if res.ID == id {
-			return res.DeletionPolicy
-		}
+	if res := c.rule.Resource(id); res != nil {
+		return res.DeletionPolicy
 	}
 	return c.rule.DeletionPolicy
 }

@@ -85,6 +85,10 @@ func (d *decoder) graph(r *Rule) {
 		return
 	}
 	r.Order = topoOrder(r.Resources)
+	for i, res := range r.Order {
+		res.Rank = i
+	}
+	r.byID = byID
 }
 
 // refTo is where res first reads id.

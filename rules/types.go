@@ -57,6 +57,7 @@ type Rule struct {
 	// Order is Resources in dependency order: every resource after the
 	// resources it reads as children.<id>, otherwise in spec order.
 	Order []*Resource
+	byID  map[string]*Resource
 	// Status, when not nil, renders the trigger's .status.
 	Status *Template
 
@@ -149,11 +150,16 @@ type Resource struct {
 	Refs []Ref
 	// Dependents are the resources that read this one.
 	Dependents []*Resource
-	// Index is the resource's position in spec.resources; Pos is where it
-	// was written.
+	// Index is the resource's position in spec.resources, Rank its
+	// position in Rule.Order; Pos is where it was written.
 	Index int
+	Rank  int
 	Pos   Pos
 }
+
+// Resource returns the rule's resource with this id, or nil (a child whose
+// resource was removed from the rule).
+func (r *Rule) Resource(id string) *Resource { return r.byID[id] }
 
 // Ref is one children.<id> reference in a resource, and where it is.
 type Ref struct {
