@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/syncloop/syncloop/rules"
@@ -85,8 +86,13 @@ func TestPatchMode(t *testing.T) {
 		return cm.Data["last"] == "a" && cm.Data["theirs"] == "2"
 	})
 
-	// Steady state: reconciles write nothing.
-	h.eventually("idle", c.idle)
+	// Steady state: reconciles write nothing — once the controller's cache
+	// holds the repaired object (the API server may answer first).
+	h.eventually("idle, the cache caught up", func() bool {
+		live, _ := h.configMap(h.ns, "target")
+		cached, ok, _ := c.patchWatchOf(c.rule.Resources[0]).sub.Indexer().GetByKey(h.ns + "/target")
+		return c.idle() && ok && cached.(*unstructured.Unstructured).GetResourceVersion() == live.ResourceVersion
+	})
 	h.counter.Reset()
 	c.queue.Add(cache.ObjectName{Namespace: h.ns, Name: "a"})
 	h.eventually("reconciled again", c.idle)
