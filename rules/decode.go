@@ -29,6 +29,7 @@ type decoder struct {
 	rule  string   // the rule's name once known
 	errs  ErrorList
 	warns ErrorList // what may still work: required fields a template lacks
+	notes ErrorList // kinds with no schema
 	nodes int       // values produced so far, aliases expanded
 	// expanding holds the anchors whose alias is being expanded, to catch
 	// an anchor that contains an alias to itself.
@@ -104,7 +105,7 @@ func (d *decoder) fields(n *yaml.Node, field string, known ...string) map[string
 		}
 		if !contains(known, name) {
 			msg := fmt.Sprintf("unknown field %q", name)
-			if s := suggest(name, known); s != "" {
+			if s := expr.Suggest(name, known); s != "" {
 				msg += fmt.Sprintf(" (did you mean %q?)", s)
 			}
 			d.errorf(k, field, "%s", msg)
@@ -383,35 +384,4 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
-}
-
-// suggest returns the known field closest to name when it is a likely typo.
-func suggest(name string, known []string) string {
-	best, bestDist := "", 3
-	for _, k := range known {
-		if d := editDistance(strings.ToLower(name), strings.ToLower(k)); d < bestDist {
-			best, bestDist = k, d
-		}
-	}
-	return best
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

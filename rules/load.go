@@ -29,6 +29,10 @@ type File struct {
 	// required fields a template lacks (defaulting or admission may set
 	// them). Each Msg starts with "warning: ".
 	Warnings ErrorList
+	// Notes name the kinds the rules touch that have no schema: what
+	// expressions read of them is dyn, their templates are not checked.
+	// Each Msg starts with "note: "; the CLI shows them at -v=2.
+	Notes ErrorList
 }
 
 // Set is a loaded rule set: every rule of every file, names unique. It is
@@ -182,6 +186,7 @@ func (l *Loader) Parse(path string, data []byte) (*File, error) {
 		r := d.decodeRule(root, l.compiler)
 		errs = append(errs, d.errs...)
 		f.Warnings = append(f.Warnings, d.warns...)
+		f.Notes = append(f.Notes, d.notes...)
 		if r == nil {
 			continue
 		}

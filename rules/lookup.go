@@ -38,7 +38,7 @@ type Lookuper interface {
 }
 
 // decodeLookups decodes spec.lookups and returns the lookup ids.
-func (d *decoder) decodeLookups(r *Rule, n *yaml.Node, c *expr.Compiler) []string {
+func (d *decoder) decodeLookups(r *Rule, n *yaml.Node, c *expr.Compiler, ts *expr.Types) []string {
 	var ids []string
 	for i, ln := range d.seq(n, "spec.lookups") {
 		field := fmt.Sprintf("spec.lookups[%d]", i)
@@ -53,7 +53,7 @@ func (d *decoder) decodeLookups(r *Rule, n *yaml.Node, c *expr.Compiler) []strin
 			l.GVK = gv.WithKind(l.Kind)
 		}
 		if nn, ok := f["namespace"]; ok {
-			l.Namespace = d.text(nn, field+".namespace", c)
+			l.Namespace = d.text(nn, field+".namespace", c, ts)
 			if v := l.Namespace.Literal; l.Namespace.IsLiteral() && v != "" {
 				if errs := validation.IsDNS1123Label(v); len(errs) > 0 {
 					d.errorf(nn, field+".namespace", "%q is not a valid namespace: %s", v, strings.Join(errs, "; "))
@@ -62,7 +62,7 @@ func (d *decoder) decodeLookups(r *Rule, n *yaml.Node, c *expr.Compiler) []strin
 		}
 		if nn, ok := f["name"]; ok {
 			errs := len(d.errs)
-			l.Name = d.text(nn, field+".name", c)
+			l.Name = d.text(nn, field+".name", c, ts)
 			if l.Name.Empty() && len(d.errs) == errs {
 				d.errorf(nn, field+".name", "must not be empty: leave name out for a list")
 			}
@@ -71,7 +71,7 @@ func (d *decoder) decodeLookups(r *Rule, n *yaml.Node, c *expr.Compiler) []strin
 			if _, named := f["name"]; named {
 				d.errorf(nn, field+".labelSelector", "a lookup by name reads one object: leave name out for a list by labels")
 			}
-			l.LabelSelector = d.text(nn, field+".labelSelector", c)
+			l.LabelSelector = d.text(nn, field+".labelSelector", c, ts)
 			if l.LabelSelector.IsLiteral() {
 				if _, err := labels.Parse(l.LabelSelector.Literal); err != nil {
 					d.errorf(nn, field+".labelSelector", "%v", err)
@@ -89,12 +89,12 @@ func (d *decoder) decodeLookups(r *Rule, n *yaml.Node, c *expr.Compiler) []strin
 
 // text decodes a string field that may hold ${} over the trigger. The
 // value of a sole ${expr} must be a string.
-func (d *decoder) text(n *yaml.Node, field string, c *expr.Compiler) Text {
+func (d *decoder) text(n *yaml.Node, field string, c *expr.Compiler, ts *expr.Types) Text {
 	v, ok := d.str(n, field)
 	if !ok || !strings.Contains(v, "${") {
 		return Text{Literal: v}
 	}
-	t, err := c.CompileString(v, expr.Scope{})
+	t, err := c.CompileString(v, expr.Scope{Types: ts})
 	if err != nil {
 		d.errorAt(d.offsetPos(resolve(n), err.Offset), field, "%s", err.Msg)
 		return Text{}

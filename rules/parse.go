@@ -166,9 +166,11 @@ func (d *decoder) decodeSpec(r *Rule, spec *yaml.Node, docVal any, pos positions
 
 	// Lookups are read after `when`, before the variables: the variables,
 	// resources and status see them.
+	// What expressions read is typed by the schemas of its kinds.
+	ruleTypes := d.types(c, r, docVal)
 	var lookupIDs []string
 	if n, ok := f["lookups"]; ok {
-		lookupIDs = d.decodeLookups(r, n, c)
+		lookupIDs = d.decodeLookups(r, n, c, ruleTypes)
 	}
 	var varNames []string
 	if n, ok := f["variables"]; ok {
@@ -197,7 +199,7 @@ func (d *decoder) decodeSpec(r *Rule, spec *yaml.Node, docVal any, pos positions
 				continue
 			}
 			// A variable sees the variables declared before it.
-			e := d.expression(en, field+".expression", c, expr.Scope{Variables: varNames, Lookups: lookupIDs}, expr.AnyResult)
+			e := d.expression(en, field+".expression", c, expr.Scope{Variables: varNames, Lookups: lookupIDs, Types: ruleTypes}, expr.AnyResult)
 			if nameOK {
 				varNames = append(varNames, name)
 				r.Variables = append(r.Variables, Variable{Name: name, Expr: e})
@@ -207,7 +209,7 @@ func (d *decoder) decodeSpec(r *Rule, spec *yaml.Node, docVal any, pos positions
 	if n, ok := f["when"]; ok {
 		// `when` is evaluated before the variables — it decides whether they
 		// are evaluated at all, and event handlers evaluate it alone.
-		r.When = d.expression(n, "spec.when", c, expr.Scope{}, expr.BoolResult)
+		r.When = d.expression(n, "spec.when", c, expr.Scope{Types: ruleTypes}, expr.BoolResult)
 	}
 
 	var ids []string
@@ -217,7 +219,7 @@ func (d *decoder) decodeSpec(r *Rule, spec *yaml.Node, docVal any, pos positions
 		// declared to every resource, and the references become the graph.
 		all := nonNil(declaredIDs(docVal))
 		for i, rn := range d.seq(n, "spec.resources") {
-			scope := expr.Scope{Variables: varNames, Lookups: lookupIDs, Children: all}
+			scope := expr.Scope{Variables: varNames, Lookups: lookupIDs, Children: all, Types: ruleTypes}
 			if res := d.decodeResource(i, rn, docVal, pos, c, scope, ids); res != nil {
 				r.Resources = append(r.Resources, res)
 				ids = append(ids, res.ID)
@@ -232,7 +234,7 @@ func (d *decoder) decodeSpec(r *Rule, spec *yaml.Node, docVal any, pos positions
 			d.errorf(n, "spec.status", "must be a mapping, not %s", kindName(resolve(n)))
 		} else {
 			prefix := expr.Path{"spec", "status"}
-			r.Status = d.template(n, prefix, docVal, pos, c, expr.Scope{Variables: varNames, Lookups: lookupIDs, Children: nonNil(ids), Status: true})
+			r.Status = d.template(n, prefix, docVal, pos, c, expr.Scope{Variables: varNames, Lookups: lookupIDs, Children: nonNil(ids), Status: true, Types: ruleTypes})
 			if d.schemas != nil && r.Status != nil {
 				if s := d.schemas.Schema(r.Watch.GVK); s != nil {
 					if st, ok := s.Properties["status"]; ok {
@@ -293,6 +295,83 @@ func (d *decoder) decodeSpec(r *Rule, spec *yaml.Node, docVal any, pos positions
 			r.MaxRetries = int(v)
 		}
 	}
+}
+
+// types are what the rule's expressions read, as far as the schemas of
+// their kinds tell: the trigger's, the lookups' and the children's kinds,
+// read from the document before anything is compiled (the rule's
+// expressions share one environment). nil when schemas are not checked.
+func (d *decoder) types(c *expr.Compiler, r *Rule, docVal any) *expr.Types {
+	if d.schemas == nil {
+		return nil
+	}
+	ts := &expr.Types{Lookups: map[string]*expr.Type{}, Children: map[string]*expr.Type{}}
+	if r.Watch.Kind != "" {
+		ts.Object = d.kindType(c, r.Watch.GVK)
+		d.noteUntyped(r, ts.Object, r.Watch.GVK, "spec.watch")
+	}
+	// typeAt is the type of the kind named by apiVersion and kind at path
+	// in m, a list of it when many; false if they are not literal.
+	typeAt := func(m map[string]any, path []any, field string, many bool) (string, *expr.Type, bool) {
+		id, _ := m["id"].(string)
+		apiVersion, _ := lookup(m, append(path, "apiVersion")).(string)
+		kind, _ := lookup(m, append(path, "kind")).(string)
+		gv, err := schema.ParseGroupVersion(apiVersion)
+		if id == "" || kind == "" || err != nil || strings.Contains(apiVersion+kind, "${") {
+			return "", nil, false
+		}
+		t := d.kindType(c, gv.WithKind(kind))
+		d.noteUntyped(r, t, gv.WithKind(kind), field)
+		if many && t != nil {
+			t = expr.ListOf(t)
+		}
+		return id, t, true
+	}
+	lookups, _ := lookup(docVal, []any{"spec", "lookups"}).([]any)
+	for i, lv := range lookups {
+		m, _ := lv.(map[string]any)
+		_, named := m["name"]
+		if id, t, ok := typeAt(m, nil, fmt.Sprintf("spec.lookups[%d]", i), !named); ok {
+			ts.Lookups[id] = t
+		}
+	}
+	resources, _ := lookup(docVal, []any{"spec", "resources"}).([]any)
+	for i, rv := range resources {
+		m, _ := rv.(map[string]any)
+		_, forEach := m["forEach"]
+		if id, t, ok := typeAt(m, []any{"template"}, fmt.Sprintf("spec.resources[%d].template", i), forEach); ok {
+			ts.Children[id] = t
+		}
+	}
+	return ts
+}
+
+// noteUntyped notes a kind with no schema, once per rule.
+func (d *decoder) noteUntyped(r *Rule, t *expr.Type, gvk schema.GroupVersionKind, field string) {
+	if t != nil {
+		return
+	}
+	msg := fmt.Sprintf("note: %s %s has no schema (not built in, no CRD given): expressions read it as dyn and its templates are not checked",
+		gvk.GroupVersion(), gvk.Kind)
+	for _, n := range d.notes {
+		if n.Msg == msg && n.Rule == d.rule {
+			return
+		}
+	}
+	d.notes = append(d.notes, &Error{Pos: r.Pos, Rule: d.rule, Field: field, Msg: msg})
+}
+
+// kindType is the CEL type of a kind's objects; nil (dyn) when its schema
+// is not known.
+func (d *decoder) kindType(c *expr.Compiler, gvk schema.GroupVersionKind) *expr.Type {
+	if d.schemas == nil {
+		return nil
+	}
+	s := d.schemas.Schema(gvk)
+	if s == nil {
+		return nil
+	}
+	return c.KindType(strings.TrimPrefix(gvk.GroupVersion().String()+"."+gvk.Kind, "."), s)
 }
 
 func nonNil(s []string) []string {
@@ -398,13 +477,8 @@ func (d *decoder) decodeResource(i int, n *yaml.Node, docVal any, pos positions,
 		res.ForEach = d.expression(nn, field+".forEach", c, scope, expr.ListResult)
 		res.Refs = append(res.Refs, d.exprRefs(nn, res.ForEach)...)
 		scope.ForEach = true
-	}
-	if nn, ok := f["readyWhen"]; ok {
-		for j, en := range d.seq(nn, field+".readyWhen") {
-			e := d.expression(en, fmt.Sprintf("%s.readyWhen[%d]", field, j), c, expr.Scope{Self: true}, expr.BoolResult)
-			if e != nil {
-				res.ReadyWhen = append(res.ReadyWhen, e)
-			}
+		if res.ForEach != nil {
+			scope.Item = res.ForEach.Elem()
 		}
 	}
 	tn, ok := f["template"]
@@ -419,6 +493,19 @@ func (d *decoder) decodeResource(i int, n *yaml.Node, docVal any, pos positions,
 	res.APIVersion, res.Kind = d.apiVersionKind(tn, tf, field+".template")
 	if gv, err := schema.ParseGroupVersion(res.APIVersion); err == nil {
 		res.GVK = gv.WithKind(res.Kind)
+	}
+	if nn, ok := f["readyWhen"]; ok {
+		// readyWhen judges the live child: self is of the template's kind.
+		self := expr.Scope{Self: true}
+		if res.Kind != "" {
+			self.SelfType = d.kindType(c, res.GVK)
+		}
+		for j, en := range d.seq(nn, field+".readyWhen") {
+			e := d.expression(en, fmt.Sprintf("%s.readyWhen[%d]", field, j), c, self, expr.BoolResult)
+			if e != nil {
+				res.ReadyWhen = append(res.ReadyWhen, e)
+			}
+		}
 	}
 	d.checkMetadata(tn, tf, field+".template")
 	res.Template = d.template(tn, expr.Path{"spec", "resources", i, "template"}, docVal, pos, c, scope)
@@ -477,7 +564,7 @@ func (d *decoder) checkSchema(s *spec.Schema, prefix expr.Path, docVal any, t *T
 		msg := p.Msg
 		if p.Key {
 			msg = fmt.Sprintf("unknown field %q: %s has no such field", p.Field, what)
-			if s := suggest(p.Field, p.Known); s != "" {
+			if s := expr.Suggest(p.Field, p.Known); s != "" {
 				msg += fmt.Sprintf(" (did you mean %q?)", s)
 			}
 		}

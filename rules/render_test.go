@@ -219,9 +219,9 @@ func TestRenderErrors(t *testing.T) {
 	}{
 		{"missing key", `  resources:
     - id: a
-      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${object.spec.name}"}}
-`, `rule.yaml:11:68: rule "r": resource "a": spec.resources[0].template.metadata.name: ${object.spec.name}: no such key: spec`},
-		{"when not bool at run time", `  when: object.metadata.name
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${dyn(object).spec.name}"}}
+`, `rule.yaml:11:68: rule "r": resource "a": spec.resources[0].template.metadata.name: ${dyn(object).spec.name}: no such key: spec`},
+		{"when not bool at run time", `  when: dyn(object.metadata.name)
 ` + cm, `rule.yaml:9:9: rule "r": spec.when: must produce a bool, produced string`},
 		{"name renders empty", `  resources:
     - id: a
@@ -234,7 +234,7 @@ func TestRenderErrors(t *testing.T) {
 `, `rule.yaml:12:17: rule "r": resource "a": spec.resources[0].template: ConfigMap n/x rendered twice (also by resource "a")`},
 		{"label not a string", `  resources:
     - id: a
-      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: n, labels: {n: "${object.metadata.?generation.orValue(1)}"}}}
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: n, labels: {n: "${dyn(object.metadata.?generation.orValue(1))}"}}}
 `, `rule.yaml:11:17: rule "r": resource "a": spec.resources[0].template.metadata.labels: values must be strings`},
 		{"cluster-scoped child with namespace", `  resources:
     - id: a
@@ -393,7 +393,7 @@ func TestRenderLookupErrors(t *testing.T) {
 	head := "apiVersion: syncloop.dev/v1alpha1\nkind: Rule\nmetadata: {name: r}\nspec:\n  watch: {apiVersion: v1, kind: Namespace}\n  lookups:\n"
 	res := "  resources:\n    - id: a\n      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: x}}\n"
 	tests := []struct{ name, lookup, want string }{
-		{"name not a string", "    - {id: s, apiVersion: v1, kind: Secret, namespace: p, name: \"${object.metadata}\"}\n",
+		{"name not a string", "    - {id: s, apiVersion: v1, kind: Secret, namespace: p, name: \"${dyn(object.metadata)}\"}\n",
 			`rule.yaml:7:65: rule "r": spec.lookups[0].name: rendered a mapping, want a string`},
 		{"cluster-scoped kind with a namespace", "    - {id: s, apiVersion: v1, kind: Namespace, namespace: p, name: a}\n",
 			`rule.yaml:7:7: rule "r": spec.lookups[0].namespace: Namespace is cluster-scoped: namespace must be empty, rendered "p"`},

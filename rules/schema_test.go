@@ -100,3 +100,41 @@ func readObjectsFrom(t *testing.T, doc string) ([]*unstructured.Unstructured, er
 	write(t, path, doc)
 	return ReadObjects(path)
 }
+
+// TestExpressionTypes: expressions are typed by the schemas of the kinds
+// they read — built in, or a CRD in the same file.
+func TestExpressionTypes(t *testing.T) {
+	widget := widgetCRD + head + "  watch: {apiVersion: test.syncloop.dev/v1, kind: Widget}\n"
+	tests := []struct{ name, yaml, want string }{
+		{"misspelt field of a CRD trigger", widget + "  when: object.spec.szie > 1\n" + cm,
+			`r.yaml:33:21: rule "r": spec.when: test.syncloop.dev/v1.Widget.spec has no field "szie" (did you mean "size"?)`},
+		{"a CRD's integer is not a string", widget + "  when: object.spec.size == 'big'\n" + cm,
+			`r.yaml:33:26: rule "r": spec.when: found no matching overload for '_==_' applied to '(int, string)'`},
+		{"preserve-unknown-fields is dyn; the status is checked by the CRD", widget +
+			"  when: object.spec.extra.anything.deep == 'x' && object.spec.size > 1\n" +
+			"  status:\n    ready: \"${object.spec.extra.flag}\"\n", ""},
+		{"well typed over Deployments", head + watchDeploy + `  when: object.spec.replicas > 0 && object.metadata.creationTimestamp < timestamp('2030-01-01T00:00:00Z')
+  resources:
+    - id: images
+      forEach: object.spec.template.spec.containers.filter(c, c.image != '')
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "${object.metadata.name}-${item.name}", namespace: "${object.metadata.namespace}"}
+        data: {image: "${item.image}", port: "${string(item.?ports[0].containerPort.orValue(0))}"}
+    - id: copy
+      readyWhen: [self.status.readyReplicas == self.spec.replicas]
+      template:
+        apiVersion: apps/v1
+        kind: Deployment
+        metadata: {name: "${object.metadata.name}-copy", namespace: "${object.metadata.namespace}"}
+        spec:
+          replicas: ${object.spec.replicas}
+          selector: "${object.spec.selector}"
+          template: "${object.spec.template}"
+`, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { wantLoadError(t, tt.yaml, tt.want) })
+	}
+}

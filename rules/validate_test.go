@@ -24,6 +24,9 @@ const head = "apiVersion: syncloop.dev/v1alpha1\nkind: Rule\nmetadata:\n  name: 
 // watchNS is a valid watch (lines 6-8).
 const watchNS = "  watch:\n    apiVersion: v1\n    kind: Namespace\n"
 
+// watchDeploy watches Deployments (lines 6-8).
+const watchDeploy = "  watch:\n    apiVersion: apps/v1\n    kind: Deployment\n"
+
 // cm is a valid resource list (from its line on: 6 lines).
 const cm = "  resources:\n    - id: cm\n      template:\n        apiVersion: v1\n        kind: ConfigMap\n        metadata: {name: x}\n"
 
@@ -38,11 +41,28 @@ func TestValidationErrors(t *testing.T) {
 		{"typo in when variable", head + watchNS + "  when: \"objet.metadata.name == 'a'\"\n" + cm,
 			`r.yaml:9:10: rule "r": spec.when: undeclared reference to 'objet'`},
 		{"when not bool", head + watchNS + "  when: object.metadata.name\n" + cm,
+			`r.yaml:9:9: rule "r": spec.when: must produce a bool, but produces string`}, // typed by the Namespace schema
+		{"when not bool, dyn", head + watchNS + "  when: dyn(object.metadata.name)\n" + cm,
 			``}, // dyn: accepted at load, checked when evaluated (see TestRenderErrors)
 		{"when a string literal", head + watchNS + "  when: \"'yes'\"\n" + cm,
 			`r.yaml:9:9: rule "r": spec.when: must produce a bool, but produces string`},
 		{"forEach not a list", head + watchNS + "  resources:\n    - id: cm\n      forEach: \"{'a': 1}\"\n      template:\n        apiVersion: v1\n        kind: ConfigMap\n        metadata: {name: x}\n",
 			`r.yaml:11:16: rule "r": spec.resources[0].forEach: must produce a list, but produces map(string, int)`},
+		// Types: what expressions read is typed by the schemas of its kinds.
+		{"misspelt trigger field", head + watchDeploy + "  when: object.spec.replicsa > 1\n" + cm,
+			`r.yaml:9:21: rule "r": spec.when: apps/v1.Deployment.spec has no field "replicsa" (did you mean "replicas"?)`},
+		{"forEach over a string", head + watchNS + "  resources:\n    - id: cm\n      forEach: object.metadata.name\n      template:\n        apiVersion: v1\n        kind: ConfigMap\n        metadata: {name: x}\n",
+			`r.yaml:11:16: rule "r": spec.resources[0].forEach: must produce a list, but produces string`},
+		{"item field misspelt", head + watchDeploy + "  resources:\n    - id: cm\n      forEach: object.spec.template.spec.containers\n      template:\n        apiVersion: v1\n        kind: ConfigMap\n        metadata: {name: \"${item.nmae}\"}\n",
+			`r.yaml:15:34: rule "r": spec.resources[0].template.metadata.name: ${item.nmae}: apps/v1.Deployment.spec.template.spec.containers.@item has no field "nmae" (did you mean "name"?)`},
+		{"child field misspelt", head + watchNS + cm + "    - id: copy\n      template:\n        apiVersion: v1\n        kind: ConfigMap\n        metadata: {name: y}\n        data: {a: \"${children.cm.dat.a}\"}\n",
+			`r.yaml:20:34: rule "r": spec.resources[1].template.data.a: ${children.cm.dat.a}: v1.ConfigMap has no field "dat" (did you mean "data"?)`},
+		{"readyWhen on a misspelt status field", head + watchNS + "  resources:\n    - id: d\n      readyWhen: [self.status.readyReplica == 1]\n      template:\n        apiVersion: apps/v1\n        kind: Deployment\n        metadata: {name: x}\n",
+			`r.yaml:11:31: rule "r": spec.resources[0].readyWhen[0]: apps/v1.Deployment.status has no field "readyReplica" (did you mean "readyReplicas"?)`},
+		{"mistyped template value from CEL", head + watchNS + "  resources:\n    - id: d\n      template:\n        apiVersion: apps/v1\n        kind: Deployment\n        metadata: {name: x}\n        spec: {replicas: \"${object.metadata.name}\"}\n",
+			`r.yaml:15:26: rule "r": spec.resources[0].template.spec.replicas: wants an integer, the template gives a string`},
+		{"bytes are not strings", head + watchNS + "  lookups:\n    - {id: s, apiVersion: v1, kind: Secret, namespace: x, name: y}\n" + "  variables:\n    - {name: t, expression: \"lookups.s.data.token.startsWith('a')\"}\n" + cm,
+			`r.yaml:12:61: rule "r": spec.variables[0].expression: found no matching overload for 'startsWith' applied to 'bytes.(string)'`},
 		{"item outside forEach", head + watchNS + "  resources:\n    - id: cm\n      template:\n        apiVersion: v1\n        kind: ConfigMap\n        metadata: {name: \"x-${item}\"}\n",
 			`r.yaml:14:31: rule "r": spec.resources[0].template.metadata.name: ${item}: undeclared reference to 'item'`},
 		{"unknown variable", head + watchNS + "  variables:\n    - name: tier\n      expression: \"'gold'\"\n" + cm + "  status:\n    t: ${variables.tire}\n",

@@ -240,6 +240,34 @@ spec:
 	}
 }
 
+// TestValidateNotesUntypedKinds: a kind with no schema is dyn to
+// expressions; -v=2 says so, the default level does not.
+func TestValidateNotesUntypedKinds(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	rule := `apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: u}
+spec:
+  watch: {apiVersion: example.com/v1, kind: Thing}
+  resources:
+    - id: cm
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${object.spec.anything}", namespace: x}}
+`
+	if err := os.WriteFile(path, []byte(rule), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	note := path + `:1:1: rule "u": spec.watch: note: example.com/v1 Thing has no schema (not built in, no CRD given): expressions read it as dyn and its templates are not checked` + "\n"
+	code, _, errOut := syncloop(t, "validate", "-v=2", "-f", path)
+	if code != 0 || errOut != note {
+		t.Errorf("-v=2: exit %d, stderr %q\nwant 0, %q", code, errOut, note)
+	}
+	// The level is process-wide: this also puts it back.
+	code, _, errOut = syncloop(t, "validate", "-v=0", "-f", path)
+	if code != 0 || errOut != "" {
+		t.Errorf("-v=0: exit %d, stderr %q; want 0 and nothing", code, errOut)
+	}
+}
+
 // TestValidateCycle: resources that read each other are rejected at load,
 // with every resource on the cycle and where it reads the next.
 func TestValidateCycle(t *testing.T) {
@@ -284,7 +312,7 @@ spec:
   watch: {apiVersion: v1, kind: Namespace}
   resources:
     - id: cm
-      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${object.spec.missing}", namespace: y}}
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${dyn(object).spec.missing}", namespace: y}}
 `
 	objs := "apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: b}\n"
 	rp, op := filepath.Join(dir, "r.yaml"), filepath.Join(dir, "o.yaml")

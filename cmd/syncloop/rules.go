@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/klog/v2"
 
 	"github.com/syncloop/syncloop/rules"
 	"github.com/syncloop/syncloop/rules/expr"
@@ -50,6 +51,11 @@ func (f *ruleFlags) load(stderr io.Writer, crds ...*unstructured.Unstructured) (
 	for _, f := range set.Files() {
 		for _, w := range f.Warnings {
 			fmt.Fprintln(stderr, w)
+		}
+		if klog.V(2).Enabled() {
+			for _, n := range f.Notes {
+				fmt.Fprintln(stderr, n)
+			}
 		}
 	}
 	return set, nil

@@ -412,11 +412,15 @@ func serve(ctx context.Context, addr, what string, h http.Handler) (*http.Server
 }
 
 // logWarnings logs what the rules in force may get wrong without being
-// invalid (required fields a template lacks).
+// invalid (required fields a template lacks), and at -v=2 the kinds they
+// touch that have no schema.
 func logWarnings(logger klog.Logger, set *rules.Set) {
 	for _, f := range set.Files() {
 		for _, w := range f.Warnings {
 			logger.Info("Rule warning", "warning", w.Error())
+		}
+		for _, n := range f.Notes {
+			logger.V(2).Info("Rule note", "note", n.Error())
 		}
 	}
 }

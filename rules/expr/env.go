@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/google/cel-go/cel"
@@ -15,6 +17,7 @@ import (
 	"github.com/google/cel-go/ext"
 	"github.com/google/cel-go/interpreter"
 	"k8s.io/apiserver/pkg/cel/library"
+	"k8s.io/kube-openapi/pkg/validation/spec"
 )
 
 // DefaultCostLimit is the cost one evaluation may spend unless
@@ -45,6 +48,7 @@ type Options struct {
 
 // Compiler compiles expressions and templates. It is safe for concurrent use.
 type Compiler struct {
+	lib             *cel.Env // the libraries and no names: parses, and is extended by typed environments
 	base            *cel.Env // object, lookups, variables, rule
 	forEach         *cel.Env // base + item, index
 	children        *cel.Env // base + children (a resource's dependencies)
@@ -52,21 +56,28 @@ type Compiler struct {
 	status          *cel.Env // base + children, ready
 	self            *cel.Env // self only (readyWhen)
 	costLimit       uint64
+
+	mu       sync.Mutex
+	kinds    map[*spec.Schema]*Type
+	selfEnvs map[*Type]typedEnv
 }
 
 // NewCompiler builds the CEL environments.
 func NewCompiler(opts Options) (*Compiler, error) {
-	c := &Compiler{costLimit: opts.CostLimit}
+	c := &Compiler{costLimit: opts.CostLimit, kinds: map[*spec.Schema]*Type{}, selfEnvs: map[*Type]typedEnv{}}
 	if c.costLimit == 0 {
 		c.costLimit = DefaultCostLimit
 	}
-	dynMap := cel.MapType(cel.StringType, cel.DynType)
-	base, err := cel.NewEnv(append(libraries(),
+	var err error
+	if c.lib, err = cel.NewEnv(libraries()...); err != nil {
+		return nil, fmt.Errorf("building CEL environment: %w", err)
+	}
+	base, err := c.lib.Extend(
 		cel.Variable(varObject, dynMap),
 		cel.Variable(varLookups, dynMap),
 		cel.Variable(varVariables, dynMap),
 		cel.Variable(varRule, cel.StringType),
-	)...)
+	)
 	if err != nil {
 		return nil, fmt.Errorf("building CEL environment: %w", err)
 	}
@@ -82,7 +93,7 @@ func NewCompiler(opts Options) (*Compiler, error) {
 	if c.status, err = c.children.Extend(cel.Variable(varReady, cel.MapType(cel.StringType, cel.BoolType))); err != nil {
 		return nil, err
 	}
-	if c.self, err = cel.NewEnv(append(libraries(), cel.Variable(varSelf, dynMap))...); err != nil {
+	if c.self, err = c.lib.Extend(cel.Variable(varSelf, dynMap)); err != nil {
 		return nil, err
 	}
 	c.base = base
@@ -136,7 +147,16 @@ type Scope struct {
 	// Lookups are the ids of the rule's lookups this expression may read
 	// (none in the rule's `when` and in the lookups themselves).
 	Lookups []string
+	// Types, when not nil, types object, lookups.<id> and children.<id>
+	// from the schemas of their kinds; nil: they are dyn.
+	Types *Types
+	// Item is the type of item inside forEach (Program.Elem of the
+	// forEach), SelfType the type of self in readyWhen; nil: dyn.
+	Item, SelfType *Type
 }
+
+// typed reports whether anything in the scope has a type.
+func (s Scope) typed() bool { return s.Types != nil || s.Item != nil || s.SelfType != nil }
 
 // Result says what type an expression must produce.
 type Result int
@@ -185,13 +205,24 @@ type Program struct {
 	childRefs []string
 	// out is what the checker says the program produces.
 	out *types.Type
+	// vt convert the activation's values to the types the program was
+	// checked with; nil: untyped.
+	vt *valueTypes
+	// elem is the type of the items of a list the program produces.
+	elem *Type
 }
+
+// Elem is the type of the items of the list the program produces, when
+// the schemas tell (a forEach over object.spec.ports); nil: dyn.
+func (p *Program) Elem() *Type { return p.elem }
 
 // Output is the type the expression is known to produce when it loads:
 // TypeString, TypeInt, …, or TypeDyn when only evaluating tells.
 func (p *Program) Output() OutputType {
 	switch p.out.Kind() {
-	case types.StringKind:
+	case types.StringKind, types.TimestampKind, types.DurationKind, types.BytesKind:
+		// Timestamps, durations and bytes render as strings (RFC 3339,
+		// Go durations, base64).
 		return TypeString
 	case types.IntKind, types.UintKind:
 		return TypeInt
@@ -232,52 +263,65 @@ func (p *Program) ChildRefs() []string { return p.childRefs }
 
 // Compile compiles src in scope and checks that it can produce want.
 func (c *Compiler) Compile(src string, scope Scope, want Result) (*Program, error) {
-	env := c.base
-	switch {
-	case scope.Self:
-		env = c.self
-	case scope.Status && scope.ForEach:
-		return nil, &Error{Offset: -1, Msg: "internal: forEach and status scopes are exclusive"}
-	case scope.Status:
-		env = c.status
-	case scope.ForEach && scope.Children != nil:
-		env = c.forEachChildren
-	case scope.ForEach:
-		env = c.forEach
-	case scope.Children != nil:
-		env = c.children
-	}
 	if strings.TrimSpace(src) == "" {
 		return nil, &Error{Offset: -1, Msg: "empty expression"}
 	}
-	checked, iss := env.Compile(src)
-	if iss != nil && iss.Err() != nil {
-		e := iss.Errors()[0]
-		msg := strings.TrimSuffix(e.Message, " (in container '')")
-		return nil, &Error{Offset: offsetOf(src, e.Location.Line(), e.Location.Column()), Msg: msg}
+	if scope.Status && scope.ForEach {
+		return nil, &Error{Offset: -1, Msg: "internal: forEach and status scopes are exclusive"}
 	}
-	if err := checkReferences(checked, src, varVariables, "variable", scope.Variables); err != nil {
+	parsed, iss := c.lib.Parse(src)
+	if iss != nil && iss.Err() != nil {
+		return nil, issueError(src, iss)
+	}
+	// Names inside variables, lookups and children are known at load: an
+	// undeclared one is reported as such, before types are checked.
+	if err := checkReferences(parsed, src, varVariables, "variable", scope.Variables); err != nil {
 		return nil, err
 	}
-	if err := checkReferences(checked, src, varLookups, "lookup id", scope.Lookups); err != nil {
+	if err := checkReferences(parsed, src, varLookups, "lookup id", scope.Lookups); err != nil {
 		return nil, err
 	}
 	var childRefs []string
+	dynChildren := false
 	if scope.Children != nil {
-		if err := checkReferences(checked, src, varChildren, "resource id", scope.Children); err != nil {
+		if err := checkReferences(parsed, src, varChildren, "resource id", scope.Children); err != nil {
 			return nil, err
 		}
 		if scope.Status {
-			if err := checkReferences(checked, src, varReady, "resource id", scope.Children); err != nil {
+			if err := checkReferences(parsed, src, varReady, "resource id", scope.Children); err != nil {
 				return nil, err
 			}
 		}
 		var dynamicAt int
-		childRefs, dynamicAt = references(checked, src, varChildren)
+		childRefs, dynamicAt = references(parsed, src, varChildren)
 		if dynamicAt >= 0 && !scope.Status {
 			return nil, &Error{Offset: dynamicAt, Msg: "children must be followed by a resource id, as in children.db: " +
 				"a resource's dependencies are known when the rule loads"}
 		}
+		dynChildren = dynamicAt >= 0
+	}
+	_, dynLookupsAt := references(parsed, src, varLookups)
+	if scope.typed() {
+		// children['per-team'] reads a field of the children struct, as
+		// children.x does: the checker types it only as a select.
+		indexToSelect(parsed, varChildren)
+		indexToSelect(parsed, varLookups)
+	}
+
+	if scope.typed() && !scope.Self {
+		// The rule's environment declares every name: those this scope
+		// does not have are rejected here, as the checker would.
+		if err := outOfScope(parsed, src, scope); err != nil {
+			return nil, err
+		}
+	}
+	env, prov, err := c.env(scope, dynChildren, dynLookupsAt >= 0)
+	if err != nil {
+		return nil, &Error{Offset: -1, Msg: err.Error()}
+	}
+	checked, iss := env.Check(parsed)
+	if iss != nil && iss.Err() != nil {
+		return nil, c.checkError(src, iss, prov)
 	}
 	if err := checkResult(checked.OutputType(), want); err != nil {
 		return nil, err
@@ -291,7 +335,77 @@ func (c *Compiler) Compile(src string, scope Scope, want Result) (*Program, erro
 	if err != nil {
 		return nil, &Error{Offset: -1, Msg: err.Error()}
 	}
-	return &Program{src: src, result: want, prog: prog, costLimit: c.costLimit, childRefs: childRefs, out: checked.OutputType()}, nil
+	p := &Program{src: src, result: want, prog: prog, costLimit: c.costLimit, childRefs: childRefs, out: checked.OutputType()}
+	if scope.typed() {
+		p.vt = scope.valueTypes()
+		if prov != nil && checked.OutputType().Kind() == types.ListKind {
+			p.elem = prov.fromCEL(checked.OutputType().Parameters()[0])
+		}
+	}
+	return p, nil
+}
+
+// env is the environment of scope: one of the compiler's when nothing is
+// typed, otherwise the rule's, with the provider of its struct types.
+func (c *Compiler) env(scope Scope, dynChildren, dynLookups bool) (*cel.Env, *provider, error) {
+	if scope.typed() {
+		if scope.Self {
+			return c.selfEnv(scope.SelfType)
+		}
+		ts := scope.Types
+		if ts == nil {
+			ts = &Types{}
+		}
+		return ts.env(c, envKey{item: scope.Item, dynChildren: dynChildren, dynLookups: dynLookups})
+	}
+	switch {
+	case scope.Self:
+		return c.self, nil, nil
+	case scope.Status:
+		return c.status, nil, nil
+	case scope.ForEach && scope.Children != nil:
+		return c.forEachChildren, nil, nil
+	case scope.ForEach:
+		return c.forEach, nil, nil
+	case scope.Children != nil:
+		return c.children, nil, nil
+	}
+	return c.base, nil, nil
+}
+
+func issueError(src string, iss *cel.Issues) *Error {
+	e := iss.Errors()[0]
+	msg := strings.TrimSuffix(e.Message, " (in container '')")
+	return &Error{Offset: offsetOf(src, e.Location.Line(), e.Location.Column()), Msg: msg}
+}
+
+var undefinedField = regexp.MustCompile(`^undefined field '([^']*)'$`)
+
+// checkError is the checker's first error. An undefined field names the
+// type that lacks it and the fields it has that are closest.
+func (c *Compiler) checkError(src string, iss *cel.Issues, prov *provider) *Error {
+	err := issueError(src, iss)
+	m := undefinedField.FindStringSubmatch(err.Msg)
+	if m == nil || prov == nil {
+		return err
+	}
+	prov.mu.Lock()
+	t, field := prov.missed.t, prov.missed.field
+	prov.mu.Unlock()
+	if t == nil || field != m[1] {
+		return err
+	}
+	err.Msg = fmt.Sprintf("%s has no field %q", t.name, field)
+	if near := Suggest(field, t.FieldNames()); near != "" {
+		err.Msg += fmt.Sprintf(" (did you mean %q?)", near)
+	}
+	// The checker places a select at its dot: point at the field.
+	if err.Offset >= 0 && err.Offset < len(src) {
+		if i := strings.Index(src[err.Offset:], field); i >= 0 {
+			err.Offset += i
+		}
+	}
+	return err
 }
 
 func checkResult(t *types.Type, want Result) error {
@@ -309,7 +423,11 @@ func checkResult(t *types.Type, want Result) error {
 		ok = k == types.StringKind
 	}
 	if !ok {
-		return &Error{Offset: -1, Msg: fmt.Sprintf("must produce a %s, but produces %s", want, t)}
+		what := t.String()
+		if k == types.StructKind {
+			what = "an object (" + what + ")"
+		}
+		return &Error{Offset: -1, Msg: fmt.Sprintf("must produce a %s, but produces %s", want, what)}
 	}
 	return nil
 }
@@ -356,6 +474,96 @@ func checkReferences(checked *cel.Ast, src, name, what string, declared []string
 		found = &Error{Offset: off, Msg: msg}
 	}))
 	return found
+}
+
+// outOfScope reports the first use of a name the rule's environment
+// declares but scope does not have: item and index outside forEach,
+// children where no resource may be read, ready outside the status.
+// Names bound by a comprehension (x.map(item, …)) are the comprehension's.
+func outOfScope(parsed *cel.Ast, src string, scope Scope) error {
+	absent := map[string]bool{varItem: !scope.ForEach, varIndex: !scope.ForEach,
+		varChildren: scope.Children == nil, varReady: !scope.Status}
+	a := parsed.NativeRep()
+	var found error
+	var walk func(e ast.Expr, bound map[string]bool)
+	walk = func(e ast.Expr, bound map[string]bool) {
+		if found != nil {
+			return
+		}
+		switch e.Kind() {
+		case ast.IdentKind:
+			if name := e.AsIdent(); absent[name] && !bound[name] {
+				loc := a.SourceInfo().GetStartLocation(e.ID())
+				found = &Error{Offset: offsetOf(src, loc.Line(), loc.Column()), Msg: fmt.Sprintf("undeclared reference to '%s'", name)}
+			}
+		case ast.SelectKind:
+			walk(e.AsSelect().Operand(), bound)
+		case ast.CallKind:
+			call := e.AsCall()
+			if call.IsMemberFunction() {
+				walk(call.Target(), bound)
+			}
+			for _, arg := range call.Args() {
+				walk(arg, bound)
+			}
+		case ast.ListKind:
+			for _, el := range e.AsList().Elements() {
+				walk(el, bound)
+			}
+		case ast.MapKind:
+			for _, en := range e.AsMap().Entries() {
+				walk(en.AsMapEntry().Key(), bound)
+				walk(en.AsMapEntry().Value(), bound)
+			}
+		case ast.StructKind:
+			for _, f := range e.AsStruct().Fields() {
+				walk(f.AsStructField().Value(), bound)
+			}
+		case ast.ComprehensionKind:
+			comp := e.AsComprehension()
+			walk(comp.IterRange(), bound)
+			walk(comp.AccuInit(), bound)
+			inner := map[string]bool{comp.IterVar(): true, comp.AccuVar(): true}
+			if comp.HasIterVar2() {
+				inner[comp.IterVar2()] = true
+			}
+			for k := range bound {
+				inner[k] = true
+			}
+			walk(comp.LoopCondition(), inner)
+			walk(comp.LoopStep(), inner)
+			walk(comp.Result(), inner)
+		}
+	}
+	walk(a.Expr(), map[string]bool{})
+	return found
+}
+
+// indexToSelect rewrites name['x'] into name.x and name[?'x'] into
+// name.?x, so that the checker types them as the struct's field x.
+func indexToSelect(parsed *cel.Ast, name string) {
+	var found []ast.Expr
+	ast.PreOrderVisit(ast.NavigateAST(parsed.NativeRep()), ast.NewExprVisitor(func(e ast.Expr) {
+		if e.Kind() != ast.CallKind {
+			return
+		}
+		switch e.AsCall().FunctionName() {
+		case "_[_]", "_[?_]":
+			if operand, _, ok := selection(e); ok && operand.Kind() == ast.IdentKind && operand.AsIdent() == name {
+				found = append(found, e)
+			}
+		}
+	}))
+	fac := ast.NewExprFactory()
+	for _, e := range found {
+		call := e.AsCall()
+		operand, field := call.Args()[0], call.Args()[1]
+		if call.FunctionName() == "_[_]" {
+			e.SetKindCase(fac.NewSelect(e.ID(), operand, string(field.AsLiteral().(types.String))))
+		} else {
+			e.SetKindCase(fac.NewCall(e.ID(), "_?._", operand, field))
+		}
+	}
 }
 
 // selection recognises the ways an expression reads a literal field of a
@@ -465,7 +673,10 @@ type Activation struct {
 	Offline bool
 }
 
-func (a *Activation) vars() map[string]any {
+func (a *Activation) vars(vt *valueTypes) map[string]any {
+	if vt != nil {
+		return a.typedVars(vt)
+	}
 	if a.Self != nil {
 		return map[string]any{varSelf: a.Self}
 	}
@@ -491,6 +702,21 @@ func (a *Activation) vars() map[string]any {
 	}
 }
 
+// typedVars are the activation's values as the types vt see them.
+func (a *Activation) typedVars(vt *valueTypes) map[string]any {
+	if a.Self != nil {
+		return map[string]any{varSelf: vt.self.Value(a.Self)}
+	}
+	m := a.vars(nil)
+	m[varObject] = vt.object.Value(a.Object)
+	m[varLookups] = vt.lookups.Value(m[varLookups])
+	m[varChildren] = vt.children.Value(m[varChildren])
+	if a.Item != nil {
+		m[varItem] = vt.item.Value(a.Item)
+	}
+	return m
+}
+
 // Unknown is what a template string renders offline when its expression
 // reads a field of a child that only the server sets (an allocated
 // clusterIP, a status): "(known after apply: <expression>)".
@@ -506,7 +732,7 @@ func (p *Program) Unknown(err error) bool {
 // Eval evaluates the program and returns its value as a JSON-compatible Go
 // value (map[string]any, []any, string, int64, float64, bool or nil).
 func (p *Program) Eval(ctx context.Context, a *Activation) (any, error) {
-	v, err := p.eval(ctx, a.vars())
+	v, err := p.eval(ctx, a.vars(p.vt))
 	if err != nil {
 		return nil, err
 	}
@@ -515,7 +741,7 @@ func (p *Program) Eval(ctx context.Context, a *Activation) (any, error) {
 
 // EvalBool evaluates a BoolResult program.
 func (p *Program) EvalBool(ctx context.Context, a *Activation) (bool, error) {
-	v, err := p.eval(ctx, a.vars())
+	v, err := p.eval(ctx, a.vars(p.vt))
 	if err != nil {
 		return false, err
 	}

@@ -28,6 +28,8 @@ type Template struct {
 	// outputs are the types of the strings that are a sole ${expr}, by
 	// path (Path.String()).
 	outputs map[string]OutputType
+	// vt convert the activation's values for typed programs; nil: untyped.
+	vt *valueTypes
 }
 
 // OutputAt is the type of the value at path when its string is a sole
@@ -98,6 +100,9 @@ func (e *RenderError) Unwrap() error { return e.Err }
 // returns every error found, not only the first.
 func (c *Compiler) CompileTemplate(v any, scope Scope) (*Template, []*TemplateError) {
 	t := &Template{}
+	if scope.typed() {
+		t.vt = scope.valueTypes()
+	}
 	var errs []*TemplateError
 	t.root = c.compileNode(v, nil, scope, t, &errs)
 	if len(errs) > 0 {
@@ -112,7 +117,7 @@ func (t *Template) Expressions() int { return t.n }
 // Render evaluates the template. A nil result means the whole template
 // evaluated to null.
 func (t *Template) Render(ctx context.Context, a *Activation) (any, error) {
-	return t.root.render(ctx, &state{vars: a.vars(), offline: a.Offline})
+	return t.root.render(ctx, &state{vars: a.vars(t.vt), offline: a.Offline})
 }
 
 // ChildRef is a children.<id> reference in a template, and where.
@@ -188,6 +193,9 @@ func (c *Compiler) compileNode(v any, path Path, scope Scope, t *Template, errs 
 // checked when rendered); interpolated parts are strings anyway.
 func (c *Compiler) CompileString(s string, scope Scope) (*Template, *TemplateError) {
 	t := &Template{}
+	if scope.typed() {
+		t.vt = scope.valueTypes()
+	}
 	root, err := c.compileString(s, nil, scope, t, StringResult)
 	if err != nil {
 		return nil, err
