@@ -73,6 +73,11 @@ func NewLoader(opts expr.Options) (*Loader, error) {
 	return &Loader{compiler: c, schemas: schema.Builtin()}, nil
 }
 
+// UseSchemas makes s the source of the schemas later loads check against
+// (CRDs among the files still come first): `run` gives the API server's
+// (schema.Served), so that installed custom kinds are known.
+func (l *Loader) UseSchemas(s schema.Source) { l.schemas = s }
+
 // UseCRDs makes the kinds that the CustomResourceDefinitions among objs
 // define known to the checks of later loads (objects of other kinds are
 // ignored), as `render --objects` and `validate` use them.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -147,9 +148,43 @@ func (d *decoder) decodeRule(root *yaml.Node, c *expr.Compiler) *Rule {
 		d.errorf(root, "", "internal: hashing the rule: %v", err)
 		return nil
 	}
-	h := sha256.Sum256(sum)
-	r.Hash = hex.EncodeToString(h[:])
+	h := sha256.New()
+	h.Write(sum)
+	// The schemas that typed the rule are part of it: when one changes (a
+	// CRD is updated), the rule is compiled and started again.
+	if v, ok := d.schemas.(kinds.Versioner); ok {
+		for _, gvk := range r.kinds() {
+			if ver := v.Version(gvk); ver != "" {
+				fmt.Fprintf(h, "\x00%s=%s", gvk, ver)
+			}
+		}
+	}
+	r.Hash = hex.EncodeToString(h.Sum(nil))
 	return r
+}
+
+// kinds are the kinds the rule reads and writes: its trigger's, its
+// lookups' and its resources'.
+func (r *Rule) kinds() []schema.GroupVersionKind {
+	gvks := []schema.GroupVersionKind{r.Watch.GVK}
+	for _, l := range r.Lookups {
+		gvks = append(gvks, l.GVK)
+	}
+	for _, res := range r.Resources {
+		gvks = append(gvks, res.GVK)
+	}
+	return gvks
+}
+
+// Groups are the API groups of the kinds the rule reads and writes.
+func (r *Rule) Groups() []string {
+	var groups []string
+	for _, gvk := range r.kinds() {
+		if !slices.Contains(groups, gvk.Group) {
+			groups = append(groups, gvk.Group)
+		}
+	}
+	return groups
 }
 
 func (d *decoder) decodeSpec(r *Rule, spec *yaml.Node, docVal any, pos positions, c *expr.Compiler) {

@@ -190,7 +190,8 @@ func TestChartTemplate(t *testing.T) {
 		r := template(t, "--set-file", tenant, "--set", "rbac.mode=restricted",
 			"--set", "rbac.rules[0].apiGroups[0]=", "--set", "rbac.rules[0].resources[0]=namespaces", "--set", "rbac.rules[0].verbs[0]=list")
 		rules := fmt.Sprint(r.get(t, "ClusterRole", "rel-syncloop").Object["rules"])
-		if strings.Contains(rules, "apiGroups:[*]") || !strings.Contains(rules, "resources:[namespaces]") {
+		if strings.Contains(rules, "apiGroups:[*]") || !strings.Contains(rules, "resources:[namespaces]") ||
+			!strings.Contains(rules, "resources:[customresourcedefinitions] verbs:[list watch]") {
 			t.Errorf("restricted ClusterRole rules %v", rules)
 		}
 		if _, err := helmCmd(t, "template", "rel", chartDir, "--set", "rbac.mode=restricted"); err == nil || !strings.Contains(err.Error(), "rbac.mode restricted needs rbac.rules") {

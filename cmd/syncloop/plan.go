@@ -7,6 +7,7 @@ import (
 
 	"github.com/syncloop/syncloop/dynamic"
 	"github.com/syncloop/syncloop/engine"
+	"github.com/syncloop/syncloop/rules/schema"
 )
 
 func newPlanCommand() *cobra.Command {
@@ -27,11 +28,13 @@ nothing to do, 2 when changes are pending and 1 on any error.`,
 			if output != "text" && output != "json" {
 				return fmt.Errorf("--output must be text or json, not %q", output)
 			}
-			set, err := rf.load(cmd.ErrOrStderr())
+			cl, err := cf.clients(nil)
 			if err != nil {
 				return err
 			}
-			cl, err := cf.clients(nil)
+			// The cluster's schemas: custom kinds are typed as installed.
+			served := schema.NewServed(dynamic.NewOpenAPI(cl.discovery).Document, schema.Builtin())
+			set, err := rf.load(cmd.ErrOrStderr(), served)
 			if err != nil {
 				return err
 			}

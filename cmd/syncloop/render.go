@@ -35,7 +35,7 @@ or from the objects themselves. Exit status 1 if any rendering fails.`,
 				return err
 			}
 			// CRDs among the objects type the templates of their kinds.
-			set, err := rf.load(cmd.ErrOrStderr(), objs...)
+			set, err := rf.load(cmd.ErrOrStderr(), nil, objs...)
 			if err != nil {
 				return err
 			}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/syncloop/syncloop/rules"
 	"github.com/syncloop/syncloop/rules/expr"
+	"github.com/syncloop/syncloop/rules/schema"
 )
 
 // ruleFlags are the flags of every command that loads rules.
@@ -26,14 +27,18 @@ func (f *ruleFlags) register(cmd *cobra.Command) {
 	_ = cmd.MarkFlagRequired("rules")
 }
 
-// load loads the rule set, its templates checked against the built-in
-// kinds, the CustomResourceDefinitions among the rule files and those among
-// crds; on error it prints every problem, one per line, to stderr and
-// returns exitCode 1.
-func (f *ruleFlags) load(stderr io.Writer, crds ...*unstructured.Unstructured) (*rules.Set, error) {
+// load loads the rule set, its templates and expressions checked against
+// the built-in kinds (or src, when not nil: a cluster's), the
+// CustomResourceDefinitions among the rule files and those among crds; on
+// error it prints every problem, one per line, to stderr and returns
+// exitCode 1.
+func (f *ruleFlags) load(stderr io.Writer, src schema.Source, crds ...*unstructured.Unstructured) (*rules.Set, error) {
 	l, err := rules.NewLoader(expr.Options{CostLimit: f.costLimit})
 	if err != nil {
 		return nil, err
+	}
+	if src != nil {
+		l.UseSchemas(src)
 	}
 	l.UseCRDs(crds)
 	set, err := l.Load(f.paths...)

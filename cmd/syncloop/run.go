@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -20,10 +21,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientmetrics "k8s.io/client-go/tools/metrics"
@@ -36,6 +39,7 @@ import (
 	"github.com/syncloop/syncloop/rules"
 	"github.com/syncloop/syncloop/rules/expr"
 	"github.com/syncloop/syncloop/rules/reload"
+	"github.com/syncloop/syncloop/rules/schema"
 )
 
 // restRequests forwards client-go's API request counts to the running
@@ -66,6 +70,7 @@ type clients struct {
 	dynamic   *dynamic.Client
 	discovery discovery.DiscoveryInterface
 	core      kubernetes.Interface
+	metadata  metadata.Interface
 }
 
 // clients makes the API clients; every request of all of them passes one
@@ -84,6 +89,9 @@ func (f *clusterFlags) clients(fm dynamic.FlowMetrics) (*clients, error) {
 		return nil, err
 	}
 	if c.core, err = kubernetes.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	if c.metadata, err = metadata.NewForConfig(cfg); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -202,8 +210,47 @@ version in force; at start, files that fail are left out and reported.`,
 
 			// The rules in force: every file that loads; a broken file is
 			// reported and, while syncloop runs, keeps its last good version.
+			// Rules are typed by the cluster's schemas and checked again
+			// when a CRD of a group they use changes.
+			openAPI := dynamic.NewOpenAPI(cl.discovery)
+			served := schema.NewServed(openAPI.Document, schema.Builtin())
+			loader.UseSchemas(served)
 			src := reload.NewSource(loader, rf.paths)
+			watcher := reload.NewWatcher(src, 0)
+			current := &currentSet{}
+			recheck := func(group string) {
+				// The API server publishes a changed CRD's schema a moment
+				// after the change: wait for it, then check again.
+				go func() {
+					_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+						tags, err := openAPI.Tags(group)
+						return err == nil && served.Stale(group, tags), nil
+					})
+					served.Forget(group)
+					logger.Info("CustomResourceDefinition changed: checking the rules that use it again", "group", group)
+					watcher.Recheck()
+				}()
+			}
+			var installed sync.Map // groups of the CRDs there at start
+			dynamic.WatchCRDs(ctx, cl.metadata, func(group string, initial bool) {
+				switch set := current.get(); {
+				case initial:
+					installed.Store(group, true)
+				case set != nil && usesGroup(set, group):
+					recheck(group)
+				default:
+					served.Forget(group)
+				}
+			})
 			loaded := src.Load()
+			// A CRD created just before syncloop started may not have its
+			// schema published yet.
+			installed.Range(func(group, _ any) bool {
+				if usesGroup(loaded.Set, group.(string)) && served.Missing(group.(string)) {
+					recheck(group.(string))
+				}
+				return true
+			})
 			files := &fileErrors{}
 			files.report(logger, loaded.Errors)
 			logWarnings(logger, loaded.Set)
@@ -252,9 +299,8 @@ version in force; at start, files that fail are left out and reported.`,
 			}
 			// Hot reload: the newest set waits in updates for the engine; a
 			// standby keeps the set current for when it starts leading.
-			current := &currentSet{set: loaded.Set}
+			current.put(loaded.Set)
 			updates := make(chan *rules.Set, 1)
-			watcher := reload.NewWatcher(src, 0)
 			watchDone := make(chan struct{})
 			go func() {
 				defer close(watchDone)
@@ -409,6 +455,16 @@ func serve(ctx context.Context, addr, what string, h http.Handler) (*http.Server
 		}
 	}()
 	return srv, nil
+}
+
+// usesGroup reports whether a rule of set reads or writes a kind of group.
+func usesGroup(set *rules.Set, group string) bool {
+	for _, r := range set.Rules() {
+		if slices.Contains(r.Groups(), group) {
+			return true
+		}
+	}
+	return false
 }
 
 // logWarnings logs what the rules in force may get wrong without being

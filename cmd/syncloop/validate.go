@@ -17,7 +17,7 @@ file:line:col, rule and field. Documents that are not rules (sample objects,
 CustomResourceDefinitions) are skipped.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			set, err := rf.load(cmd.ErrOrStderr())
+			set, err := rf.load(cmd.ErrOrStderr(), nil)
 			if err != nil {
 				return err
 			}

@@ -9,8 +9,11 @@ import (
 	"testing"
 	"time"
 
+	k8sschema "k8s.io/apimachinery/pkg/runtime/schema"
+
 	"github.com/syncloop/syncloop/rules"
 	"github.com/syncloop/syncloop/rules/expr"
+	"github.com/syncloop/syncloop/rules/schema"
 )
 
 // doc is a valid rule named name; workers distinguishes versions.
@@ -278,5 +281,95 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// servedWidget is the OpenAPI v3 document an API server serves for
+// test.syncloop.dev/v1 with Widget's spec having the given integer field.
+func servedWidget(field string) []byte {
+	return []byte(fmt.Sprintf(`{"components": {"schemas": {
+  "dev.syncloop.test.v1.Widget": {
+    "type": "object",
+    "x-kubernetes-group-version-kind": [{"group": "test.syncloop.dev", "version": "v1", "kind": "Widget"}],
+    "properties": {
+      "apiVersion": {"type": "string"}, "kind": {"type": "string"},
+      "metadata": {"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"},
+      "spec": {"type": "object", "properties": {%q: {"type": "integer"}}}
+    }
+  },
+  "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta": {"type": "object", "properties": {"name": {"type": "string"}}}
+}}}`, field))
+}
+
+// TestSourceRecheck: rules over a served kind are checked again when its
+// schema changes; one that no longer type-checks keeps its last good
+// version, one that does gets a new hash (the engine restarts it).
+func TestSourceRecheck(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "r.yaml"), `apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: w}
+spec:
+  watch: {apiVersion: test.syncloop.dev/v1, kind: Widget}
+  when: object.spec.size > 1
+  resources:
+    - id: cm
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: y}}
+`)
+	doc := servedWidget("size")
+	fetches := 0
+	served := schema.NewServed(func(gv k8sschema.GroupVersion) ([]byte, string, error) {
+		fetches++
+		if gv.Group != "test.syncloop.dev" {
+			return nil, "", nil
+		}
+		return doc, fmt.Sprintf("tag-%d", len(doc)), nil
+	}, schema.Builtin())
+	gv := k8sschema.GroupVersion{Group: "test.syncloop.dev", Version: "v1"}
+	l, err := rules.NewLoader(expr.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.UseSchemas(served)
+	src := NewSource(l, []string{dir})
+	st := src.Load()
+	if len(st.Errors) != 0 || st.Set.Get("w") == nil {
+		t.Fatalf("first load: errors %v", st.Errors)
+	}
+	first := st.Set.Get("w")
+
+	// Without Forget and Invalidate nothing is fetched or parsed again.
+	doc = servedWidget("count")
+	if st := src.Load(); st.Changed || fetches != 1 {
+		t.Fatalf("load without changes: changed %v, %d fetches", st.Changed, fetches)
+	}
+
+	if served.Stale("test.syncloop.dev", map[k8sschema.GroupVersion]string{gv: fmt.Sprintf("tag-%d", len(servedWidget("size")))}) {
+		t.Error("the document read is stale before it changed")
+	}
+	if !served.Stale("test.syncloop.dev", map[k8sschema.GroupVersion]string{gv: fmt.Sprintf("tag-%d", len(doc))}) ||
+		!served.Stale("test.syncloop.dev", map[k8sschema.GroupVersion]string{}) {
+		t.Error("the document read is not stale once the server serves another, or none")
+	}
+	served.Forget("test.syncloop.dev")
+	src.Invalidate()
+	st = src.Load()
+	if !st.Changed || st.Set.Get("w") != first {
+		t.Errorf("spec.size gone: changed %v, rule in force is not the last good one", st.Changed)
+	}
+	if len(st.Errors) != 1 || !st.Errors[0].LastGood || !strings.Contains(st.Errors[0].Error(), `test.syncloop.dev/v1.Widget.spec has no field "size"`) {
+		t.Errorf("spec.size gone: errors %v", st.Errors)
+	}
+
+	// The field is back, next to another: the rule loads, with a new hash.
+	doc = []byte(strings.Replace(string(servedWidget("size")), `"size": {"type": "integer"}`, `"size": {"type": "integer"}, "colour": {"type": "string"}`, 1))
+	served.Forget("test.syncloop.dev")
+	src.Invalidate()
+	st = src.Load()
+	if len(st.Errors) != 0 || st.Set.Get("w") == nil {
+		t.Fatalf("spec.size back: errors %v", st.Errors)
+	}
+	if st.Set.Get("w").Hash == first.Hash {
+		t.Error("the rule's hash did not change with its trigger's schema: the engine would keep the old compiled rule")
 	}
 }

@@ -118,6 +118,16 @@ func (s *Source) Load() Status {
 	return st
 }
 
+// Invalidate makes the next Load parse every file again, changed or not:
+// the schemas the rules were checked against changed (a CRD was updated).
+// A rule that no longer type-checks is then reported like a broken file
+// and keeps its last good version.
+func (s *Source) Invalidate() {
+	for _, fs := range s.files {
+		fs.sum = [32]byte{}
+	}
+}
+
 // read reads one file and parses it if its bytes changed; it reports
 // whether they did.
 func (s *Source) read(path string) bool {

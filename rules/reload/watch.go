@@ -21,6 +21,7 @@ type Watcher struct {
 	src      *Source
 	debounce time.Duration
 	ready    chan struct{}
+	recheck  chan struct{}
 }
 
 // NewWatcher returns a Watcher over src; debounce 0 means DefaultDebounce.
@@ -28,7 +29,17 @@ func NewWatcher(src *Source, debounce time.Duration) *Watcher {
 	if debounce == 0 {
 		debounce = DefaultDebounce
 	}
-	return &Watcher{src: src, debounce: debounce, ready: make(chan struct{})}
+	return &Watcher{src: src, debounce: debounce, ready: make(chan struct{}), recheck: make(chan struct{}, 1)}
+}
+
+// Recheck makes Run parse every file again after the debounce, as if all
+// had changed: the schemas they are checked against did. Safe to call from
+// any goroutine; calls during one debounce are one recheck.
+func (w *Watcher) Recheck() {
+	select {
+	case w.recheck <- struct{}{}:
+	default:
+	}
 }
 
 // Ready is closed once Run watches the files: changes made after it are
@@ -55,6 +66,7 @@ func (w *Watcher) Run(ctx context.Context, onReload func(Status)) error {
 
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
+	invalidate := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -74,7 +86,14 @@ func (w *Watcher) Run(ctx context.Context, onReload func(Status)) error {
 			// An overflow loses events: reload to be sure.
 			logger.Error(err, "Watching rule files")
 			timer.Reset(w.debounce)
+		case <-w.recheck:
+			invalidate = true
+			timer.Reset(w.debounce)
 		case <-timer.C:
+			if invalidate {
+				w.src.Invalidate()
+				invalidate = false
+			}
 			st := w.src.Load()
 			w.addWatches(ctx, fw) // new directories, re-created roots
 			if st.Changed {

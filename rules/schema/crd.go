@@ -1,6 +1,8 @@
 package schema
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -19,7 +21,7 @@ func IsCRD(obj map[string]any) bool {
 // as the API server serves it. A version whose schema does not decode is
 // left out.
 func FromCRDs(objs []map[string]any, next Source) *Kinds {
-	k := &Kinds{schemas: map[schema.GroupVersionKind]*spec.Schema{}, next: next}
+	k := &Kinds{schemas: map[schema.GroupVersionKind]*spec.Schema{}, versions: map[schema.GroupVersionKind]string{}, next: next}
 	meta := Builtin().Schema(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}).Properties["metadata"]
 	for _, obj := range objs {
 		if !IsCRD(obj) {
@@ -54,7 +56,10 @@ func FromCRDs(objs []map[string]any, next Source) *Kinds {
 			s.Properties["apiVersion"] = *spec.StringProperty()
 			s.Properties["kind"] = *spec.StringProperty()
 			s.Properties["metadata"] = meta
-			k.schemas[schema.GroupVersionKind{Group: group, Version: name, Kind: kind}] = s
+			gvk := schema.GroupVersionKind{Group: group, Version: name, Kind: kind}
+			k.schemas[gvk] = s
+			sum := sha256.Sum256(data)
+			k.versions[gvk] = hex.EncodeToString(sum[:8])
 		}
 	}
 	return k

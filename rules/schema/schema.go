@@ -116,8 +116,21 @@ func (b *builtin) component(path, name string) (*spec.Schema, bool) {
 
 // Kinds is a Source from a table, and a Source to fall back on.
 type Kinds struct {
-	schemas map[schema.GroupVersionKind]*spec.Schema
-	next    Source
+	schemas  map[schema.GroupVersionKind]*spec.Schema
+	versions map[schema.GroupVersionKind]string
+	next     Source
+}
+
+// Version implements Versioner: a digest of a CRD's schema, or what next
+// says of the kinds it does not define.
+func (k *Kinds) Version(gvk schema.GroupVersionKind) string {
+	if v, ok := k.versions[gvk]; ok {
+		return v
+	}
+	if n, ok := k.next.(Versioner); ok {
+		return n.Version(gvk)
+	}
+	return ""
 }
 
 // Schema implements Source.

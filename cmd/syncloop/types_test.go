@@ -1,0 +1,175 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8sdynamic "k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/syncloop/syncloop/internal/testenv"
+)
+
+// gadgetCRD defines recheck.syncloop.dev/v1 Gadget with the given spec
+// fields, each an integer.
+func gadgetCRD(fields ...string) string {
+	props := ""
+	for _, f := range fields {
+		props += "                " + f + ": {type: integer}\n"
+	}
+	return `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: gadgets.recheck.syncloop.dev}
+spec:
+  group: recheck.syncloop.dev
+  scope: Namespaced
+  names: {plural: gadgets, singular: gadget, kind: Gadget, listKind: GadgetList}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema:
+          type: object
+          properties:
+            spec:
+              type: object
+              properties:
+` + props
+}
+
+const gadgetRule = `apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: gadget}
+spec:
+  watch: {apiVersion: recheck.syncloop.dev/v1, kind: Gadget}
+  when: object.spec.size > 1
+  resources:
+    - id: cm
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "${object.metadata.name}", namespace: "${object.metadata.namespace}"}
+        data: {size: "${string(object.spec.size)}", age: "${string(object.metadata.creationTimestamp.getFullYear() > 2000)}"}
+`
+
+// TestRunTypesFromTheCluster: run types rules by the CRDs installed in the
+// cluster (no CRD among the rule files), and checks them again when a CRD
+// changes: a rule that no longer type-checks is reported like a broken
+// file and keeps its last good version; fixed, it loads again.
+func TestRunTypesFromTheCluster(t *testing.T) {
+	env := testenv.Get(t)
+	ctx := t.Context()
+	cs, err := kubernetes.NewForConfig(env.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc, err := k8sdynamic.NewForConfig(env.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	crdFile := filepath.Join(t.TempDir(), "crd.yaml")
+	install := func(fields ...string) {
+		t.Helper()
+		if err := os.WriteFile(crdFile, []byte(gadgetCRD(fields...)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := env.InstallCRDs(ctx, crdFile); err != nil {
+			t.Fatal(err)
+		}
+	}
+	install("size")
+	ns := newNamespace(t, cs, "types")
+	dir := filepath.Join(t.TempDir(), "rules")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range map[string]string{
+		"gadget.yaml": gadgetRule,
+		"typo.yaml":   strings.NewReplacer("name: gadget}", "name: typo}", "object.spec.size > 1", "object.spec.szie > 1").Replace(gadgetRule),
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, probes := runInProcess(t, "-f", dir, "--kubeconfig", env.Kubeconfig())
+	readyz := func() string { return httpGet("http://" + probes + "/readyz") }
+	poll := func(what string, cond func() bool) {
+		t.Helper()
+		defer func() {
+			if t.Failed() {
+				t.Logf("/readyz:\n%s", readyz())
+			}
+		}()
+		pollUntil(t, 30*time.Second, what, cond)
+	}
+
+	// The installed CRD types the trigger: the typo is found at start.
+	poll("the typo reported and the good rule running", func() bool {
+		b := readyz()
+		return strings.Contains(b, "rule gadget: running") &&
+			strings.Contains(b, `typo.yaml:6:21: rule "typo": spec.when: recheck.syncloop.dev/v1.Gadget.spec has no field "szie" (did you mean "size"?)`)
+	})
+
+	// plan types rules by the cluster's schemas too.
+	code, _, errOut := syncloop(t, "plan", "-f", filepath.Join(dir, "typo.yaml"), "--kubeconfig", env.Kubeconfig())
+	if code != 1 || !strings.Contains(errOut, `recheck.syncloop.dev/v1.Gadget.spec has no field "szie" (did you mean "size"?)`) {
+		t.Errorf("plan of the typo: exit %d, stderr %q", code, errOut)
+	}
+
+	// Values are converted by the schema: creationTimestamp is a timestamp.
+	gadgets := dc.Resource(schema.GroupVersionResource{Group: "recheck.syncloop.dev", Version: "v1", Resource: "gadgets"}).Namespace(ns)
+	g := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "recheck.syncloop.dev/v1", "kind": "Gadget",
+		"metadata": map[string]any{"name": "g"}, "spec": map[string]any{"size": int64(3)},
+	}}
+	if _, err := gadgets.Create(ctx, g, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	data := func() map[string]string {
+		cm, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, "g", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cm.Data
+	}
+	poll("the gadget's ConfigMap", func() bool { d := data(); return d["size"] == "3" && d["age"] == "true" })
+
+	// spec.size renamed: the rule no longer type-checks; its last good
+	// version stays in force.
+	install("count")
+	poll("the rule reported against the changed CRD", func() bool {
+		b := readyz()
+		return strings.Contains(b, `gadget.yaml:6:21: rule "gadget": spec.when: recheck.syncloop.dev/v1.Gadget.spec has no field "size"`) &&
+			strings.Contains(b, `gadget.yaml:13:44: rule "gadget": spec.resources[0].template.data.size: ${string(object.spec.size)}: recheck.syncloop.dev/v1.Gadget.spec has no field "size" (its last good version stays in force)`)
+	})
+	if b := readyz(); !strings.Contains(b, "rule gadget: running") {
+		t.Errorf("the last good version is not running:\n%s", b)
+	}
+	if err := cs.CoreV1().ConfigMaps(ns).Delete(ctx, "g", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// (The API server now prunes spec.size from the Gadget, so the last
+	// good version's `when` fails for it: nothing is recreated.)
+
+	// spec.size back, next to spec.szie: both rules load.
+	install("size", "szie")
+	poll("both rules loaded", func() bool {
+		b := readyz()
+		return strings.Contains(b, "rule gadget: running") && strings.Contains(b, "rule typo: running") && !strings.Contains(b, "file ")
+	})
+	if _, err := gadgets.Patch(ctx, "g", "application/merge-patch+json", []byte(`{"spec":{"size":4}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll("the ConfigMap made by the rule compiled against the new schema", func() bool { return data()["size"] == "4" })
+}
