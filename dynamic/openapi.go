@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -74,10 +75,11 @@ var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version:
 // schemas are read through OpenAPI) and, once the initial list is in,
 // calls onChange with the group of each CRD created, deleted or whose spec
 // changed (metadata.generation); initial is true for the CRDs of the
-// initial list. It returns when the initial list is in, or false when it
-// could not be listed (RBAC): then nothing is watched. The watch runs until
-// ctx ends.
-func WatchCRDs(ctx context.Context, client metadata.Interface, onChange func(group string, initial bool)) bool {
+// initial list. It returns true once the initial list is in, false when it
+// could not be listed (RBAC: then nothing is watched) or did not come
+// within syncWait (an unreachable API server must not hold up the start:
+// the watch goes on). The watch runs until ctx ends.
+func WatchCRDs(ctx context.Context, client metadata.Interface, syncWait time.Duration, onChange func(group string, initial bool)) bool {
 	logger := klog.FromContext(ctx)
 	inf := metadatainformer.NewFilteredMetadataInformer(client, crdGVR, "", 0, cache.Indexers{}, nil).Informer()
 	group := func(obj any) string {
@@ -120,5 +122,7 @@ func WatchCRDs(ctx context.Context, client metadata.Interface, onChange func(gro
 		cache.DefaultWatchErrorHandler(ctx, r, err)
 	})
 	go inf.RunWithContext(ctx)
-	return cache.WaitForCacheSync(ctx.Done(), inf.HasSynced)
+	syncCtx, stop := context.WithTimeout(ctx, syncWait)
+	defer stop()
+	return cache.WaitForCacheSync(syncCtx.Done(), inf.HasSynced)
 }

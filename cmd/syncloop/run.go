@@ -232,7 +232,7 @@ version in force; at start, files that fail are left out and reported.`,
 				}()
 			}
 			var installed sync.Map // groups of the CRDs there at start
-			dynamic.WatchCRDs(ctx, cl.metadata, func(group string, initial bool) {
+			dynamic.WatchCRDs(ctx, cl.metadata, 5*time.Second, func(group string, initial bool) {
 				switch set := current.get(); {
 				case initial:
 					installed.Store(group, true)

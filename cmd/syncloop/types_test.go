@@ -173,3 +173,44 @@ func TestRunTypesFromTheCluster(t *testing.T) {
 	}
 	poll("the ConfigMap made by the rule compiled against the new schema", func() bool { return data()["size"] == "4" })
 }
+
+// TestValidateTypes: validate, offline, rejects with the right line a
+// misspelt trigger field (built-in kind and a CRD in the same file), a
+// forEach over a string, an unknown template field and a mistyped template
+// value — and accepts the well-typed rule beside them.
+func TestValidateTypes(t *testing.T) {
+	rule := func(name, watch, body string) string {
+		return "apiVersion: syncloop.dev/v1alpha1\nkind: Rule\nmetadata: {name: " + name + "}\nspec:\n  watch: " + watch + "\n" + body
+	}
+	cm := "  resources:\n    - id: cm\n      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: y}}\n"
+	deploy := "{apiVersion: apps/v1, kind: Deployment}"
+	docs := []string{
+		gadgetCRD("size"),
+		rule("builtin", deploy, "  when: object.spec.replicsa > 1\n"+cm),
+		rule("crd", "{apiVersion: recheck.syncloop.dev/v1, kind: Gadget}", "  when: object.spec.szie > 1\n"+cm),
+		rule("foreach", deploy, "  resources:\n    - id: cm\n      forEach: object.metadata.name\n      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: y}}\n"),
+		rule("field", deploy, "  resources:\n    - id: cm\n      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: y}, datas: {}}\n"),
+		rule("value", deploy, "  resources:\n    - id: d\n      template:\n        apiVersion: apps/v1\n        kind: Deployment\n        metadata: {name: x, namespace: y}\n        spec: {replicas: \"${object.metadata.name}\"}\n"),
+		rule("fine", deploy, "  when: object.spec.replicas > 1 && object.spec.template.spec.containers.exists(c, c.image.startsWith('nginx'))\n"+cm),
+	}
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(path, []byte(strings.Join(docs, "---\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := syncloop(t, "validate", "-f", path)
+	want := []string{
+		`:26:21: rule "builtin": spec.when: apps/v1.Deployment.spec has no field "replicsa" (did you mean "replicas"?)`,
+		`:36:21: rule "crd": spec.when: recheck.syncloop.dev/v1.Gadget.spec has no field "szie" (did you mean "size"?)`,
+		`:48:16: rule "foreach": spec.resources[0].forEach: must produce a list, but produces string`,
+		`:58:86: rule "field": spec.resources[0].template.datas: unknown field "datas": ConfigMap has no such field (did you mean "data"?)`,
+		`:71:26: rule "value": spec.resources[0].template.spec.replicas: wants an integer, the template gives a string`,
+	}
+	for _, w := range want {
+		if !strings.Contains(errOut, path+w+"\n") {
+			t.Errorf("stderr lacks %q; it is:\n%s", w, errOut)
+		}
+	}
+	if code != 1 || strings.Count(errOut, "\n") != len(want)+1 || strings.Contains(errOut, `"fine"`) {
+		t.Errorf("exit %d, stderr:\n%s", code, errOut)
+	}
+}

@@ -64,6 +64,10 @@ var (
 	}
 )
 
+// stringFormats are the string formats CEL reads as other types, as the
+// API server does.
+var stringFormats = map[string]typeKind{"byte": kBytes, "date": kDate, "date-time": kTimestamp, "duration": kDuration}
+
 // TypeOf is the type of objects with schema s (the whole object, references
 // resolved), named name in messages — "apps/v1.Deployment". nil s: dyn.
 func TypeOf(name string, s *spec.Schema) *Type {
@@ -118,9 +122,9 @@ func typeOf(name string, s *spec.Schema, resource bool) *Type {
 		case "array":
 			t.kind = kList
 		case "string":
-			t.kind = map[string]typeKind{"byte": kBytes, "date": kDate, "date-time": kTimestamp, "duration": kDuration}[s.Format]
-			if t.kind == kDyn {
-				t.kind = kString
+			t.kind = kString
+			if k, ok := stringFormats[s.Format]; ok {
+				t.kind = k
 			}
 		case "integer":
 			t.kind = kInt
@@ -254,8 +258,9 @@ func (t *Type) build() {
 	})
 }
 
-// structs collects the struct types reachable through what the checker
-// asked of a rule's environment, so that a struct type named in a checked
+// provider is the type provider of a rule's environment: it answers the
+// checker's questions about the rule's struct types from their schemas, and
+// remembers every struct type it handed out, so that one named in a checked
 // expression (a forEach's items) can be found again.
 type provider struct {
 	types.Provider

@@ -1,6 +1,7 @@
 package schema
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -146,5 +147,46 @@ func TestCheckRequired(t *testing.T) {
 	}
 	if ps := Check(deploy, doc, nil, false); len(ps) != 0 {
 		t.Errorf("without required: %s", messages(ps))
+	}
+}
+
+// TestServed: kinds the snapshot does not know come from the server's
+// document for their group-version, fetched once; a failed fetch counts as
+// none served until Forget.
+func TestServed(t *testing.T) {
+	doc := `{"components": {"schemas": {
+  "w": {"type": "object", "x-kubernetes-group-version-kind": [{"group": "g.io", "version": "v1", "kind": "W"}],
+        "properties": {"spec": {"$ref": "#/components/schemas/s"}}},
+  "s": {"type": "object", "properties": {"n": {"type": "integer"}}}}}}`
+	var fetched []string
+	fail := true
+	s := NewServed(func(gv schema.GroupVersion) ([]byte, string, error) {
+		fetched = append(fetched, gv.String())
+		if fail {
+			return nil, "", errors.New("unreachable")
+		}
+		return []byte(doc), "tag1", nil
+	}, Builtin())
+	w := schema.GroupVersionKind{Group: "g.io", Version: "v1", Kind: "W"}
+	if s.Schema(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}) == nil || len(fetched) != 0 {
+		t.Fatalf("a built-in kind was fetched (%v) or not found", fetched)
+	}
+	if s.Schema(w) != nil || s.Schema(w) != nil || len(fetched) != 1 {
+		t.Fatalf("failed fetch: fetched %v, want one fetch and no schema", fetched)
+	}
+	if !s.Missing("g.io") || !s.Stale("g.io", map[schema.GroupVersion]string{w.GroupVersion(): "tag1"}) {
+		t.Error("a failed fetch is not missing, or not stale once the server serves the document")
+	}
+	fail = false
+	s.Forget("g.io")
+	got := s.Schema(w)
+	if got == nil || got.Properties["spec"].Properties["n"].Type[0] != "integer" || len(fetched) != 2 {
+		t.Fatalf("after Forget: schema %v, fetched %v", got, fetched)
+	}
+	if s.Version(w) == "" || s.Version(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}) != "" {
+		t.Error("a served kind has no version, or a built-in one has")
+	}
+	if s.Missing("g.io") || s.Stale("g.io", map[schema.GroupVersion]string{w.GroupVersion(): "tag1"}) {
+		t.Error("the document read is missing or stale")
 	}
 }

@@ -30,7 +30,8 @@ type Versioner interface {
 // next does not know: custom resources and aggregated APIs. next is asked
 // first — the built-in kinds are compiled in and need no request. Each
 // group-version's document is fetched once, when a rule first reads one of
-// its kinds, and again after Forget. Safe for concurrent use.
+// its kinds, and again after Forget; one that cannot be fetched counts as
+// not served until then. Safe for concurrent use.
 type Served struct {
 	fetch Fetch
 	next  Source
@@ -120,12 +121,12 @@ func (s *Served) doc(gv schema.GroupVersion) *servedDoc {
 		}
 		return d
 	}
+	// A failure is remembered as "none served", as an absent document is:
+	// asking again for every rule would hold the load up for as long as
+	// the API server does not answer. The next Forget asks again.
 	data, tag, err := s.fetch(gv)
-	if err != nil {
-		return nil // not remembered: asked again next time
-	}
 	d = &servedDoc{tag: tag}
-	if data != nil {
+	if err == nil && data != nil {
 		d = parseServed(data, tag)
 	}
 	s.mu.Lock()
