@@ -1,0 +1,108 @@
+package main
+
+import (
+	"os"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+)
+
+// TestREADMECommandLine: the README's command list names every command
+// cobra has (help aside) and nothing else, and each command's line names
+// exactly its flags (help and the logging flags aside).
+func TestREADMECommandLine(t *testing.T) {
+	data, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(data), "\n## Command line\n")
+	if !ok {
+		t.Fatal("README has no Command line section")
+	}
+	_, block, _ := strings.Cut(section, "```\n")
+	block, _, _ = strings.Cut(block, "```")
+
+	// Each command's text: its line and the indented lines after it.
+	texts := map[string]string{}
+	var cur string
+	for _, line := range strings.Split(block, "\n") {
+		if rest, ok := strings.CutPrefix(line, "syncloop "); ok {
+			cur = strings.Fields(rest)[0]
+			texts[cur] = ""
+		}
+		if cur != "" {
+			code, _, _ := strings.Cut(line, "#") // comments may name flags in passing
+			texts[cur] += code + "\n"
+		}
+	}
+	root := newRootCommand()
+	root.InitDefaultCompletionCmd()
+	var want []string
+	for _, c := range root.Commands() {
+		if !c.Hidden && c.Name() != "help" {
+			want = append(want, c.Name())
+		}
+	}
+	var got []string
+	for name := range texts {
+		got = append(got, name)
+	}
+	sort.Strings(want)
+	sort.Strings(got)
+	if !slices.Equal(got, want) {
+		t.Fatalf("README commands %v, cobra's %v", got, want)
+	}
+
+	flagRE := regexp.MustCompile(`(?:^|[\s\[])(--?[a-z][a-z-]*)`)
+	for _, name := range want {
+		cmd, _, err := root.Find([]string{name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var documented []string
+		for _, m := range flagRE.FindAllStringSubmatch(texts[name], -1) {
+			documented = append(documented, m[1])
+		}
+		var have []string
+		cmd.Flags().VisitAll(func(f *pflag.Flag) { have = append(have, "--"+f.Name) })
+		cmd.InheritedFlags().VisitAll(func(f *pflag.Flag) { have = append(have, "--"+f.Name) })
+		for _, d := range documented {
+			long := d
+			if !strings.HasPrefix(d, "--") {
+				if f := cmd.Flags().ShorthandLookup(d[1:]); f != nil {
+					long = "--" + f.Name
+				} else if f := cmd.InheritedFlags().ShorthandLookup(d[1:]); f != nil {
+					long = "--" + f.Name
+				}
+			}
+			if !slices.Contains(have, long) {
+				t.Errorf("README: syncloop %s %s: no such flag", name, d)
+			}
+		}
+		cmd.Flags().VisitAll(func(f *pflag.Flag) {
+			if f.Hidden || f.Name == "help" || slices.Contains(loggingFlags, f.Name) {
+				return
+			}
+			if !slices.Contains(documented, "--"+f.Name) && !slices.Contains(documented, "-"+f.Shorthand) {
+				t.Errorf("README: syncloop %s does not show --%s", name, f.Name)
+			}
+		})
+	}
+}
+
+// loggingFlags are klog's, shown once as -v N.
+var loggingFlags = []string{"v", "vmodule"}
+
+// TestCompletion: the completion scripts the README tells users to source.
+func TestCompletion(t *testing.T) {
+	for shell, marker := range map[string]string{"bash": "__start_syncloop", "zsh": "#compdef syncloop", "fish": "complete -c syncloop"} {
+		code, out, errOut := syncloop(t, "completion", shell)
+		if code != 0 || !strings.Contains(out, marker) {
+			t.Errorf("completion %s: exit %d, %d bytes without %q; stderr %q", shell, code, len(out), marker, errOut)
+		}
+	}
+}
