@@ -9,8 +9,9 @@ LDFLAGS  := -X main.version=$(VERSION)
 TESTFLAGS ?= -race -count=1 -timeout=30m
 
 IMAGE    ?= ghcr.io/syncloop/syncloop:$(VERSION)
+PLATFORMS ?= linux/amd64,linux/arm64
 
-.PHONY: help build build-static image test test-short testenv openapi-snapshot demo cluster bench bench-full soak lint clean
+.PHONY: help build build-static image image-push test test-short testenv openapi-snapshot demo cluster bench bench-full soak lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -19,10 +20,13 @@ build: ## build bin/syncloop
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/syncloop
 
 build-static: ## build bin/syncloop statically (CGO_ENABLED=0), as the image does
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o $(BIN) ./cmd/syncloop
+	CGO_ENABLED=0 $(GO) build -trimpath -tags timetzdata -ldflags "-s -w $(LDFLAGS)" -o $(BIN) ./cmd/syncloop
 
-image: ## build the container image $(IMAGE) (needs a Docker engine)
-	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+image: ## build the image as docker-load-able archives bin/syncloop-image-<arch>.tar (no Docker engine needed)
+	$(GO) run ./hack/image -version $(VERSION) -repo $(firstword $(subst :, ,$(IMAGE))) -platforms $(PLATFORMS) -out bin
+
+image-push: ## push the multi-platform image to IMAGE=registry/repo:tag (credentials as docker login keeps them)
+	$(GO) run ./hack/image -version $(VERSION) -platforms $(PLATFORMS) -push $(IMAGE)
 
 testenv: ## build the local control plane (etcd, kube-apiserver, kube-controller-manager) and helm into the cache, once
 	@bash hack/testenv.sh

@@ -8,7 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
+
+	"github.com/syncloop/syncloop/internal/metrics"
 )
 
 // TestREADMECommandLine: the README's command list names every command
@@ -104,5 +107,62 @@ func TestCompletion(t *testing.T) {
 		if code != 0 || !strings.Contains(out, marker) {
 			t.Errorf("completion %s: exit %d, %d bytes without %q; stderr %q", shell, code, len(out), marker, errOut)
 		}
+	}
+}
+
+// describing is a prometheus.Registerer that records the names of what is
+// registered with it.
+type describing struct{ names []string }
+
+var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
+
+func (d *describing) Register(c prometheus.Collector) error {
+	ch := make(chan *prometheus.Desc, 16)
+	go func() { c.Describe(ch); close(ch) }()
+	for desc := range ch {
+		if m := fqName.FindStringSubmatch(desc.String()); m != nil {
+			d.names = append(d.names, m[1])
+		}
+	}
+	return nil
+}
+
+func (d *describing) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		_ = d.Register(c)
+	}
+}
+
+func (d *describing) Unregister(prometheus.Collector) bool { return true }
+
+// TestREADMEMetrics: the README's metrics section names every metric
+// syncloop registers (the Go and process collectors aside) and no other.
+func TestREADMEMetrics(t *testing.T) {
+	data, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(data), "\n## Metrics")
+	if !ok {
+		t.Fatal("README has no Metrics section")
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	var documented []string
+	for _, m := range regexp.MustCompile("`((?:syncloop|workqueue|rest_client)_[a-z_]+)").FindAllStringSubmatch(section, -1) {
+		if !slices.Contains(documented, m[1]) {
+			documented = append(documented, m[1])
+		}
+	}
+	reg := &describing{}
+	metrics.New(reg, func() int { return 0 }, func() map[string]bool { return nil })
+	// The Go runtime and process collectors are named as such.
+	own := slices.DeleteFunc(reg.names, func(n string) bool { return strings.HasPrefix(n, "go_") || strings.HasPrefix(n, "process_") })
+	registered := slices.Compact(slices.Sorted(slices.Values(own)))
+	if len(registered) < 15 {
+		t.Fatalf("only %d metrics registered: %v", len(registered), registered)
+	}
+	sort.Strings(documented)
+	if !slices.Equal(documented, registered) {
+		t.Errorf("README metrics %v\nregistered       %v", documented, registered)
 	}
 }
