@@ -67,6 +67,9 @@ func isRuleDocument(root *yaml.Node) bool {
 	if apiVersion == "" && kind == "" {
 		return true
 	}
+	if kind == TestKind {
+		return false // syncloop test's
+	}
 	return kind == Kind || strings.HasPrefix(apiVersion, Group+"/") || apiVersion == Group
 }
 

@@ -191,7 +191,8 @@ func (r *Rule) Render(ctx context.Context, trigger *unstructured.Unstructured, s
 		act.Variables[v.Name] = val
 	}
 	if offline {
-		ap = renderedApplier{}
+		objs, _ := lk.(OfflineObjects)
+		ap = renderedApplier{objs}
 	}
 	out := &Rendered{rule: r, act: act, children: map[string]any{}, ready: map[string]bool{}}
 	act.Children = out.children
@@ -374,11 +375,39 @@ func nonNilList(l []any) []any {
 	return l
 }
 
-// renderedApplier is the offline Applier: a child is as rendered.
-type renderedApplier struct{}
+// renderedApplier is the offline Applier: a child is as rendered, or, when
+// the objects given offline hold it (the cluster's state: a Secret whose
+// token the server filled in), that object with the rendered fields
+// applied over it.
+type renderedApplier struct{ objs OfflineObjects }
 
-func (renderedApplier) Apply(_ context.Context, c Child) (map[string]any, error) {
+func (a renderedApplier) Apply(_ context.Context, c Child) (map[string]any, error) {
+	gk := c.Object.GroupVersionKind().GroupKind()
+	for _, o := range a.objs {
+		if o.GroupVersionKind().GroupKind() == gk && o.GetNamespace() == c.Object.GetNamespace() && o.GetName() == c.Object.GetName() {
+			return overlay(o.Object, c.Object.Object), nil
+		}
+	}
 	return c.Object.Object, nil
+}
+
+// overlay is base with over's fields set over it: maps merge, the rest is
+// replaced — what applying over means for the fields a child sets.
+func overlay(base, over map[string]any) map[string]any {
+	out := make(map[string]any, len(base)+len(over))
+	for k, v := range base {
+		out[k] = v
+	}
+	for k, v := range over {
+		if om, ok := v.(map[string]any); ok {
+			if bm, ok := out[k].(map[string]any); ok {
+				out[k] = overlay(bm, om)
+				continue
+			}
+		}
+		out[k] = v
+	}
+	return out
 }
 
 // Waiting are the resources that were not rendered because a resource

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/syncloop/syncloop/rules"
+	"github.com/syncloop/syncloop/rules/expr"
+)
+
+func newTestCommand() *cobra.Command {
+	var costLimit uint64
+	cmd := &cobra.Command{
+		Use:   "test PATH...",
+		Short: "Run the Test documents in files or directories, without a cluster: exit 0 all pass, 1 a test fails, 2 a file error",
+		Long: `test finds the kind: Test documents in the files and directories given
+(directories are walked for *.yaml and *.yml), loads each test's rules and
+objects, renders the rules against the objects as render does — the objects
+stand for the cluster: triggers, lookup targets, CRDs and live children — and
+checks the test's expectations: children rendered (partial objects, matched as
+subsets), children absent, a partial status, skipped, an error. It prints
+PASS or FAIL <file>: <test> per test and, under a failure, each field that
+differs with both values (Secret data as hashes). Exit 0 when every test
+passes, 1 when one fails, 2 when a file does not load.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
+			files, err := rules.FindFiles(args...)
+			if err != nil {
+				fmt.Fprintln(errOut, err)
+				return exitCode(2)
+			}
+			fileErrors, failed, passed, ran := 0, 0, 0, 0
+			for _, path := range files {
+				data, err := os.ReadFile(path)
+				if err != nil {
+					fmt.Fprintln(errOut, err)
+					fileErrors++
+					continue
+				}
+				tests, err := rules.ParseTests(path, data)
+				if err != nil {
+					printLoadError(errOut, err)
+					fileErrors++
+					continue
+				}
+				for _, t := range tests {
+					ran++
+					failures, err := rules.RunTest(cmd.Context(), expr.Options{CostLimit: costLimit}, t)
+					switch {
+					case err != nil:
+						fmt.Fprintf(out, "FAIL %s: %s\n", path, t.Name)
+						fmt.Fprintf(out, "    %s: the test's files do not load:\n", t.Pos)
+						printLoadError(indent{out}, err)
+						fileErrors++
+					case len(failures) > 0:
+						fmt.Fprintf(out, "FAIL %s: %s\n", path, t.Name)
+						for _, f := range failures {
+							fmt.Fprintf(out, "    %s\n", f)
+						}
+						failed++
+					default:
+						fmt.Fprintf(out, "PASS %s: %s\n", path, t.Name)
+						passed++
+					}
+				}
+			}
+			if ran == 0 && fileErrors == 0 {
+				fmt.Fprintln(errOut, "no Test documents found")
+				return exitCode(2)
+			}
+			fmt.Fprintf(out, "%d test(s): %d passed, %d failed", ran, passed, failed)
+			if fileErrors > 0 {
+				fmt.Fprintf(out, ", %d file error(s)", fileErrors)
+			}
+			fmt.Fprintln(out)
+			switch {
+			case fileErrors > 0:
+				return exitCode(2)
+			case failed > 0:
+				return exitCode(1)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().Uint64Var(&costLimit, "cel-cost-limit", expr.DefaultCostLimit, "CEL cost limit of one expression evaluation")
+	return cmd
+}
+
+// printLoadError prints each error of an ErrorList on its own line.
+func printLoadError(w interface{ Write([]byte) (int, error) }, err error) {
+	var list rules.ErrorList
+	if errors.As(err, &list) {
+		for _, e := range list {
+			fmt.Fprintln(w, e)
+		}
+		return
+	}
+	fmt.Fprintln(w, err)
+}
+
+// indent writes each line it is given indented by eight spaces.
+type indent struct {
+	w interface{ Write([]byte) (int, error) }
+}
+
+func (i indent) Write(p []byte) (int, error) {
+	_, err := fmt.Fprintf(i.w, "        %s", p)
+	return len(p), err
+}

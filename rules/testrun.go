@@ -1,0 +1,237 @@
+package rules
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+
+	"github.com/syncloop/syncloop/rules/expr"
+)
+
+// RunTest loads t's rules (typed by the CRDs among its objects too) and
+// objects, renders the rules against the objects as `syncloop render`
+// does — the objects are the cluster: triggers, lookup targets, and live
+// children — and checks every expectation. failures are what did not
+// match, one readable line each; err is a file that does not load.
+func RunTest(ctx context.Context, opts expr.Options, t *Test) (failures []string, err error) {
+	objs, err := ReadObjects(t.Objects...)
+	if err != nil {
+		return nil, err
+	}
+	l, err := NewLoader(opts)
+	if err != nil {
+		return nil, err
+	}
+	l.UseCRDs(objs)
+	set, err := l.Load(t.Rules...)
+	if err != nil {
+		return nil, err
+	}
+	res, err := RenderOffline(ctx, set, objs, "")
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range t.Expect {
+		failures = append(failures, e.check(set, res)...)
+	}
+	return failures, nil
+}
+
+func (e *Expectation) check(set *Set, res *Offline) []string {
+	fail := func(format string, args ...any) []string {
+		return []string{fmt.Sprintf("%s (rule %s, trigger %s): %s", e.Field, e.Rule, e.Trigger.describe(), fmt.Sprintf(format, args...))}
+	}
+	if set.Get(e.Rule) == nil {
+		names := make([]string, 0, set.Len())
+		for _, r := range set.Rules() {
+			names = append(names, r.Name)
+		}
+		return fail("no such rule (rules: %s)", strings.Join(names, ", "))
+	}
+	var r *Result
+	for i := range res.Results {
+		if res.Results[i].Rule == e.Rule && e.Trigger.Matches(res.Results[i].Trigger) {
+			r = &res.Results[i]
+			break
+		}
+	}
+	if r == nil {
+		return fail("the rule rendered nothing for it: no such object among the objects, or the rule's watch does not match it")
+	}
+	switch {
+	case e.Error != "" && r.Error == "":
+		return fail("want an error containing %q, rendered without one", e.Error)
+	case e.Error != "" && !strings.Contains(r.Error, e.Error):
+		return fail("want an error containing %q, got: %s", e.Error, r.Error)
+	case e.Error != "":
+		return nil
+	case r.Error != "":
+		return fail("rendering failed: %s", r.Error)
+	}
+	var out []string
+	if e.Skipped != nil && *e.Skipped != r.Skipped {
+		out = append(out, fail("want skipped: %v (when), rendered skipped: %v", *e.Skipped, r.Skipped)...)
+	}
+	rendered := append(append([]map[string]any(nil), r.Children...), r.Patches...)
+	for i, want := range e.Children {
+		ref := refOfMap(want)
+		var got map[string]any
+		for _, c := range rendered {
+			if ref.Matches(refOfMap(c)) {
+				got = c
+				break
+			}
+		}
+		if got == nil {
+			out = append(out, fail("children[%d]: %s not rendered (rendered: %s)", i, ref.describe(), describeAll(rendered))...)
+			continue
+		}
+		secret := ref.Kind == "Secret"
+		for _, d := range subsetDiff(want, got, "", secret) {
+			out = append(out, fail("children[%d] %s: %s", i, ref.describe(), d)...)
+		}
+	}
+	for i, a := range e.Absent {
+		for _, c := range rendered {
+			if a.Matches(refOfMap(c)) {
+				out = append(out, fail("absent[%d]: %s rendered", i, refOfMap(c).describe())...)
+			}
+		}
+	}
+	if e.Status != nil {
+		for _, d := range subsetDiff(e.Status, r.Status, "status", false) {
+			out = append(out, fail("%s", d)...)
+		}
+	}
+	return out
+}
+
+func refOfMap(m map[string]any) ObjectRef {
+	md, _ := m["metadata"].(map[string]any)
+	r := ObjectRef{}
+	r.APIVersion, _ = m["apiVersion"].(string)
+	r.Kind, _ = m["kind"].(string)
+	r.Namespace, _ = md["namespace"].(string)
+	r.Name, _ = md["name"].(string)
+	return r
+}
+
+// describe is "Kind namespace/name" (with apiVersion when set).
+func (r ObjectRef) describe() string {
+	s := r.Kind + " "
+	if r.APIVersion != "" {
+		s = r.APIVersion + " " + s
+	}
+	if r.Namespace != "" {
+		s += r.Namespace + "/"
+	}
+	return s + r.Name
+}
+
+func describeAll(objs []map[string]any) string {
+	if len(objs) == 0 {
+		return "none"
+	}
+	var s []string
+	for _, o := range objs {
+		s = append(s, refOfMap(o).describe())
+	}
+	return strings.Join(s, ", ")
+}
+
+// subsetDiff says where got does not hold want: every field of a wanted
+// map must be there and match; lists match item by item, with the same
+// length; scalars are equal (numbers by value). Values of a Secret's data
+// and stringData are shown as hashes, as plans show them.
+func subsetDiff(want, got any, path string, secret bool) []string {
+	show := func(v any) string { return showValue(v, path, secret) }
+	at := path
+	if at == "" {
+		at = "(the object)"
+	}
+	switch w := want.(type) {
+	case map[string]any:
+		g, ok := got.(map[string]any)
+		if !ok {
+			if got == nil {
+				return []string{fmt.Sprintf("%s: want %s, not rendered", at, show(want))}
+			}
+			return []string{fmt.Sprintf("%s: want a mapping, rendered %s", at, show(got))}
+		}
+		keys := make([]string, 0, len(w))
+		for k := range w {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		var out []string
+		for _, k := range keys {
+			p := k
+			if path != "" {
+				p = path + "." + k
+			}
+			gv, present := g[k]
+			if !present {
+				out = append(out, fmt.Sprintf("%s: want %s, not rendered", p, showValue(w[k], p, secret)))
+				continue
+			}
+			out = append(out, subsetDiff(w[k], gv, p, secret)...)
+		}
+		return out
+	case []any:
+		g, ok := got.([]any)
+		if !ok || len(g) != len(w) {
+			return []string{fmt.Sprintf("%s: want %s, rendered %s", at, show(want), show(got))}
+		}
+		var out []string
+		for i := range w {
+			out = append(out, subsetDiff(w[i], g[i], fmt.Sprintf("%s[%d]", path, i), secret)...)
+		}
+		return out
+	}
+	if !scalarEqual(want, got) {
+		return []string{fmt.Sprintf("%s: want %s, rendered %s", at, show(want), show(got))}
+	}
+	return nil
+}
+
+// showValue is v as JSON, or a hash for a value of a Secret's data or
+// stringData.
+func showValue(v any, path string, secret bool) string {
+	if secret && (strings.HasPrefix(path, "data.") || strings.HasPrefix(path, "stringData.")) {
+		if s, ok := v.(string); ok {
+			sum := sha256.Sum256([]byte(s))
+			return "(redacted, sha256:" + hex.EncodeToString(sum[:4]) + ")"
+		}
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
+}
+
+func scalarEqual(a, b any) bool {
+	af, aNum := number(a)
+	bf, bNum := number(b)
+	if aNum && bNum {
+		return af == bf
+	}
+	return reflect.DeepEqual(a, b)
+}
+
+func number(v any) (float64, bool) {
+	switch n := v.(type) {
+	case int64:
+		return float64(n), true
+	case int:
+		return float64(n), true
+	case float64:
+		return n, true
+	}
+	return 0, false
+}
