@@ -166,26 +166,12 @@ func (l *Loader) Parse(path string, data []byte) (*File, error) {
 		}
 		schemas = schema.FromCRDs(maps, schemas)
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var errs ErrorList
 	names := map[string]Pos{}
-	for {
-		var doc yaml.Node
-		err := dec.Decode(&doc)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			errs = append(errs, syntaxError(path, err))
-			break // the parser cannot resume after a syntax error
-		}
-		if len(doc.Content) == 0 || isNull(doc.Content[0]) {
-			continue // an empty document, e.g. after a trailing ---
-		}
-		root := doc.Content[0]
+	if err := eachDocument(path, data, func(root *yaml.Node) {
 		if !isRuleDocument(root) {
 			f.Skipped++
-			continue
+			return
 		}
 		d := &decoder{file: path, lines: lines, schemas: schemas}
 		r := d.decodeRule(root, l.compiler)
@@ -193,20 +179,43 @@ func (l *Loader) Parse(path string, data []byte) (*File, error) {
 		f.Warnings = append(f.Warnings, d.warns...)
 		f.Notes = append(f.Notes, d.notes...)
 		if r == nil {
-			continue
+			return
 		}
 		if prev, dup := names[r.Name]; dup {
 			errs = append(errs, &Error{Pos: r.Pos, Rule: r.Name, Field: "metadata.name",
 				Msg: fmt.Sprintf("rule name used twice: also at %s", prev)})
-			continue
+			return
 		}
 		names[r.Name] = r.Pos
 		f.Rules = append(f.Rules, r)
+	}); err != nil {
+		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
 		return nil, errs.errOrNil()
 	}
 	return f, nil
+}
+
+// eachDocument calls fn with the root of each non-empty YAML document in
+// data; a syntax error ends the walk (the parser cannot resume after one)
+// and is returned.
+func eachDocument(path string, data []byte, fn func(root *yaml.Node)) *Error {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for {
+		var doc yaml.Node
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return syntaxError(path, err)
+		}
+		if len(doc.Content) == 0 || isNull(doc.Content[0]) {
+			continue // an empty document, e.g. after a trailing ---
+		}
+		fn(doc.Content[0])
+	}
 }
 
 // crdsIn returns the CustomResourceDefinitions among the documents of a

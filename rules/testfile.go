@@ -1,10 +1,7 @@
 package rules
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"path/filepath"
 	"strings"
 
@@ -69,35 +66,28 @@ func ParseTests(path string, data []byte) ([]*Test, error) {
 	if len(data) > maxFileSize {
 		return nil, ErrorList{{Pos: Pos{File: path}, Msg: fmt.Sprintf("file too large: %d bytes, the limit is %d", len(data), maxFileSize)}}
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var tests []*Test
 	var errs ErrorList
 	names := map[string]Pos{}
-	for {
-		var doc yaml.Node
-		err := dec.Decode(&doc)
-		if errors.Is(err, io.EOF) {
-			break
+	lines := strings.Split(string(data), "\n")
+	if err := eachDocument(path, data, func(root *yaml.Node) {
+		if !isTestDocument(root) {
+			return
 		}
-		if err != nil {
-			errs = append(errs, syntaxError(path, err))
-			break
-		}
-		if len(doc.Content) == 0 || !isTestDocument(doc.Content[0]) {
-			continue
-		}
-		d := &decoder{file: path, lines: strings.Split(string(data), "\n")}
-		t := d.decodeTest(doc.Content[0], filepath.Dir(path))
+		d := &decoder{file: path, lines: lines}
+		t := d.decodeTest(root, filepath.Dir(path))
 		errs = append(errs, d.errs...)
 		if t == nil || len(d.errs) > 0 {
-			continue
+			return
 		}
 		if prev, dup := names[t.Name]; dup {
 			errs = append(errs, &Error{Pos: t.Pos, Field: "metadata.name", Msg: fmt.Sprintf("test name used twice: also at %s", prev)})
-			continue
+			return
 		}
 		names[t.Name] = t.Pos
 		tests = append(tests, t)
+	}); err != nil {
+		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
 		return nil, errs

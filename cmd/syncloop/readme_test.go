@@ -18,15 +18,7 @@ import (
 // cobra has (help aside) and nothing else, and each command's line names
 // exactly its flags (help and the logging flags aside).
 func TestREADMECommandLine(t *testing.T) {
-	data, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, ok := strings.Cut(string(data), "\n## Command line\n")
-	if !ok {
-		t.Fatal("README has no Command line section")
-	}
-	_, block, _ := strings.Cut(section, "```\n")
+	_, block, _ := strings.Cut(readmeSection(t, "Command line"), "```\n")
 	block, _, _ = strings.Cut(block, "```")
 
 	// Each command's text: its line and the indented lines after it.
@@ -97,6 +89,22 @@ func TestREADMECommandLine(t *testing.T) {
 	}
 }
 
+// readmeSection is the text of the README's section "## heading", up to
+// the next one.
+func readmeSection(t *testing.T, heading string) string {
+	t.Helper()
+	data, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(data), "\n## "+heading+"\n")
+	if !ok {
+		t.Fatalf("README has no %s section", heading)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	return section
+}
+
 // loggingFlags are klog's, shown once as -v N.
 var loggingFlags = []string{"v", "vmodule"}
 
@@ -138,15 +146,7 @@ func (d *describing) Unregister(prometheus.Collector) bool { return true }
 // TestREADMEMetrics: the README's metrics section names every metric
 // syncloop registers (the Go and process collectors aside) and no other.
 func TestREADMEMetrics(t *testing.T) {
-	data, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, ok := strings.Cut(string(data), "\n## Metrics")
-	if !ok {
-		t.Fatal("README has no Metrics section")
-	}
-	section, _, _ = strings.Cut(section, "\n## ")
+	section := readmeSection(t, "Metrics")
 	var documented []string
 	for _, m := range regexp.MustCompile("`((?:syncloop|workqueue|rest_client)_[a-z_]+)").FindAllStringSubmatch(section, -1) {
 		if !slices.Contains(documented, m[1]) {
