@@ -42,7 +42,7 @@ func (d *decoder) decodeLookups(r *Rule, n *yaml.Node, c *expr.Compiler, ts *exp
 	var ids []string
 	for i, ln := range d.seq(n, "spec.lookups") {
 		field := fmt.Sprintf("spec.lookups[%d]", i)
-		f := d.fields(ln, field, "id", "apiVersion", "kind", "namespace", "name", "labelSelector")
+		f := d.fields(ln, field, RuleFormat.known("spec.lookups")...)
 		if f == nil {
 			continue
 		}

@@ -106,7 +106,7 @@ func (d *decoder) decodeRule(root *yaml.Node, c *expr.Compiler) *Rule {
 	d.rule = peekName(root)
 	pos := positions{}
 	docVal, _ := d.value(root, nil, "", pos)
-	top := d.fields(root, "", "apiVersion", "kind", "metadata", "spec")
+	top := d.fields(root, "", RuleFormat.known("")...)
 	if top == nil {
 		return nil
 	}
@@ -125,7 +125,7 @@ func (d *decoder) decodeRule(root *yaml.Node, c *expr.Compiler) *Rule {
 
 	if n, ok := top["metadata"]; !ok {
 		d.errorf(root, "metadata.name", "required")
-	} else if md := d.fields(n, "metadata", "name", "labels", "annotations"); md != nil {
+	} else if md := d.fields(n, "metadata", RuleFormat.known("metadata")...); md != nil {
 		if nn, ok := md["name"]; !ok {
 			d.errorf(n, "metadata.name", "required")
 		} else if name, ok := d.str(nn, "metadata.name"); ok {
@@ -191,8 +191,7 @@ func (r *Rule) Groups() []string {
 }
 
 func (d *decoder) decodeSpec(r *Rule, spec *yaml.Node, docVal any, pos positions, c *expr.Compiler) {
-	f := d.fields(spec, "spec", "watch", "when", "lookups", "variables", "resources", "status", "deletionPolicy",
-		"forceConflicts", "workers", "resyncPeriod", "rateLimit", "maxRetries")
+	f := d.fields(spec, "spec", RuleFormat.known("spec")...)
 	if f == nil {
 		return
 	}
@@ -214,7 +213,7 @@ func (d *decoder) decodeSpec(r *Rule, spec *yaml.Node, docVal any, pos positions
 	if n, ok := f["variables"]; ok {
 		for i, vn := range d.seq(n, "spec.variables") {
 			field := fmt.Sprintf("spec.variables[%d]", i)
-			vf := d.fields(vn, field, "name", "expression")
+			vf := d.fields(vn, field, RuleFormat.known("spec.variables")...)
 			if vf == nil {
 				continue
 			}
@@ -420,7 +419,7 @@ func nonNil(s []string) []string {
 }
 
 func (d *decoder) decodeWatch(w *Watch, n *yaml.Node) {
-	f := d.fields(n, "spec.watch", "apiVersion", "kind", "namespace", "labelSelector", "fieldSelector")
+	f := d.fields(n, "spec.watch", RuleFormat.known("spec.watch")...)
 	if f == nil {
 		return
 	}
@@ -491,7 +490,7 @@ func (d *decoder) apiVersionKind(parent *yaml.Node, f map[string]*yaml.Node, fie
 
 func (d *decoder) decodeResource(i int, n *yaml.Node, docVal any, pos positions, c *expr.Compiler, scope expr.Scope, ids []string) *Resource {
 	field := fmt.Sprintf("spec.resources[%d]", i)
-	f := d.fields(n, field, "id", "mode", "when", "forEach", "template", "readyWhen", "deletionPolicy")
+	f := d.fields(n, field, RuleFormat.known("spec.resources")...)
 	if f == nil {
 		return nil
 	}
@@ -790,7 +789,7 @@ func (d *decoder) duration(n *yaml.Node, field string) (time.Duration, bool) {
 
 func (d *decoder) decodeRateLimit(rl *RateLimit, n *yaml.Node) {
 	const field = "spec.rateLimit"
-	f := d.fields(n, field, "baseDelay", "maxDelay", "qps", "burst")
+	f := d.fields(n, field, RuleFormat.known("spec.rateLimit")...)
 	if f == nil {
 		return
 	}

@@ -96,7 +96,7 @@ func ParseTests(path string, data []byte) ([]*Test, error) {
 }
 
 func (d *decoder) decodeTest(root *yaml.Node, dir string) *Test {
-	f := d.fields(root, "", "apiVersion", "kind", "metadata", "rules", "objects", "expect")
+	f := d.fields(root, "", TestFormat.known("")...)
 	if f == nil {
 		return nil
 	}
@@ -108,7 +108,7 @@ func (d *decoder) decodeTest(root *yaml.Node, dir string) *Test {
 	}
 	if n, ok := f["metadata"]; !ok {
 		d.errorf(root, "metadata.name", "required")
-	} else if md := d.fields(n, "metadata", "name"); md != nil {
+	} else if md := d.fields(n, "metadata", TestFormat.known("metadata")...); md != nil {
 		if nn, ok := md["name"]; !ok {
 			d.errorf(n, "metadata.name", "required")
 		} else if v, ok := d.str(nn, "metadata.name"); ok && v != "" {
@@ -153,7 +153,7 @@ func (d *decoder) decodeTest(root *yaml.Node, dir string) *Test {
 }
 
 func (d *decoder) decodeExpectation(n *yaml.Node, field string) *Expectation {
-	f := d.fields(n, field, "rule", "trigger", "children", "absent", "status", "skipped", "error")
+	f := d.fields(n, field, TestFormat.known("expect")...)
 	if f == nil {
 		return nil
 	}
@@ -219,7 +219,7 @@ func (d *decoder) decodeExpectation(n *yaml.Node, field string) *Expectation {
 // objectRef decodes {apiVersion?, kind, namespace?, name}.
 func (d *decoder) objectRef(n *yaml.Node, field string) ObjectRef {
 	var r ObjectRef
-	f := d.fields(n, field, "apiVersion", "kind", "namespace", "name")
+	f := d.fields(n, field, TestFormat.known("expect.trigger")...)
 	if f == nil {
 		return r
 	}

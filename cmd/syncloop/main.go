@@ -60,7 +60,7 @@ pruned when no longer desired, with status written back.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCommand(), newValidateCommand(), newRenderCommand(), newTestCommand(), newRunCommand(), newPlanCommand())
+	root.AddCommand(newVersionCommand(), newValidateCommand(), newRenderCommand(), newTestCommand(), newSchemaCommand(), newRunCommand(), newPlanCommand())
 	// klog's verbosity flags for every command; logs go to stderr.
 	logFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(logFlags)

@@ -1,0 +1,202 @@
+package rules
+
+import (
+	"encoding/json"
+	"strings"
+)
+
+// Field describes a field of the Rule and Test formats. The decoder takes
+// the fields it knows from these trees, and `syncloop schema` prints them
+// as a JSON Schema: the two cannot drift apart.
+type Field struct {
+	Name     string
+	Type     string // object, array, string, integer, number, boolean, or "" for any value
+	Desc     string
+	Required bool
+	Enum     []string
+	// Fields are an object's fields; no others are allowed.
+	Fields []*Field
+	// Values, for an object without Fields, is the type of every value
+	// (labels: strings); nil with no Fields: any object (a template).
+	Values *Field
+	// Items is an array's item type.
+	Items *Field
+}
+
+func fieldObj(name, desc string, fields ...*Field) *Field {
+	return &Field{Name: name, Type: "object", Desc: desc, Fields: fields}
+}
+func fieldStr(name, desc string) *Field { return &Field{Name: name, Type: "string", Desc: desc} }
+func must(f *Field) *Field              { f.Required = true; return f }
+func fieldList(name, desc string, items *Field) *Field {
+	return &Field{Name: name, Type: "array", Desc: desc, Items: items}
+}
+func fieldMap(name, desc string) *Field {
+	return &Field{Name: name, Type: "object", Desc: desc, Values: &Field{Type: "string"}}
+}
+
+// cel marks a field that holds a CEL expression.
+func fieldCEL(name, desc string) *Field { return fieldStr(name, desc+" (CEL)") }
+
+// anyObject is an object of any fields: templates, statuses, objects.
+func fieldAny(name, desc string) *Field { return &Field{Name: name, Type: "object", Desc: desc} }
+
+// RuleFormat is the Rule document (syncloop.dev/v1alpha1, kind Rule).
+var RuleFormat = fieldObj("", "A syncloop rule: what to watch, and the objects and status to keep in sync with each object watched.",
+	must(&Field{Name: "apiVersion", Type: "string", Enum: []string{APIVersion}, Desc: "Always " + APIVersion + "."}),
+	must(&Field{Name: "kind", Type: "string", Enum: []string{Kind}, Desc: "Always " + Kind + "."}),
+	must(fieldObj("metadata", "The rule's name (a DNS-1123 label), labels and annotations.",
+		must(fieldStr("name", "The rule's name: unique among the rules loaded, a DNS-1123 label.")),
+		fieldMap("labels", "Labels of the rule (not used by syncloop)."),
+		fieldMap("annotations", "Annotations of the rule (not used by syncloop)."))),
+	must(fieldObj("spec", "What the rule watches and keeps in sync. It needs resources, status, or both.",
+		must(fieldObj("watch", "The triggers: the objects whose changes reconcile the rule.",
+			must(fieldStr("apiVersion", "The triggers' group/version, e.g. apps/v1 (literal).")),
+			must(fieldStr("kind", "The triggers' kind, e.g. Deployment (literal).")),
+			fieldStr("namespace", "Only triggers in this namespace; all namespaces when empty."),
+			fieldStr("labelSelector", "A label selector the API server applies to the watch, e.g. tier in (gold,silver)."),
+			fieldStr("fieldSelector", "A field selector the API server applies to the watch, e.g. metadata.name=x."))),
+		fieldCEL("when", "Whether the trigger wants the rule at all: false prunes its children. Sees object and rule only"),
+		fieldList("lookups", "Objects the rule reads but does not own, from watched caches: one by name, or a list by labels.",
+			fieldObj("", "A lookup, read as lookups.<id>.",
+				must(fieldStr("id", "The name expressions read it by: lookups.<id>.")),
+				must(fieldStr("apiVersion", "The looked-up kind's group/version (literal).")),
+				must(fieldStr("kind", "The looked-up kind (literal).")),
+				fieldStr("namespace", "Its namespace; ${} over the trigger allowed. Defaults to the trigger's for namespaced kinds."),
+				fieldStr("name", "Its name, for one object (null when absent); ${} allowed. Without it, a list."),
+				fieldStr("labelSelector", "For a list: a label selector; ${} allowed."))),
+		fieldList("variables", "Named values computed once per reconcile, in order; each sees the ones before it.",
+			fieldObj("", "A variable, read as variables.<name>.",
+				must(fieldStr("name", "A CEL identifier.")),
+				must(fieldCEL("expression", "Its value")))),
+		fieldList("resources", "The objects the rule keeps in sync with each trigger, in dependency order of their children.<id> references.",
+			fieldObj("", "A resource: one template, or one per forEach item.",
+				must(fieldStr("id", "The resource's id: a DNS-1123 label, read by others as children.<id>.")),
+				&Field{Name: "mode", Type: "string", Enum: []string{string(ModeOwn), string(ModePatch)},
+					Desc: "own (default): syncloop creates, owns and prunes the objects; patch: it only sets the template's fields on an object it does not own."},
+				fieldCEL("when", "Whether the trigger wants this resource; false prunes its children"),
+				fieldCEL("forEach", "A list: one object per item, read as item and index"),
+				fieldList("readyWhen", "Conditions on the live child (self) that make the resource ready; dependents wait for it.", fieldCEL("", "A readiness condition on self")),
+				&Field{Name: "deletionPolicy", Type: "string", Enum: []string{string(DeletionDelete), string(DeletionOrphan)},
+					Desc: "Delete (default): children are deleted when no longer wanted; Orphan: they are left in place."},
+				must(&Field{Name: "template", Type: "object", Desc: "The object to apply: any fields of its kind, strings may hold ${CEL}. apiVersion and kind are literal.",
+					Fields: nil}))),
+		fieldAny("status", "Fields to write to the trigger's status subresource; strings may hold ${CEL} and see children and ready."),
+		&Field{Name: "deletionPolicy", Type: "string", Enum: []string{string(DeletionDelete), string(DeletionOrphan)},
+			Desc: "The default of the resources' deletionPolicy."},
+		&Field{Name: "forceConflicts", Type: "boolean", Desc: "Take over fields another manager owns when applying (default true)."},
+		&Field{Name: "workers", Type: "integer", Desc: "Reconcile workers of the rule (default 64)."},
+		fieldStr("resyncPeriod", "How often every trigger is reconciled again, a Go duration (default 10m; 0 turns it off)."),
+		fieldObj("rateLimit", "Retry backoff and rate of the rule's queue.",
+			fieldStr("baseDelay", "First retry delay, a Go duration."),
+			fieldStr("maxDelay", "Longest retry delay, a Go duration."),
+			&Field{Name: "qps", Type: "number", Desc: "Reconciles per second the queue hands out."},
+			&Field{Name: "burst", Type: "integer", Desc: "Reconciles the queue may hand out at once."}),
+		&Field{Name: "maxRetries", Type: "integer", Desc: "Retries of a failing trigger before it waits for its next change (0: forever)."})),
+)
+
+// objectRefFormat names an object in a test.
+func objectRefFormat(name, desc string) *Field {
+	return fieldObj(name, desc,
+		fieldStr("apiVersion", "Its group/version; any when left out."),
+		must(fieldStr("kind", "Its kind.")),
+		fieldStr("namespace", "Its namespace; any when left out."),
+		must(fieldStr("name", "Its name.")))
+}
+
+// TestFormat is the Test document (syncloop.dev/v1alpha1, kind Test).
+var TestFormat = fieldObj("", "A test of rules without a cluster: render them against objects and check what they make of each trigger.",
+	must(&Field{Name: "apiVersion", Type: "string", Enum: []string{APIVersion}, Desc: "Always " + APIVersion + "."}),
+	must(&Field{Name: "kind", Type: "string", Enum: []string{TestKind}, Desc: "Always " + TestKind + "."}),
+	must(fieldObj("metadata", "The test's name.", must(fieldStr("name", "The name PASS and FAIL lines show.")))),
+	must(fieldList("rules", "Rule files or directories, relative to this file.", fieldStr("", "A path."))),
+	must(fieldList("objects", "Object files or directories, relative to this file: triggers, lookup targets, CRDs, live children.", fieldStr("", "A path."))),
+	must(fieldList("expect", "What the rules must make of triggers.",
+		fieldObj("", "What one rule must make of one trigger.",
+			must(fieldStr("rule", "The rule's name.")),
+			must(objectRefFormat("trigger", "The trigger.")),
+			fieldList("children", "Objects that must be rendered: partial objects whose fields must all match.",
+				fieldAny("", "A partial object: apiVersion, kind, metadata.name and the fields to check.")),
+			fieldList("absent", "Objects that must not be rendered.", objectRefFormat("", "An object.")),
+			fieldAny("status", "A partial status that must match."),
+			&Field{Name: "skipped", Type: "boolean", Desc: "Whether the rule's when is false for the trigger."},
+			fieldStr("error", "A substring of the error rendering must fail with.")))),
+)
+
+// known are the fields of the object at path in f ("spec.watch";
+// "spec.resources" for an array's items), in order.
+func (f *Field) known(path string) []string {
+	node := f
+	if path != "" {
+		for _, name := range strings.Split(path, ".") {
+			node = node.field(name)
+			if node.Items != nil {
+				node = node.Items
+			}
+		}
+	}
+	names := make([]string, len(node.Fields))
+	for i, c := range node.Fields {
+		names[i] = c.Name
+	}
+	return names
+}
+
+func (f *Field) field(name string) *Field {
+	for _, c := range f.Fields {
+		if c.Name == name {
+			return c
+		}
+	}
+	panic("rules: no field " + name + " in the format")
+}
+
+// JSONSchema is the JSON Schema (draft 2020-12) of Rule and Test documents,
+// for editors: a document is one or the other by its kind.
+func JSONSchema() ([]byte, error) {
+	s := map[string]any{
+		"$schema":     "https://json-schema.org/draft/2020-12/schema",
+		"$id":         "https://syncloop.dev/schemas/v1alpha1.json",
+		"title":       "syncloop Rule or Test",
+		"description": APIVersion + " Rule and Test documents (a Test by its kind). Generated by `syncloop schema`.",
+		"if":          map[string]any{"properties": map[string]any{"kind": map[string]any{"const": TestKind}}, "required": []string{"kind"}},
+		"then":        map[string]any{"$ref": "#/$defs/Test"},
+		"else":        map[string]any{"$ref": "#/$defs/Rule"},
+		"$defs":       map[string]any{"Rule": RuleFormat.jsonSchema(), "Test": TestFormat.jsonSchema()},
+	}
+	return json.MarshalIndent(s, "", "  ")
+}
+
+func (f *Field) jsonSchema() map[string]any {
+	s := map[string]any{}
+	if f.Desc != "" {
+		s["description"] = f.Desc
+	}
+	if f.Type != "" {
+		s["type"] = f.Type
+	}
+	if len(f.Enum) > 0 {
+		s["enum"] = f.Enum
+	}
+	switch {
+	case f.Items != nil:
+		s["items"] = f.Items.jsonSchema()
+	case len(f.Fields) > 0:
+		props := map[string]any{}
+		var required []string
+		for _, c := range f.Fields {
+			props[c.Name] = c.jsonSchema()
+			if c.Required {
+				required = append(required, c.Name)
+			}
+		}
+		s["properties"] = props
+		if len(required) > 0 {
+			s["required"] = required
+		}
+		s["additionalProperties"] = false
+	case f.Values != nil:
+		s["additionalProperties"] = f.Values.jsonSchema()
+	}
+	return s
+}
