@@ -531,10 +531,20 @@ func (s Scope) valueTypes() *valueTypes {
 	vt := &valueTypes{item: s.Item, self: s.SelfType}
 	if ts := s.Types; ts != nil {
 		ts.mu.Lock()
+		ts.structs()
 		vt.object, vt.lookups, vt.children = ts.Object, ts.lookups, ts.children
 		ts.mu.Unlock()
 	}
 	return vt
+}
+
+// structs makes the struct types of lookups and children, once. ts.mu is
+// held.
+func (ts *Types) structs() {
+	if ts.lookups == nil {
+		ts.lookups = Struct("lookups", ts.Lookups)
+		ts.children = Struct("children", ts.Children)
+	}
 }
 
 // env is the rule's environment: every name declared, typed (item as k
@@ -546,8 +556,7 @@ func (ts *Types) env(c *Compiler, k envKey) (*cel.Env, *provider, error) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	if ts.prov == nil {
-		ts.lookups = Struct("lookups", ts.Lookups)
-		ts.children = Struct("children", ts.Children)
+		ts.structs()
 		ts.prov = newProvider(c.lib.CELTypeProvider(), ts.Object, ts.lookups, ts.children)
 		ts.envs = map[envKey]*cel.Env{}
 	}

@@ -234,3 +234,22 @@ func TestTypedScopes(t *testing.T) {
 		})
 	}
 }
+
+// A template compiled before anything else of its rule converts the
+// values it reads all the same.
+func TestTypedTemplateFirst(t *testing.T) {
+	c := newCompiler(t, Options{})
+	ts := typesFor(t, c) // nothing compiled with it yet
+	tm, errs := c.CompileTemplate(map[string]any{"token": "${string(lookups.token.data.token)}", "ca": "${base64.encode(lookups.token.data.token)}"},
+		Scope{Types: ts, Lookups: []string{"token", "all"}})
+	if errs != nil {
+		t.Fatal(errs)
+	}
+	got, err := tm.Render(context.Background(), &Activation{Lookups: map[string]any{"token": map[string]any{"data": map[string]any{"token": "c2VjcmV0"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]any{"token": "secret", "ca": "c2VjcmV0"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("= %v, want %v", got, want)
+	}
+}
