@@ -25,11 +25,14 @@ func RefOf(obj *unstructured.Unstructured) ObjectRef {
 	return ObjectRef{APIVersion: obj.GetAPIVersion(), Kind: obj.GetKind(), Namespace: obj.GetNamespace(), Name: obj.GetName()}
 }
 
-// String is "<apiVersion> <Kind> <namespace/name>".
+// String is "<apiVersion> <Kind> <namespace/name>", without what is empty.
 func (r ObjectRef) String() string {
 	name := r.Name
 	if r.Namespace != "" {
 		name = r.Namespace + "/" + name
+	}
+	if r.APIVersion == "" {
+		return r.Kind + " " + name
 	}
 	return r.APIVersion + " " + r.Kind + " " + name
 }

@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
 	"github.com/syncloop/syncloop/rules/expr"
 )
 
@@ -44,7 +46,7 @@ func RunTest(ctx context.Context, opts expr.Options, t *Test) (failures []string
 
 func (e *Expectation) check(set *Set, res *Offline) []string {
 	fail := func(format string, args ...any) []string {
-		return []string{fmt.Sprintf("%s (rule %s, trigger %s): %s", e.Field, e.Rule, e.Trigger.describe(), fmt.Sprintf(format, args...))}
+		return []string{fmt.Sprintf("%s (rule %s, trigger %s): %s", e.Field, e.Rule, e.Trigger.String(), fmt.Sprintf(format, args...))}
 	}
 	if set.Get(e.Rule) == nil {
 		names := make([]string, 0, set.Len())
@@ -88,18 +90,18 @@ func (e *Expectation) check(set *Set, res *Offline) []string {
 			}
 		}
 		if got == nil {
-			out = append(out, fail("children[%d]: %s not rendered (rendered: %s)", i, ref.describe(), describeAll(rendered))...)
+			out = append(out, fail("children[%d]: %s not rendered (rendered: %s)", i, ref.String(), describeAll(rendered))...)
 			continue
 		}
 		secret := ref.Kind == "Secret"
 		for _, d := range subsetDiff(want, got, "", secret) {
-			out = append(out, fail("children[%d] %s: %s", i, ref.describe(), d)...)
+			out = append(out, fail("children[%d] %s: %s", i, ref.String(), d)...)
 		}
 	}
 	for i, a := range e.Absent {
 		for _, c := range rendered {
 			if a.Matches(refOfMap(c)) {
-				out = append(out, fail("absent[%d]: %s rendered", i, refOfMap(c).describe())...)
+				out = append(out, fail("absent[%d]: %s rendered", i, refOfMap(c).String())...)
 			}
 		}
 	}
@@ -111,26 +113,9 @@ func (e *Expectation) check(set *Set, res *Offline) []string {
 	return out
 }
 
+// refOfMap is RefOf for a rendered child as render's results hold it.
 func refOfMap(m map[string]any) ObjectRef {
-	md, _ := m["metadata"].(map[string]any)
-	r := ObjectRef{}
-	r.APIVersion, _ = m["apiVersion"].(string)
-	r.Kind, _ = m["kind"].(string)
-	r.Namespace, _ = md["namespace"].(string)
-	r.Name, _ = md["name"].(string)
-	return r
-}
-
-// describe is "Kind namespace/name" (with apiVersion when set).
-func (r ObjectRef) describe() string {
-	s := r.Kind + " "
-	if r.APIVersion != "" {
-		s = r.APIVersion + " " + s
-	}
-	if r.Namespace != "" {
-		s += r.Namespace + "/"
-	}
-	return s + r.Name
+	return RefOf(&unstructured.Unstructured{Object: m})
 }
 
 func describeAll(objs []map[string]any) string {
@@ -139,7 +124,7 @@ func describeAll(objs []map[string]any) string {
 	}
 	var s []string
 	for _, o := range objs {
-		s = append(s, refOfMap(o).describe())
+		s = append(s, refOfMap(o).String())
 	}
 	return strings.Join(s, ", ")
 }

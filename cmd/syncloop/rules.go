@@ -45,9 +45,7 @@ func (f *ruleFlags) load(stderr io.Writer, src schema.Source, crds ...*unstructu
 	if err != nil {
 		var list rules.ErrorList
 		if errors.As(err, &list) {
-			for _, e := range list {
-				fmt.Fprintln(stderr, e)
-			}
+			printLoadError(stderr, err)
 			fmt.Fprintf(stderr, "%d error(s)\n", len(list))
 			return nil, exitCode(1)
 		}
@@ -64,4 +62,16 @@ func (f *ruleFlags) load(stderr io.Writer, src schema.Source, crds ...*unstructu
 		}
 	}
 	return set, nil
+}
+
+// printLoadError prints each error of an ErrorList on its own line.
+func printLoadError(w io.Writer, err error) {
+	var list rules.ErrorList
+	if errors.As(err, &list) {
+		for _, e := range list {
+			fmt.Fprintln(w, e)
+		}
+		return
+	}
+	fmt.Fprintln(w, err)
 }

@@ -1,8 +1,8 @@
 package main
 
 import (
-	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -90,22 +90,8 @@ passes, 1 when one fails, 2 when a file does not load.`,
 	return cmd
 }
 
-// printLoadError prints each error of an ErrorList on its own line.
-func printLoadError(w interface{ Write([]byte) (int, error) }, err error) {
-	var list rules.ErrorList
-	if errors.As(err, &list) {
-		for _, e := range list {
-			fmt.Fprintln(w, e)
-		}
-		return
-	}
-	fmt.Fprintln(w, err)
-}
-
 // indent writes each line it is given indented by eight spaces.
-type indent struct {
-	w interface{ Write([]byte) (int, error) }
-}
+type indent struct{ w io.Writer }
 
 func (i indent) Write(p []byte) (int, error) {
 	_, err := fmt.Fprintf(i.w, "        %s", p)

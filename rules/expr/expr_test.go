@@ -45,18 +45,24 @@ func TestCompileErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := c.Compile(tt.src, tt.scope, tt.want)
-			var ce *Error
-			if !errors.As(err, &ce) {
-				t.Fatalf("Compile(%q) error = %v, want *Error", tt.src, err)
-			}
-			if !strings.Contains(ce.Msg, tt.wantMsg) {
-				t.Errorf("message %q does not contain %q", ce.Msg, tt.wantMsg)
-			}
-			if ce.Offset != tt.wantOffset {
-				t.Errorf("offset = %d, want %d", ce.Offset, tt.wantOffset)
-			}
+			wantCompileError(t, c, tt.src, tt.scope, tt.want, tt.wantMsg, tt.wantOffset)
 		})
+	}
+}
+
+// wantCompileError compiles src and wants an *Error holding msg at offset.
+func wantCompileError(t *testing.T, c *Compiler, src string, scope Scope, want Result, msg string, offset int) {
+	t.Helper()
+	_, err := c.Compile(src, scope, want)
+	var ce *Error
+	if !errors.As(err, &ce) {
+		t.Fatalf("Compile(%q) error = %v, want *Error", src, err)
+	}
+	if !strings.Contains(ce.Msg, msg) {
+		t.Errorf("message %q does not contain %q", ce.Msg, msg)
+	}
+	if ce.Offset != offset {
+		t.Errorf("offset = %d, want %d", ce.Offset, offset)
 	}
 }
 

@@ -3,7 +3,6 @@ package expr
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -75,17 +74,7 @@ func TestTypedCompileErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := c.Compile(tt.src, scope, tt.want)
-			var ce *Error
-			if !errors.As(err, &ce) {
-				t.Fatalf("Compile(%q) error = %v, want *Error", tt.src, err)
-			}
-			if !strings.Contains(ce.Msg, tt.wantMsg) {
-				t.Errorf("message %q does not contain %q", ce.Msg, tt.wantMsg)
-			}
-			if ce.Offset != tt.wantOffset {
-				t.Errorf("offset = %d, want %d", ce.Offset, tt.wantOffset)
-			}
+			wantCompileError(t, c, tt.src, scope, tt.want, tt.wantMsg, tt.wantOffset)
 		})
 	}
 }
