@@ -1,6 +1,6 @@
 // Command syncloop is the syncloop controller and its offline tools. This
 // package holds flags, logging and signals only; what the commands do lives
-// in the engine, rules and dynamic packages.
+// in the manager (a running syncloop), engine, rules and dynamic packages.
 package main
 
 import (

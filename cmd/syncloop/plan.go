@@ -28,18 +28,18 @@ nothing to do, 2 when changes are pending and 1 on any error.`,
 			if output != "text" && output != "json" {
 				return fmt.Errorf("--output must be text or json, not %q", output)
 			}
-			cl, err := cf.clients(nil)
+			cl, err := cf.clients()
 			if err != nil {
 				return err
 			}
 			// The cluster's schemas: custom kinds are typed as installed.
-			served := schema.NewServed(dynamic.NewOpenAPI(cl.discovery).Document, schema.Builtin())
+			served := schema.NewServed(dynamic.NewOpenAPI(cl.Discovery).Document, schema.Builtin())
 			set, err := rf.load(cmd.ErrOrStderr(), served)
 			if err != nil {
 				return err
 			}
 			printer := engine.NewPlanPrinter(cmd.OutOrStdout(), cmd.ErrOrStderr(), output == "json", false)
-			eng := engine.New(engine.Options{Client: cl.dynamic, Mapper: dynamic.NewMapper(cl.discovery, 0), Plan: printer, Namespace: cf.watchNamespace})
+			eng := engine.New(engine.Options{Client: cl.Dynamic, Mapper: dynamic.NewMapper(cl.Discovery, 0), Plan: printer, Namespace: cf.watchNamespace})
 			if err := eng.PlanOnce(cmd.Context(), set); err != nil {
 				fmt.Fprintln(cmd.ErrOrStderr(), "error:", err)
 				return exitCode(1)

@@ -1,4 +1,4 @@
-package main
+package manager
 
 import (
 	"errors"
@@ -16,7 +16,7 @@ import (
 
 func TestProbesReportFileErrors(t *testing.T) {
 	eng := engine.New(engine.Options{})
-	probe := httptest.NewServer(probes(eng, &fileErrors{}, nil))
+	probe := httptest.NewServer(probes(eng, &fileErrors{}, Single{}))
 	defer probe.Close()
 	get := func(path string) (int, string) {
 		resp, err := http.Get(probe.URL + path)
@@ -49,7 +49,7 @@ func TestProbesReportFileErrors(t *testing.T) {
 	eng.Apply(t.Context(), set)
 	files := &fileErrors{}
 	files.report(klog.Background(), []reload.FileError{{Path: "/rules/bad.yaml", Err: errors.New(`bad.yaml:3:1: unknown field "wen"`), LastGood: true}})
-	probe.Config.Handler = probes(eng, files, nil)
+	probe.Config.Handler = probes(eng, files, Single{})
 	code, body := get("/readyz")
 	if code != http.StatusOK {
 		t.Errorf("/readyz with a broken file whose last good version is in force = %d, want 200", code)

@@ -1,4 +1,4 @@
-package main
+package manager
 
 import (
 	"os"
@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// TestGCPercent: run sets the collector's target to runGCPercent, unless
+// TestGCPercent: run sets the collector's target to GCPercent, unless
 // the operator set GOGC.
 func TestGCPercent(t *testing.T) {
 	orig := debug.SetGCPercent(100)
@@ -19,8 +19,8 @@ func TestGCPercent(t *testing.T) {
 
 	os.Unsetenv("GOGC")
 	setGCPercent()
-	if got := debug.SetGCPercent(100); got != runGCPercent {
-		t.Errorf("without GOGC the target is %d, want %d", got, runGCPercent)
+	if got := debug.SetGCPercent(100); got != GCPercent {
+		t.Errorf("without GOGC the target is %d, want %d", got, GCPercent)
 	}
 	os.Setenv("GOGC", "200")
 	setGCPercent()

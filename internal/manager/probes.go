@@ -1,0 +1,73 @@
+package manager
+
+import (
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+
+	"k8s.io/klog/v2"
+
+	"github.com/syncloop/syncloop/engine"
+	"github.com/syncloop/syncloop/rules/reload"
+)
+
+// fileErrors are the rule files that failed at the last load, for /readyz.
+type fileErrors struct {
+	mu   sync.Mutex
+	errs []reload.FileError
+}
+
+// report logs each failed file and remembers them.
+func (f *fileErrors) report(logger klog.Logger, errs []reload.FileError) {
+	for _, e := range errs {
+		logger.Error(e.Err, "Rule file not loaded", "file", e.Path, "lastGoodVersionInForce", e.LastGood)
+	}
+	f.mu.Lock()
+	f.errs = errs
+	f.mu.Unlock()
+}
+
+func (f *fileErrors) get() []reload.FileError {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.errs
+}
+
+// probes serves /healthz (the process runs) and /readyz: the mode's state,
+// each rule's state and why one is not running, and the rule files that
+// failed to load. A replica is ready when its mode is and every rule's
+// informers have synced, or when it stands by.
+func probes(eng *engine.Engine, files *fileErrors, mode Mode) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		st := mode.status()
+		var b strings.Builder
+		if st.line != "" {
+			fmt.Fprintln(&b, st.line)
+		}
+		ready := true
+		if !st.standby {
+			states := eng.States()
+			sort.Slice(states, func(i, j int) bool { return states[i].Rule < states[j].Rule })
+			for _, s := range states {
+				fmt.Fprintf(&b, "rule %s: %s", s.Rule, s.State)
+				if s.Detail != "" {
+					fmt.Fprintf(&b, ": %s", s.Detail)
+				}
+				b.WriteByte('\n')
+			}
+			ready = st.ready && eng.Ready()
+		}
+		for _, e := range files.get() {
+			fmt.Fprintf(&b, "file %s: %v\n", e.Path, e)
+		}
+		if !ready {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		fmt.Fprint(w, b.String())
+	})
+	return mux
+}
