@@ -75,6 +75,18 @@ type controller struct {
 	// of the last event of each seen meanwhile ("": none).
 	inflight map[childRef]string
 	deleted  map[childRef]types.UID // children deleted whose removal the cache has not shown yet
+	// working are the triggers being reconciled or released, by key
+	// digest, each with the cancel of its requests (see SetShard).
+	working map[uint64]context.CancelFunc
+
+	// Sharding: reshard signals a new shard (SetShard), resweep the sweep
+	// that follows once its triggers have settled; shardSeen is the
+	// shard the controller last queued triggers for (run's goroutine only);
+	// triggerSub is the trigger informer once subscribed, for Owned.
+	reshard    chan struct{}
+	resweep    chan struct{}
+	shardSeen  Shard
+	triggerSub atomic.Pointer[dynamic.Subscription]
 }
 
 // childKind is one kind of child: how to reach it and its shared informer.
@@ -120,6 +132,9 @@ func newController(e *Engine, r *rules.Rule, retired []schema.GroupVersionKind, 
 		applied:        map[childRef]string{},
 		inflight:       map[childRef]string{},
 		deleted:        map[childRef]types.UID{},
+		working:        map[uint64]context.CancelFunc{},
+		reshard:        make(chan struct{}, 1),
+		resweep:        make(chan struct{}, 1),
 		state:          StateWaiting,
 		retired:        retired,
 	}
@@ -158,6 +173,7 @@ func (c *controller) getState() (string, string) {
 func (c *controller) run(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	defer c.unsubscribe()
+	c.shardSeen = c.e.currentShard()
 	if !c.resolve(ctx) {
 		c.queue.ShutDown()
 		return
@@ -231,6 +247,12 @@ func (c *controller) run(ctx context.Context) {
 		select {
 		case <-tick:
 			c.resync(ctx)
+			continue
+		case <-c.reshard:
+			c.resharded(ctx)
+			continue
+		case <-c.resweep:
+			c.sweep(ctx)
 			continue
 		case <-ctx.Done():
 		}
@@ -393,6 +415,7 @@ func (c *controller) subscribe(ctx context.Context) error {
 		return err
 	}
 	c.trigger = sub
+	c.triggerSub.Store(sub)
 	for _, ck := range c.children {
 		sub, err := c.e.registry.Subscribe(ctx, dynamic.WatchKey{GVR: ck.mapping.Resource, Namespace: c.e.ns, LabelSelector: childrenSelector},
 			cache.ResourceEventHandlerFuncs{
@@ -503,7 +526,7 @@ func (c *controller) enqueue(obj any) {
 	if err != nil {
 		return
 	}
-	c.queue.Add(key)
+	c.add(key)
 }
 
 // enqueueOwner queues the trigger of a child of this rule (drift repair: an
@@ -517,7 +540,7 @@ func (c *controller) enqueueOwner(obj any) {
 		return
 	}
 	if key, ok := c.ownTrigger(m.GetAnnotations()[rules.AnnotationOwner]); ok {
-		c.queue.Add(key)
+		c.add(key)
 	}
 }
 
@@ -567,7 +590,7 @@ func (c *controller) applyDone(ref childRef, rv string, key cache.ObjectName) {
 	}
 	c.mu.Unlock()
 	if seen != "" && seen != rv {
-		c.queue.Add(key)
+		c.add(key)
 	}
 }
 
@@ -608,7 +631,7 @@ func (c *controller) ownTrigger(owner string) (cache.ObjectName, bool) {
 func (c *controller) resync(ctx context.Context) {
 	for _, key := range c.trigger.Indexer().ListKeys() {
 		if name, err := cache.ParseObjectName(key); err == nil {
-			c.queue.Add(name)
+			c.add(name)
 		}
 	}
 	c.sweep(ctx)
@@ -640,7 +663,7 @@ func (c *controller) sweep(ctx context.Context) {
 			}
 			t, exists, _ := c.trigger.Indexer().GetByKey(key.String())
 			if !exists || string(t.(*unstructured.Unstructured).GetUID()) != m.GetLabels()[rules.LabelOwnerUID] {
-				c.queue.Add(key)
+				c.add(key)
 				n++
 			}
 		}
@@ -662,6 +685,16 @@ func (c *controller) processNext(ctx context.Context) bool {
 		return false
 	}
 	defer c.queue.Done(key)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	d := TriggerDigest(key)
+	if !c.begin(d, cancel) {
+		// Queued before this replica's shard lost it: its new owner
+		// reconciles it.
+		c.queue.Forget(key)
+		return true
+	}
+	defer c.end(d)
 	c.inFlight.Add(1)
 	defer c.inFlight.Add(-1)
 	start := time.Now()
@@ -690,6 +723,8 @@ func (c *controller) processNext(ctx context.Context) bool {
 		return true
 	}
 	logger.Error(err, "Reconcile failed, retrying with backoff", "trigger", key.String())
-	c.queue.AddRateLimited(key)
+	if c.e.owns(c.rule.Name, key) {
+		c.queue.AddRateLimited(key)
+	}
 	return true
 }

@@ -73,6 +73,9 @@ type Options struct {
 	// Events says which Events are emitted on triggers: EventsWarnings
 	// (the default) or EventsAll.
 	Events EventMode
+	// Shard, when set, limits the engine to the triggers it owns (replicas
+	// sharing the triggers); SetShard changes it. Nil: every trigger.
+	Shard Shard
 	// Plan, when set, makes the engine a dry run: every write becomes a
 	// server-side dry-run request (dryRun=All: defaulting and admission
 	// apply, nothing is persisted) and an Action for Plan. No Event is
@@ -119,6 +122,9 @@ type Engine struct {
 	plan     Planner // nil unless dry run
 	onePass  bool    // PlanOnce: each trigger once, no retries
 
+	shardMu sync.RWMutex // guards shard; SetShard holds it to change it
+	shard   Shard
+
 	mu          sync.Mutex
 	controllers map[string]*controller
 	applied     bool // a rule set has been applied: readiness means something
@@ -141,6 +147,7 @@ func New(o Options) *Engine {
 		queues:      o.QueueMetrics,
 		drain:       o.DrainTimeout,
 		ns:          o.Namespace,
+		shard:       o.Shard,
 		controllers: map[string]*controller{},
 	}
 	if e.metrics == nil {

@@ -80,7 +80,7 @@ func (c *controller) lookupChanged(i int, objs ...any) {
 		c.deps.each(i, m.GetNamespace(), m.GetName(), labels.Set(m.GetLabels()), func(t cache.ObjectName) { triggers[t] = true })
 	}
 	for t := range triggers {
-		c.queue.Add(t)
+		c.add(t)
 	}
 }
 

@@ -2,11 +2,10 @@ package engine
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -58,10 +57,17 @@ func patchIndexFunc(obj any) ([]string, error) {
 // patchManagerPrefix is what the patch managers of rule start with.
 func patchManagerPrefix(rule string) string { return rules.FieldManagerPrefix + rule + "/" }
 
-// patchManager is the field manager of the patches of trigger key.
+// patchManager is the field manager of the patches of trigger key: the
+// rule's prefix and the key's digest in hex (the digest sharding hashes, so
+// a manager has its trigger's owner).
 func patchManager(rule string, key cache.ObjectName) string {
-	sum := sha256.Sum256([]byte(key.String()))
-	return patchManagerPrefix(rule) + hex.EncodeToString(sum[:8])
+	return patchManagerPrefix(rule) + fmt.Sprintf("%016x", TriggerDigest(key))
+}
+
+// managerDigest is the trigger digest a patch manager of prefix names.
+func managerDigest(manager, prefix string) (uint64, bool) {
+	d, err := strconv.ParseUint(strings.TrimPrefix(manager, prefix), 16, 64)
+	return d, err == nil
 }
 
 // patchWatch is the informer of a mode: patch resource: the objects it may
@@ -135,7 +141,7 @@ func (c *controller) patchChanged(i int, objs ...any) {
 		if echo && rv == u.GetResourceVersion() {
 			continue
 		}
-		c.patchDeps.each(i, u.GetNamespace(), u.GetName(), labels.Set(nil), c.queue.Add)
+		c.patchDeps.each(i, u.GetNamespace(), u.GetName(), labels.Set(nil), c.add)
 	}
 }
 
@@ -404,13 +410,32 @@ func (c *controller) sweepPatches(ctx context.Context) {
 				continue
 			}
 			done[manager] = true
-			for _, obj := range c.patchedBy(manager) {
-				if err := c.release(ctx, &changes{}, rules.ObjectRef{}, obj, manager); err != nil {
-					klog.FromContext(ctx).Error(err, "Releasing the fields of a trigger that is gone")
-				}
+			if err := c.releaseGone(ctx, manager, prefix); err != nil {
+				klog.FromContext(ctx).Error(err, "Releasing the fields of a trigger that is gone")
 			}
 		}
 	}
+}
+
+// releaseGone releases what manager, of a trigger that is gone, patched —
+// if this replica owns that trigger (sharding), as work on it that a
+// handover waits for.
+func (c *controller) releaseGone(ctx context.Context, manager, prefix string) error {
+	d, ok := managerDigest(manager, prefix)
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if !c.begin(d, cancel) {
+		return nil // another replica's to release
+	}
+	defer c.end(d)
+	var errs []error
+	for _, obj := range c.patchedBy(manager) {
+		errs = append(errs, c.release(ctx, &changes{}, rules.ObjectRef{}, obj, manager))
+	}
+	return errors.Join(errs...)
 }
 
 // afterRetiredPatches queues every trigger once the patch watches of the
@@ -432,7 +457,7 @@ func (c *controller) afterRetiredPatches(ctx context.Context) {
 	}
 	for _, k := range c.trigger.Indexer().ListKeys() {
 		if name, err := cache.ParseObjectName(k); err == nil {
-			c.queue.Add(name)
+			c.add(name)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -92,6 +93,7 @@ func newRunCommand() *cobra.Command {
 		output      string
 		events      string
 		leaderElect bool
+		sharding    bool
 		leaseNS     string
 		leaseID     string
 		identity    string
@@ -119,12 +121,18 @@ version in force; at start, files that fail are left out and reported.`,
 			if err != nil {
 				return fmt.Errorf("loading the client configuration: %w", err)
 			}
+			if leaderElect && sharding {
+				return errors.New("--leader-elect and --sharding are exclusive: one replica works, or all share the work")
+			}
+			if leaseNS == "" {
+				leaseNS = cf.namespace()
+			}
 			var mode manager.Mode
-			if leaderElect {
-				if leaseNS == "" {
-					leaseNS = cf.namespace()
-				}
+			switch {
+			case leaderElect:
 				mode = &manager.LeaderElection{Namespace: leaseNS, Name: leaseID, Identity: identity}
+			case sharding:
+				mode = &manager.Sharding{Namespace: leaseNS, Group: leaseID, Identity: identity}
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -154,9 +162,10 @@ version in force; at start, files that fail are left out and reported.`,
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the actions syncloop would take (computed with server-side dry-run requests) instead of taking them")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "with --dry-run, the plan format: text or json (one object per line)")
 	cmd.Flags().BoolVar(&leaderElect, "leader-elect", false, "run rules only while holding a coordination.k8s.io Lease, so that replicas stand by")
-	cmd.Flags().StringVar(&leaseNS, "leader-elect-namespace", "", "namespace of the Lease (default: the pod's, or the kubeconfig context's)")
-	cmd.Flags().StringVar(&leaseID, "leader-elect-id", "syncloop", "name of the Lease")
-	cmd.Flags().StringVar(&identity, "leader-elect-identity", "", "this replica's identity in the Lease (default: hostname_uuid)")
+	cmd.Flags().BoolVar(&sharding, "sharding", false, "share the triggers with the other replicas run this way, each holding a coordination.k8s.io Lease of its own (<leader-elect-id>-shard-<identity>)")
+	cmd.Flags().StringVar(&leaseNS, "leader-elect-namespace", "", "namespace of the Leases of --leader-elect and --sharding (default: the pod's, or the kubeconfig context's)")
+	cmd.Flags().StringVar(&leaseID, "leader-elect-id", "syncloop", "name of the leader Lease; with --sharding, the group's name")
+	cmd.Flags().StringVar(&identity, "leader-elect-identity", "", "this replica's identity (default: hostname_uuid; with --sharding, the host name, which is the pod's name)")
 	_ = cmd.Flags().MarkHidden("leader-elect-identity")
 	return cmd
 }

@@ -228,3 +228,55 @@ func (p queueProvider) NewLongestRunningProcessorSecondsMetric(name string) work
 func (p queueProvider) NewRetriesMetric(name string) workqueue.CounterMetric {
 	return p.m.queueRetries.WithLabelValues(name)
 }
+
+// Shard holds the metrics of a replica that shares the triggers with
+// others (run --sharding).
+type Shard struct {
+	members   prometheus.Gauge
+	handovers prometheus.Counter
+	took      prometheus.Histogram
+}
+
+// NewShard registers the sharding metrics on reg. owned is read at every
+// scrape for syncloop_shard_owned_keys: each rule's triggers this replica
+// owns.
+func NewShard(reg prometheus.Registerer, owned func() map[string]int) *Shard {
+	s := &Shard{
+		members: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "syncloop_shard_members", Help: "Members of the shard group in the view this replica works under (0 while it joins).",
+		}),
+		handovers: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "syncloop_shard_handovers_total", Help: "Membership changes this replica handed over for: it stopped the triggers it lost, waited for their reconciles, and published its new view.",
+		}),
+		took: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "syncloop_shard_handover_duration_seconds", Help: "Time a handover took, from seeing the members change to publishing the new view (the reconciles of triggers lost included).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}),
+	}
+	reg.MustRegister(s.members, s.handovers, s.took, ownedKeys{owned})
+	return s
+}
+
+// Members sets syncloop_shard_members.
+func (s *Shard) Members(n int) { s.members.Set(float64(n)) }
+
+// HandedOver counts one handover that took d.
+func (s *Shard) HandedOver(d time.Duration) {
+	s.handovers.Inc()
+	s.took.Observe(d.Seconds())
+}
+
+// ownedKeys collects syncloop_shard_owned_keys at scrape time.
+type ownedKeys struct{ owned func() map[string]int }
+
+var ownedKeysDesc = prometheus.NewDesc("syncloop_shard_owned_keys",
+	"Triggers of the rule this replica owns, by rendezvous hashing over the shard members.",
+	[]string{"rule"}, nil)
+
+func (o ownedKeys) Describe(ch chan<- *prometheus.Desc) { ch <- ownedKeysDesc }
+
+func (o ownedKeys) Collect(ch chan<- prometheus.Metric) {
+	for rule, n := range o.owned() {
+		ch <- prometheus.MustNewConstMetric(ownedKeysDesc, prometheus.GaugeValue, float64(n), rule)
+	}
+}

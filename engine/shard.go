@@ -1,0 +1,203 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"time"
+
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+)
+
+// Shard limits an engine to the triggers one replica owns, when replicas
+// share the triggers (run --sharding). A trigger is known to it by its
+// rule and the digest of its key (TriggerDigest); the digest is also what
+// names the field manager of the trigger's patches, so that what the sweep
+// finds of a trigger that is gone has the owner the trigger had.
+type Shard interface {
+	// Owns reports whether this replica may reconcile the trigger of rule
+	// whose key has digest d.
+	Owns(rule string, d uint64) bool
+}
+
+// TriggerDigest is the digest of a trigger's key (namespace/name): the
+// first 8 bytes of its SHA-256.
+func TriggerDigest(key cache.ObjectName) uint64 {
+	sum := sha256.Sum256([]byte(key.String()))
+	return binary.BigEndian.Uint64(sum[:8])
+}
+
+// owns reports whether the engine's shard owns trigger key of rule (all
+// triggers without a shard).
+func (e *Engine) owns(rule string, key cache.ObjectName) bool {
+	e.shardMu.RLock()
+	defer e.shardMu.RUnlock()
+	return e.shard == nil || e.shard.Owns(rule, TriggerDigest(key))
+}
+
+func (e *Engine) currentShard() Shard {
+	e.shardMu.RLock()
+	defer e.shardMu.RUnlock()
+	return e.shard
+}
+
+// SetShard makes s the engine's shard. Triggers s does not own are not
+// queued or reconciled from now on; SetShard waits until the reconciles of
+// those under way have finished — cancelling their requests after the drain
+// timeout — so that when it returns this replica writes nothing for them.
+// The triggers s owns and the shard before did not are queued, and every
+// rule sweeps again for orphans among them.
+func (e *Engine) SetShard(ctx context.Context, s Shard) {
+	e.shardMu.Lock()
+	e.shard = s
+	e.shardMu.Unlock()
+	// Apply holds mu while it stops controllers: once it is ours, no
+	// controller outside the map is still reconciling.
+	e.mu.Lock()
+	controllers := make([]*controller, 0, len(e.controllers))
+	for _, c := range e.controllers {
+		controllers = append(controllers, c)
+	}
+	e.mu.Unlock()
+	for _, c := range controllers {
+		select {
+		case c.reshard <- struct{}{}:
+		default: // one pending is enough: it reads the newest shard
+		}
+	}
+	deadline := time.Now().Add(e.drain)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		lost := 0
+		for _, c := range controllers {
+			lost += c.workingLost(s, time.Now().After(deadline))
+		}
+		if lost == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			klog.FromContext(ctx).Info("Stopped waiting for reconciles of triggers handed over", "inFlight", lost)
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// Owned is how many of each rule's triggers this replica owns: all of them
+// without a shard. Rules whose triggers are not listed yet count none.
+func (e *Engine) Owned() map[string]int {
+	s := e.currentShard()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make(map[string]int, len(e.controllers))
+	for name, c := range e.controllers {
+		sub := c.triggerSub.Load()
+		if sub == nil {
+			out[name] = 0
+			continue
+		}
+		keys := sub.Indexer().ListKeys()
+		if s == nil {
+			out[name] = len(keys)
+			continue
+		}
+		n := 0
+		for _, k := range keys {
+			if key, err := cache.ParseObjectName(k); err == nil && s.Owns(name, TriggerDigest(key)) {
+				n++
+			}
+		}
+		out[name] = n
+	}
+	return out
+}
+
+// add queues trigger key if this replica owns it.
+func (c *controller) add(key cache.ObjectName) {
+	if c.e.owns(c.rule.Name, key) {
+		c.queue.Add(key)
+	}
+}
+
+// begin marks the trigger whose key has digest d as being worked on, with
+// cancel to stop its requests, if this replica owns it; the check and the
+// mark are one step for SetShard, which waits for the work on the triggers
+// it takes away.
+func (c *controller) begin(d uint64, cancel context.CancelFunc) bool {
+	c.e.shardMu.RLock()
+	defer c.e.shardMu.RUnlock()
+	if s := c.e.shard; s != nil && !s.Owns(c.rule.Name, d) {
+		return false
+	}
+	c.mu.Lock()
+	c.working[d] = cancel
+	c.mu.Unlock()
+	return true
+}
+
+func (c *controller) end(d uint64) {
+	c.mu.Lock()
+	delete(c.working, d)
+	c.mu.Unlock()
+}
+
+// workingLost counts the triggers worked on that s does not own,
+// cancelling their requests when cancel is true.
+func (c *controller) workingLost(s Shard, cancel bool) int {
+	if s == nil {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for d, stop := range c.working {
+		if !s.Owns(c.rule.Name, d) {
+			n++
+			if cancel {
+				stop()
+			}
+		}
+	}
+	return n
+}
+
+// handoverSettle is how long a trigger gained from another replica waits
+// before its first reconcile here: that replica may have written its
+// children just before it let the trigger go, and this replica's child
+// caches are a watch behind (milliseconds, as a rule). Reconciling at once
+// could find no child and apply it again — the same content by the same
+// field manager, which the API server stores as no change, but a request.
+const handoverSettle = time.Second
+
+// resharded queues the triggers the engine's shard owns that the one
+// before did not (after handoverSettle), and sweeps for orphans among
+// them. It runs on the controller's goroutine.
+func (c *controller) resharded(ctx context.Context) {
+	s := c.e.currentShard()
+	before := c.shardSeen
+	c.shardSeen = s
+	n := 0
+	for _, k := range c.trigger.Indexer().ListKeys() {
+		key, err := cache.ParseObjectName(k)
+		if err != nil {
+			continue
+		}
+		d := TriggerDigest(key)
+		if (s == nil || s.Owns(c.rule.Name, d)) && before != nil && !before.Owns(c.rule.Name, d) {
+			c.queue.AddAfter(key, handoverSettle)
+			n++
+		}
+	}
+	klog.FromContext(ctx).V(1).Info("Shard changed: queued the triggers gained", "count", n)
+	// Orphans of the triggers gained (children of triggers deleted while
+	// another replica owned them), after the same wait.
+	time.AfterFunc(handoverSettle, func() {
+		select {
+		case c.resweep <- struct{}{}:
+		default:
+		}
+	})
+}

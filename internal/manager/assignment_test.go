@@ -1,0 +1,127 @@
+package manager
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/syncloop/syncloop/engine"
+)
+
+func digests(n int) []uint64 {
+	out := make([]uint64, n)
+	for i := range out {
+		out[i] = engine.TriggerDigest(cache.ObjectName{Namespace: "shop", Name: fmt.Sprintf("trigger-%d", i)})
+	}
+	return out
+}
+
+// TestViewFairShare: each member of a view owns about its share of the
+// triggers: within ±40 % of N/3 at N = 300 (the bound), within
+// ±3 % at N = 30,000.
+func TestViewFairShare(t *testing.T) {
+	v := newView([]string{"syncloop-7d9f8-abcde", "syncloop-7d9f8-fghij", "syncloop-7d9f8-klmno"})
+	rule := hashString("copy")
+	for _, tc := range []struct {
+		n     int
+		slack float64
+	}{{300, 0.4}, {30000, 0.03}} {
+		count := map[string]int{}
+		for _, d := range digests(tc.n) {
+			count[v.owner(rule, d)]++
+		}
+		for _, m := range v.names {
+			share := float64(tc.n) / 3
+			if got := float64(count[m]); got < share*(1-tc.slack) || got > share*(1+tc.slack) {
+				t.Errorf("N=%d: %s owns %d, want %.0f ± %.0f %%", tc.n, m, count[m], share, tc.slack*100)
+			}
+		}
+	}
+}
+
+// TestViewMovesOnlyWhatItMust: a member joining takes triggers only for
+// itself; one leaving gives only its own away.
+func TestViewMovesOnlyWhatItMust(t *testing.T) {
+	two, three := newView([]string{"a", "b"}), newView([]string{"c", "b", "a"})
+	rule := hashString("copy")
+	moved := 0
+	for _, d := range digests(3000) {
+		before, after := two.owner(rule, d), three.owner(rule, d)
+		if before != after {
+			moved++
+			if after != "c" {
+				t.Fatalf("a trigger moved from %s to %s when c joined", before, after)
+			}
+		}
+	}
+	if moved < 800 || moved > 1200 {
+		t.Errorf("%d of 3000 triggers moved to the new member, want about 1000", moved)
+	}
+}
+
+// TestAssignmentExclusive: whatever views the members have published —
+// agreeing, lagging, some none yet — and whatever a member is publishing,
+// no trigger is owned by two members that see the same Leases; and once
+// every member has published the same view, every trigger is owned by
+// exactly one.
+func TestAssignmentExclusive(t *testing.T) {
+	names := []string{"a", "b", "c", "d"}
+	ds := digests(400)
+	for seed := range uint64(500) {
+		r := rand.New(rand.NewPCG(seed, 1))
+		randomView := func() *view {
+			var members []string
+			for _, n := range names {
+				if r.IntN(3) > 0 {
+					members = append(members, n)
+				}
+			}
+			if len(members) == 0 || r.IntN(6) == 0 {
+				return nil
+			}
+			return newView(members)
+		}
+		published := map[string]*view{}
+		for _, n := range names {
+			published[n] = randomView()
+		}
+		var shards []*assignment
+		for _, n := range names {
+			mine := []*view{published[n]}
+			if r.IntN(2) == 0 {
+				mine = append(mine, randomView()) // publishing a new view
+			}
+			shards = append(shards, newAssignment(n, mine, published))
+		}
+		for _, d := range ds {
+			owners := 0
+			for _, a := range shards {
+				if a.Owns("copy", d) {
+					owners++
+				}
+			}
+			if owners > 1 {
+				t.Fatalf("seed %d: trigger %x owned by %d members; published %v", seed, d, owners, published)
+			}
+		}
+	}
+
+	agreed := newView(names)
+	published := map[string]*view{}
+	for _, n := range names {
+		published[n] = agreed
+	}
+	for _, d := range ds {
+		owners := 0
+		for _, n := range names {
+			if newAssignment(n, []*view{agreed}, published).Owns("copy", d) {
+				owners++
+			}
+		}
+		if owners != 1 {
+			t.Fatalf("with every view agreed, trigger %x has %d owners", d, owners)
+		}
+	}
+}
