@@ -251,6 +251,27 @@ func TestChartTemplate(t *testing.T) {
 		}
 	})
 
+	t.Run("sharding", func(t *testing.T) {
+		r := template(t, "--set", "sharding.enabled=true,replicaCount=3")
+		args := strings.Join(podSpec(t, r).Containers[0].Args, " ")
+		for _, want := range []string{"--sharding", "--leader-elect-namespace=syncloop-system", "--leader-elect-id=rel-syncloop"} {
+			if !strings.Contains(args, want) {
+				t.Errorf("args %q lack %q", args, want)
+			}
+		}
+		if strings.Contains(args, "--leader-elect ") || r["Role/rel-syncloop-leader-election"] != nil {
+			t.Errorf("leader election rendered with sharding: %q", args)
+		}
+		if n, _, _ := unstructured.NestedFieldNoCopy(r.get(t, "Deployment", "rel-syncloop").Object, "spec", "replicas"); fmt.Sprint(n) != "3" {
+			t.Errorf("replicas = %v, want 3", n)
+		}
+		rules, _, _ := unstructured.NestedSlice(r.get(t, "Role", "rel-syncloop-sharding").Object, "rules")
+		if got := fmt.Sprint(rules); !strings.Contains(got, "verbs:[get list watch create update delete]") || !strings.Contains(got, "resources:[leases]") {
+			t.Errorf("the sharding Role grants %s", got)
+		}
+		r.get(t, "RoleBinding", "rel-syncloop-sharding")
+	})
+
 	t.Run("flow control and events", func(t *testing.T) {
 		args := strings.Join(podSpec(t, template(t)).Containers[0].Args, " ")
 		if strings.Contains(args, "--qps") || strings.Contains(args, "--burst") || !strings.Contains(args, "--events=warnings") {
@@ -341,7 +362,7 @@ func TestChartInstall(t *testing.T) {
 
 	// Run as the chart's ServiceAccount, with the installed rules; release
 	// is the release's full name (its ServiceAccount, ConfigMap prefix and
-	// Lease).
+	// Lease); extra has the mode (--leader-elect, --sharding).
 	runAs := func(release, namespace string, extra ...string) (stop func()) {
 		t.Helper()
 		sa, err := env.ServiceAccountConfig(ctx, namespace, release)
@@ -366,7 +387,7 @@ func TestChartInstall(t *testing.T) {
 		var logs syncBuffer
 		exited := make(chan int, 1)
 		go func() {
-			exited <- runContext(runCtx, append([]string{"run", "-f", dir, "--kubeconfig", kubeconfig, "--leader-elect",
+			exited <- runContext(runCtx, append([]string{"run", "-f", dir, "--kubeconfig", kubeconfig,
 				"--leader-elect-namespace", namespace, "--leader-elect-id", release,
 				"--metrics-bind-address", "0", "--health-probe-bind-address", "0"}, extra...), io.Discard, &logs)
 		}()
@@ -388,7 +409,7 @@ func TestChartInstall(t *testing.T) {
 	}
 	exists := func(get func() error) bool { return get() == nil }
 
-	stop := runAs("syncloop", "syncloop-system", "--events=all")
+	stop := runAs("syncloop", "syncloop-system", "--leader-elect", "--events=all")
 	for _, ex := range examples {
 		if err := applySamples(ctx, env, filepath.Join("../../examples", ex, "objects.yaml")); err != nil {
 			t.Fatal(err)
@@ -498,7 +519,7 @@ func TestChartInstall(t *testing.T) {
 	if out, err := helmCmd(t, restricted...); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	stop = runAs("tenant-syncloop", "syncloop-restricted")
+	stop = runAs("tenant-syncloop", "syncloop-restricted", "--leader-elect")
 	team := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "restricted-team", Labels: map[string]string{"tenant": "r", "tier": "gold"}}}
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, team, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -515,6 +536,45 @@ func TestChartInstall(t *testing.T) {
 	})
 	stop()
 
+	// Sharded: two replicas share the tenant example's triggers, with the
+	// Leases the chart lets them hold, watch and remove.
+	newNS("syncloop-sharded")
+	sharded := []string{"install", "sharded", chartDir, "-n", "syncloop-sharded", "--kubeconfig", env.Kubeconfig(),
+		"--set-file", "rules.tenant\\.yaml=../../examples/tenant-defaults/rules.yaml", "--set", "sharding.enabled=true,replicaCount=2"}
+	if out, err := helmCmd(t, sharded...); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	stopA := runAs("sharded-syncloop", "syncloop-sharded", "--sharding", "--leader-elect-identity", "pod-a")
+	stopB := runAs("sharded-syncloop", "syncloop-sharded", "--sharding", "--leader-elect-identity", "pod-b")
+	for i := range 6 {
+		team := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("sharded-team-%d", i), Labels: map[string]string{"tenant": "s", "tier": "gold"}}}
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, team, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll("the tenant defaults, made by two sharded replicas", func() bool {
+		for i := range 6 {
+			if !exists(func() error {
+				_, err := cs.CoreV1().ResourceQuotas(fmt.Sprintf("sharded-team-%d", i)).Get(ctx, "tenant-quota", metav1.GetOptions{})
+				return err
+			}) {
+				return false
+			}
+		}
+		return true
+	})
+	for _, member := range []string{"pod-a", "pod-b"} {
+		l, err := cs.CoordinationV1().Leases("syncloop-sharded").Get(ctx, "sharded-syncloop-shard-"+member, metav1.GetOptions{})
+		if err != nil || l.Annotations["syncloop.dev/shard-view"] != "pod-a,pod-b" {
+			t.Errorf("shard Lease of %s: %v, %v", member, err, l.GetAnnotations())
+		}
+	}
+	stopA()
+	stopB()
+	if leases, err := cs.CoordinationV1().Leases("syncloop-sharded").List(ctx, metav1.ListOptions{}); err != nil || len(leases.Items) != 0 {
+		t.Errorf("shard Leases left after the replicas stopped: %v %v", leases, err)
+	}
+
 	// One namespace: a Role there is all the chart grants, and all the app
 	// example needs.
 	newNS("apps-team")
@@ -527,7 +587,7 @@ func TestChartInstall(t *testing.T) {
 	if err != nil || len(bindings.Items) != 0 {
 		t.Fatalf("the namespaced release bound cluster-wide rights: %v %v", bindings, err)
 	}
-	stop = runAs("apps-syncloop", "apps-team", "--watch-namespace", "apps-team")
+	stop = runAs("apps-syncloop", "apps-team", "--leader-elect", "--watch-namespace", "apps-team")
 	app := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "example.syncloop.dev/v1", "kind": "App",
 		"metadata": map[string]any{"name": "api", "namespace": "apps-team"},
