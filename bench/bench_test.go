@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -55,6 +57,46 @@ func TestChainSmoke(t *testing.T) {
 		t.Errorf("%.2f writes per trigger, want %d (one per child)", res.WritesPerTrigger, chainLength)
 	}
 	if res.Seconds <= 0 || res.LimitSeconds <= 0 {
+		t.Errorf("times not measured: %+v", res)
+	}
+}
+
+// TestShardSmoke runs the sharding phase small with a syncloop binary
+// built for it: each run creates every child exactly once, and in the
+// sharded run every replica creates some.
+func TestShardSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the syncloop binary")
+	}
+	bin := filepath.Join(t.TempDir(), "syncloop")
+	args := []string{"build", "-o", bin}
+	if raceEnabled { // reuses the packages `go test -race` has built
+		args = append(args, "-race")
+	}
+	if out, err := exec.Command("go", append(args, "../cmd/syncloop")...).CombinedOutput(); err != nil {
+		t.Fatalf("building syncloop: %v\n%s", err, out)
+	}
+	const n = 60
+	res, err := runShard(t.Context(), testenv.Get(t), bin, n, 3, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Runs) != 2 || res.Runs[0].Replicas != 1 || res.Runs[1].Replicas != 3 {
+		t.Fatalf("runs %+v, want 1 replica then 3", res.Runs)
+	}
+	for _, run := range res.Runs {
+		sum := 0
+		for i, c := range run.Creates {
+			sum += c
+			if c == 0 {
+				t.Errorf("%d replicas: replica %d created nothing", run.Replicas, i)
+			}
+		}
+		if sum != n {
+			t.Errorf("%d replicas created %d children for %d triggers", run.Replicas, sum, n)
+		}
+	}
+	if res.Runs[1].JoinedSeconds <= 0 || res.Ratio <= 0 {
 		t.Errorf("times not measured: %+v", res)
 	}
 }

@@ -39,6 +39,8 @@ func main() {
 	pushback := flag.Int("pushback", 0, "run the tenant workload with this many Tenants as a ServiceAccount that API Priority and Fairness serves one request at a time, rejecting the rest with 429 (needs -syncloop; 0: skip)")
 	fanout := flag.Int("fanout", 0, "run the fan-out phase: one lookup source read by this many triggers is changed (0: skip)")
 	chain := flag.Int("chain", 0, "run the chain phase: this many triggers each need three dependent children (0: skip)")
+	shard := flag.Int("shard", 0, "run the sharding phase: this many CEL-heavy triggers converged by one replica and by -shard-replicas replicas sharing them (needs -syncloop; 0: skip)")
+	shardReplicas := flag.Int("shard-replicas", 3, "replicas of the sharding phase's sharded run")
 	syncloopArgs := flag.String("syncloop-args", "", "extra `syncloop run` flags for the tenant workload, space-separated (none: its defaults)")
 	flag.Parse()
 	cfg.QPS = float32(*qps)
@@ -46,8 +48,8 @@ func main() {
 		tr.Args = strings.Fields(*syncloopArgs)
 	}
 	tr.LimitWorkers = cfg.LimitWorkers
-	if (tr.Triggers > 0 || *pushback > 0) && tr.Syncloop == "" {
-		fmt.Fprintln(os.Stderr, "bench: -tenants and -pushback need -syncloop")
+	if (tr.Triggers > 0 || *pushback > 0 || *shard > 0) && tr.Syncloop == "" {
+		fmt.Fprintln(os.Stderr, "bench: -tenants, -pushback and -shard need -syncloop")
 		os.Exit(2)
 	}
 
@@ -107,6 +109,15 @@ func main() {
 				return "", nil, err
 			}
 			return reportTenants(tr, res), res, nil
+		})
+	}
+	if *shard > 0 {
+		phase("shard", func() (string, any, error) {
+			res, err := runShard(ctx, env, tr.Syncloop, *shard, *shardReplicas, logf)
+			if err != nil {
+				return "", nil, err
+			}
+			return reportShard(res), res, nil
 		})
 	}
 	env.Stop()

@@ -122,8 +122,9 @@ type Engine struct {
 	plan     Planner // nil unless dry run
 	onePass  bool    // PlanOnce: each trigger once, no retries
 
-	shardMu sync.RWMutex // guards shard; SetShard holds it to change it
+	shardMu sync.RWMutex // guards shard and shards; SetShard holds it to change them
 	shard   Shard
+	shards  []shardChange // recent shards, oldest first (see settleDelay)
 
 	mu          sync.Mutex
 	controllers map[string]*controller
@@ -152,6 +153,9 @@ func New(o Options) *Engine {
 	}
 	if e.metrics == nil {
 		e.metrics = noMetrics{}
+	}
+	if o.Shard != nil {
+		e.shards = []shardChange{{s: o.Shard, at: time.Now()}}
 	}
 	e.registry.KeepManagedFields = isPatchManager
 	e.registry.OnWatchError = func(key dynamic.WatchKey, err error) {

@@ -223,7 +223,13 @@ func (h *harness) events(reason string) []corev1.Event {
 // message contains text.
 func (h *harness) waitForFailed(object, text string) {
 	h.t.Helper()
-	h.eventually(fmt.Sprintf("a Failed event on %s saying %q", object, text), func() bool {
+	h.waitForFailedWithin(30*time.Second, object, text)
+}
+
+// waitForFailedWithin is waitForFailed with its own deadline.
+func (h *harness) waitForFailedWithin(timeout time.Duration, object, text string) {
+	h.t.Helper()
+	h.eventuallyWithin(timeout, fmt.Sprintf("a Failed event on %s saying %q", object, text), func() bool {
 		for _, e := range h.events("Failed") {
 			if e.InvolvedObject.Name == object && strings.Contains(e.Message, text) {
 				return true

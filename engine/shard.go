@@ -51,6 +51,13 @@ func (e *Engine) currentShard() Shard {
 func (e *Engine) SetShard(ctx context.Context, s Shard) {
 	e.shardMu.Lock()
 	e.shard = s
+	now := time.Now()
+	e.shards = append(e.shards, shardChange{s: s, at: now})
+	// Keep the changes of the settling period and the shard in force
+	// before them.
+	for len(e.shards) > 1 && !e.shards[1].at.After(now.Add(-handoverSettle)) {
+		e.shards = e.shards[1:]
+	}
 	e.shardMu.Unlock()
 	// Apply holds mu while it stops controllers: once it is ours, no
 	// controller outside the map is still reconciling.
@@ -115,11 +122,47 @@ func (e *Engine) Owned() map[string]int {
 	return out
 }
 
-// add queues trigger key if this replica owns it.
-func (c *controller) add(key cache.ObjectName) {
-	if c.e.owns(c.rule.Name, key) {
-		c.queue.Add(key)
+// shardChange is a shard and when the engine took it.
+type shardChange struct {
+	s  Shard
+	at time.Time
+}
+
+// settleDelay is how long the trigger of rule with digest d must wait
+// before this replica reconciles it: what is left of handoverSettle since
+// the shards have owned it without a break. Called with shardMu held, for
+// a trigger the current shard owns.
+func (e *Engine) settleDelay(rule string, d uint64) time.Duration {
+	since := time.Time{}
+	for i := len(e.shards) - 1; i >= 0 && e.shards[i].s.Owns(rule, d); i-- {
+		since = e.shards[i].at
 	}
+	if since.IsZero() {
+		return 0
+	}
+	return time.Until(since.Add(handoverSettle))
+}
+
+// add queues trigger key if this replica owns it — after the rest of the
+// settling period if it has just gained it (handoverSettle).
+func (c *controller) add(key cache.ObjectName) {
+	c.e.shardMu.RLock()
+	s := c.e.shard
+	var wait time.Duration
+	if s != nil {
+		d := TriggerDigest(key)
+		if !s.Owns(c.rule.Name, d) {
+			c.e.shardMu.RUnlock()
+			return
+		}
+		wait = c.e.settleDelay(c.rule.Name, d)
+	}
+	c.e.shardMu.RUnlock()
+	if wait > 0 {
+		c.queue.AddAfter(key, wait)
+		return
+	}
+	c.queue.Add(key)
 }
 
 // begin marks the trigger whose key has digest d as being worked on, with
@@ -187,7 +230,7 @@ func (c *controller) resharded(ctx context.Context) {
 		}
 		d := TriggerDigest(key)
 		if (s == nil || s.Owns(c.rule.Name, d)) && before != nil && !before.Owns(c.rule.Name, d) {
-			c.queue.AddAfter(key, handoverSettle)
+			c.add(key) // after the settling period
 			n++
 		}
 	}

@@ -163,3 +163,25 @@ func TestSetShardDrains(t *testing.T) {
 type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestSettleDelay: a trigger this replica has just gained waits out the
+// settling period before its first reconcile here; one it has owned longer
+// does not; one lost and gained back waits again.
+func TestSettleDelay(t *testing.T) {
+	e := New(Options{Shard: noShard})
+	old := time.Now().Add(-2 * handoverSettle)
+	e.shards = []shardChange{{s: evenShard, at: old}} // even keys owned for long
+	e.SetShard(t.Context(), allShard)                 // odd keys gained now
+	var even, odd uint64 = 2, 3
+	if d := e.settleDelay("r", even); d > 0 {
+		t.Errorf("a trigger owned for %s waits %s", 2*handoverSettle, d)
+	}
+	if d := e.settleDelay("r", odd); d <= 0 || d > handoverSettle {
+		t.Errorf("a trigger just gained waits %s, want (0, %s]", d, handoverSettle)
+	}
+	e.SetShard(t.Context(), noShard)
+	e.SetShard(t.Context(), allShard)
+	if d := e.settleDelay("r", even); d <= 0 {
+		t.Errorf("a trigger lost and gained back waits %s", d)
+	}
+}

@@ -59,7 +59,8 @@ type shardCluster struct {
 type shardReplica struct {
 	cmd               *exec.Cmd
 	metrics, probes   string
-	exited            chan error
+	exited            chan struct{} // closed once the process has exited and waitErr is set
+	waitErr           error
 	metricsAtExit     string
 	stoppedGracefully bool
 }
@@ -102,11 +103,17 @@ func newShardCluster(t *testing.T) *shardCluster {
 
 // start starts replica name.
 func (sc *shardCluster) start(name string) *shardReplica {
-	r := &shardReplica{metrics: freeAddr(sc.t), probes: freeAddr(sc.t), exited: make(chan error, 1)}
+	r := &shardReplica{metrics: freeAddr(sc.t), probes: freeAddr(sc.t), exited: make(chan struct{})}
 	r.cmd = syncloopProcess(sc.t, name, "run", "-f", sc.dir, "--kubeconfig", sc.env.Kubeconfig(), "--sharding",
 		"--leader-elect-namespace", sc.ns, "--leader-elect-id", "shard-test", "--leader-elect-identity", name,
 		"--metrics-bind-address", r.metrics, "--health-probe-bind-address", r.probes)
-	go func() { r.exited <- r.cmd.Wait() }()
+	go func() { r.waitErr = r.cmd.Wait(); close(r.exited) }()
+	// Before syncloopProcess's cleanup (cleanups run last first): one Wait
+	// at a time.
+	sc.t.Cleanup(func() {
+		_ = r.cmd.Process.Kill()
+		<-r.exited
+	})
 	sc.replicas[name] = r
 	return r
 }
@@ -117,8 +124,10 @@ func (sc *shardCluster) readyWith(members ...string) {
 	sc.t.Helper()
 	want := "members [" + strings.Join(members, ",") + "]"
 	for name, r := range sc.replicas {
-		if r.cmd.ProcessState != nil || r.metricsAtExit != "" {
+		select {
+		case <-r.exited:
 			continue
+		default:
 		}
 		pollUntil(sc.t, 60*time.Second, name+" to be ready with "+want, func() bool {
 			resp, err := http.Get("http://" + r.probes + "/readyz")
@@ -162,9 +171,9 @@ func (sc *shardCluster) stop(name string) {
 		sc.t.Fatal(err)
 	}
 	select {
-	case err := <-r.exited:
-		if err != nil {
-			sc.t.Fatalf("%s did not exit cleanly on SIGTERM: %v", name, err)
+	case <-r.exited:
+		if r.waitErr != nil {
+			sc.t.Fatalf("%s did not exit cleanly on SIGTERM: %v", name, r.waitErr)
 		}
 	case <-time.After(60 * time.Second):
 		sc.t.Fatalf("%s did not stop", name)

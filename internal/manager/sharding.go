@@ -437,6 +437,7 @@ func (s *Sharding) assign(ctx context.Context, a *assignment) {
 	if same {
 		return
 	}
+	klog.FromContext(ctx).V(2).Info("Shard assignment", "assignment", key)
 	s.p.engine.SetShard(ctx, a)
 	s.mu.Lock()
 	s.assigned = key

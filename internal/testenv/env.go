@@ -376,3 +376,15 @@ func freePorts(n int) ([]int, error) {
 	}
 	return ports, nil
 }
+
+// PIDs are the control plane's processes by name (etcd, kube-apiserver,
+// kube-controller-manager when it runs), for measuring what they use.
+func (e *Env) PIDs() map[string]int {
+	out := map[string]int{}
+	for _, p := range []*process{e.etcd, e.apiServer, e.kcm} {
+		if p != nil && p.cmd.Process != nil {
+			out[p.name] = p.cmd.Process.Pid
+		}
+	}
+	return out
+}
