@@ -350,6 +350,10 @@ spec:
 	if code != 1 || !strings.Contains(errOut, `required flag(s) "rules" not set`) {
 		t.Errorf("validate without -f: exit %d, stderr %q", code, errOut)
 	}
+	code, _, errOut = syncloop(t, "run", "-f", rp, "--leader-elect", "--sharding")
+	if code != 1 || !strings.Contains(errOut, "--leader-elect and --sharding are exclusive") {
+		t.Errorf("run --leader-elect --sharding: exit %d, stderr %q", code, errOut)
+	}
 }
 
 func TestRenderFieldSelectorNotEvaluated(t *testing.T) {

@@ -113,6 +113,9 @@ version in force; at start, files that fail are left out and reported.`,
 			if output != "text" && output != "json" {
 				return fmt.Errorf("--output must be text or json, not %q", output)
 			}
+			if leaderElect && sharding {
+				return errors.New("--leader-elect and --sharding are exclusive: one replica works, or all share the work")
+			}
 			eventMode, err := engine.ParseEventMode(events)
 			if err != nil {
 				return fmt.Errorf("--%w", err)
@@ -120,9 +123,6 @@ version in force; at start, files that fail are left out and reported.`,
 			cfg, err := cf.restConfig()
 			if err != nil {
 				return fmt.Errorf("loading the client configuration: %w", err)
-			}
-			if leaderElect && sharding {
-				return errors.New("--leader-elect and --sharding are exclusive: one replica works, or all share the work")
 			}
 			if leaseNS == "" {
 				leaseNS = cf.namespace()
