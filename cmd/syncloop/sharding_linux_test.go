@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -135,21 +136,10 @@ func (sc *shardCluster) readyWith(members ...string) {
 				return false
 			}
 			defer resp.Body.Close()
-			body := readAll(resp)
+			b, _ := io.ReadAll(resp.Body)
+			body := string(b)
 			return resp.StatusCode == http.StatusOK && strings.Contains(body, want) && strings.Contains(body, "rule shard: running")
 		})
-	}
-}
-
-func readAll(resp *http.Response) string {
-	var b strings.Builder
-	buf := make([]byte, 4096)
-	for {
-		n, err := resp.Body.Read(buf)
-		b.Write(buf[:n])
-		if err != nil {
-			return b.String()
-		}
 	}
 }
 

@@ -2,6 +2,7 @@ package manager
 
 import (
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -24,16 +25,8 @@ func TestProbesReportFileErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
-		var b strings.Builder
-		buf := make([]byte, 4096)
-		for {
-			n, err := resp.Body.Read(buf)
-			b.Write(buf[:n])
-			if err != nil {
-				break
-			}
-		}
-		return resp.StatusCode, b.String()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
 	}
 	if code, _ := get("/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz = %d", code)
@@ -56,5 +49,43 @@ func TestProbesReportFileErrors(t *testing.T) {
 	}
 	if !strings.Contains(body, `file /rules/bad.yaml: bad.yaml:3:1: unknown field "wen" (its last good version stays in force)`) {
 		t.Errorf("/readyz body lacks the file error:\n%s", body)
+	}
+}
+
+// TestProbesShardState: a sharded replica's /readyz starts with its shard
+// state, and it is not ready while it joins or hands over.
+func TestProbesShardState(t *testing.T) {
+	eng := engine.New(engine.Options{})
+	set, err := rules.NewSet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng.Apply(t.Context(), set)
+	s := &Sharding{Namespace: "ns", Group: "g", member: "a", lease: "g-shard-a"}
+	probe := httptest.NewServer(probes(eng, &fileErrors{}, s))
+	defer probe.Close()
+	get := func() (int, string) {
+		resp, err := http.Get(probe.URL + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, tc := range []struct {
+		members, published string
+		code               int
+		line               string
+	}{
+		{"a,b", "", http.StatusServiceUnavailable, "shard: joining group g as a (Lease ns/g-shard-a)"},
+		{"a,b,c", "a,b", http.StatusServiceUnavailable, "shard: member a of group g, handing over: members [a,b,c], working under [a,b]"},
+		{"a,b", "a,b", http.StatusOK, "shard: member a of group g, members [a,b]"},
+	} {
+		s.members, s.published = parseView(tc.members), parseView(tc.published)
+		code, body := get()
+		if code != tc.code || !strings.HasPrefix(body, tc.line+"\n") {
+			t.Errorf("members %s, published %q: /readyz = %d %q, want %d starting %q", tc.members, tc.published, code, body, tc.code, tc.line)
+		}
 	}
 }
