@@ -97,6 +97,14 @@ func mix(x uint64) uint64 {
 type assignment struct {
 	self  string
 	views []*claimed // distinct views, each with the members that claim by it
+	live  func() bool
+}
+
+// while makes a own nothing whenever live reports false (this replica's
+// Lease not renewed lately).
+func (a *assignment) while(live func() bool) *assignment {
+	a.live = live
+	return a
 }
 
 // claimed is a view and who works under it: this replica (mine) and other
@@ -138,6 +146,9 @@ func newAssignment(self string, mine []*view, others map[string]*view) *assignme
 
 // Owns implements engine.Shard.
 func (a *assignment) Owns(rule string, d uint64) bool {
+	if a.live != nil && !a.live() {
+		return false
+	}
 	rh := hashString(rule)
 	mine := false
 	for _, c := range a.views {

@@ -125,3 +125,19 @@ func TestAssignmentExclusive(t *testing.T) {
 		}
 	}
 }
+
+// TestAssignmentWhileLive: an assignment owns nothing while its replica's
+// Lease is not current.
+func TestAssignmentWhileLive(t *testing.T) {
+	v := newView([]string{"a"})
+	live := true
+	a := newAssignment("a", []*view{v}, nil).while(func() bool { return live })
+	d := digests(1)[0]
+	if !a.Owns("r", d) {
+		t.Fatal("the only member does not own a trigger")
+	}
+	live = false
+	if a.Owns("r", d) {
+		t.Error("owned while the Lease is not current")
+	}
+}

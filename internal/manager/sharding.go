@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -143,7 +144,7 @@ func (s *Sharding) run(ctx context.Context, p *process) error {
 	factory.Start(bg.Done())
 	defer factory.Shutdown()
 
-	r := &renewer{client: client, lease: mine, renewed: time.Now()}
+	r := &renewer{client: client, lease: mine, renewed: time.Now(), start: time.Now()}
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
@@ -227,6 +228,18 @@ type renewer struct {
 	lease   *coordinationv1.Lease // as last written
 	view    *view                 // to write
 	renewed time.Time             // last successful write
+
+	// start and fresh (since start, on the monotonic clock) are the last
+	// successful write for current, without the lock.
+	start time.Time
+	fresh atomic.Int64
+}
+
+// current reports whether the Lease was renewed within RenewDeadline: a
+// process that was paused longer (the others may have taken its Lease for
+// expired meanwhile) starts no work until it has renewed, or exits.
+func (r *renewer) current() bool {
+	return time.Since(r.start)-time.Duration(r.fresh.Load()) < RenewDeadline
 }
 
 // write renews the Lease with the view to write.
@@ -259,6 +272,7 @@ func (r *renewer) write(ctx context.Context) error {
 		return err
 	}
 	r.lease, r.renewed = out, time.Now()
+	r.fresh.Store(int64(time.Since(r.start)))
 	return nil
 }
 
@@ -408,7 +422,7 @@ func (s *Sharding) step(ctx context.Context, lister coordinationlisters.LeaseLis
 		if pending != nil {
 			mine = append(mine, pending)
 		}
-		s.assign(ctx, newAssignment(s.member, mine, others))
+		s.assign(ctx, newAssignment(s.member, mine, others).while(r.current))
 		if err := r.publish(ctx, members); err != nil {
 			logger.Error(err, "Publishing this member's view failed: retrying")
 			return
@@ -424,7 +438,7 @@ func (s *Sharding) step(ctx context.Context, lister coordinationlisters.LeaseLis
 	if pending != nil {
 		mine = append(mine, pending)
 	}
-	s.assign(ctx, newAssignment(s.member, mine, others))
+	s.assign(ctx, newAssignment(s.member, mine, others).while(r.current))
 }
 
 // assign gives a to the engine if it differs from the last one; SetShard
