@@ -687,6 +687,10 @@ func (c *controller) processNext(ctx context.Context) bool {
 	defer c.queue.Done(key)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if !c.e.held() {
+		c.queue.AddAfter(key, holdWait)
+		return true
+	}
 	d := TriggerDigest(key)
 	if !c.begin(d, cancel) {
 		// Queued before this replica's shard lost it: its new owner

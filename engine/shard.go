@@ -21,6 +21,17 @@ type Shard interface {
 	Owns(rule string, d uint64) bool
 }
 
+// A Holder is a Shard that can tell whether this replica still holds its
+// share: while Held reports false — its Lease not renewed lately — the
+// engine starts no reconcile; triggers wait in their queues, none is
+// dropped.
+type Holder interface {
+	Held() bool
+}
+
+// holdWait is how long a trigger waits while the shard is not held.
+const holdWait = 500 * time.Millisecond
+
 // TriggerDigest is the digest of a trigger's key (namespace/name): the
 // first 8 bytes of its SHA-256.
 func TriggerDigest(key cache.ObjectName) uint64 {
@@ -34,6 +45,12 @@ func (e *Engine) owns(rule string, key cache.ObjectName) bool {
 	e.shardMu.RLock()
 	defer e.shardMu.RUnlock()
 	return e.shard == nil || e.shard.Owns(rule, TriggerDigest(key))
+}
+
+// held reports whether the engine's shard, if it is a Holder, is held.
+func (e *Engine) held() bool {
+	h, ok := e.currentShard().(Holder)
+	return !ok || h.Held()
 }
 
 func (e *Engine) currentShard() Shard {

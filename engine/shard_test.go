@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -184,4 +185,28 @@ func TestSettleDelay(t *testing.T) {
 	if d := e.settleDelay("r", even); d <= 0 {
 		t.Errorf("a trigger lost and gained back waits %s", d)
 	}
+}
+
+// heldShard owns everything, and is held while held is true.
+type heldShard struct{ held *atomic.Bool }
+
+func (heldShard) Owns(string, uint64) bool { return true }
+func (h heldShard) Held() bool             { return h.held.Load() }
+
+// TestShardNotHeld: while the shard is not held, no trigger is reconciled
+// and none is dropped: once it is held again, each is.
+func TestShardNotHeld(t *testing.T) {
+	h := newHarness(t)
+	held := &atomic.Bool{}
+	h.shard = heldShard{held}
+	h.start(h.loadRules(copyRule))
+	h.createCM("waiting", map[string]string{"copy": "yes"}, map[string]string{"k": "v"})
+	if h.within(2*time.Second, func() bool { _, ok := h.configMap(h.ns, "waiting-copy"); return ok }) {
+		t.Fatal("a trigger was reconciled while the shard was not held")
+	}
+	held.Store(true)
+	h.eventually("the trigger reconciled once the shard is held", func() bool {
+		_, ok := h.configMap(h.ns, "waiting-copy")
+		return ok
+	})
 }

@@ -100,12 +100,15 @@ type assignment struct {
 	live  func() bool
 }
 
-// while makes a own nothing whenever live reports false (this replica's
-// Lease not renewed lately).
+// while makes a held only while live reports true (this replica's Lease
+// renewed lately).
 func (a *assignment) while(live func() bool) *assignment {
 	a.live = live
 	return a
 }
+
+// Held implements engine.Holder.
+func (a *assignment) Held() bool { return a.live == nil || a.live() }
 
 // claimed is a view and who works under it: this replica (mine) and other
 // members whose published view it is.
@@ -146,9 +149,6 @@ func newAssignment(self string, mine []*view, others map[string]*view) *assignme
 
 // Owns implements engine.Shard.
 func (a *assignment) Owns(rule string, d uint64) bool {
-	if a.live != nil && !a.live() {
-		return false
-	}
 	rh := hashString(rule)
 	mine := false
 	for _, c := range a.views {

@@ -126,18 +126,18 @@ func TestAssignmentExclusive(t *testing.T) {
 	}
 }
 
-// TestAssignmentWhileLive: an assignment owns nothing while its replica's
-// Lease is not current.
+// TestAssignmentWhileLive: an assignment is not held while its replica's
+// Lease is not current; what it owns does not change.
 func TestAssignmentWhileLive(t *testing.T) {
 	v := newView([]string{"a"})
 	live := true
 	a := newAssignment("a", []*view{v}, nil).while(func() bool { return live })
 	d := digests(1)[0]
-	if !a.Owns("r", d) {
-		t.Fatal("the only member does not own a trigger")
+	if !a.Owns("r", d) || !a.Held() {
+		t.Fatal("the only member does not own a trigger, or does not hold it")
 	}
 	live = false
-	if a.Owns("r", d) {
-		t.Error("owned while the Lease is not current")
+	if a.Held() || !a.Owns("r", d) {
+		t.Errorf("with the Lease not current: held %v, owns %v; want false, true", a.Held(), a.Owns("r", d))
 	}
 }
