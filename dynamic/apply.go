@@ -36,6 +36,12 @@ func (w *Writer) dryRun() []string {
 	return nil
 }
 
+// Get reads one object from the API server (a consistent read), also in a
+// dry run.
+func (w *Writer) Get(ctx context.Context, m *meta.RESTMapping, namespace, name string) (*unstructured.Unstructured, error) {
+	return w.resource(m, namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
 // Apply server-side applies obj as fieldManager and returns the object as
 // the server has it afterwards.
 func (w *Writer) Apply(ctx context.Context, m *meta.RESTMapping, obj *unstructured.Unstructured, fieldManager string, force bool) (*unstructured.Unstructured, error) {

@@ -75,16 +75,15 @@ type controller struct {
 	// of the last event of each seen meanwhile ("": none).
 	inflight map[childRef]string
 	deleted  map[childRef]types.UID // children deleted whose removal the cache has not shown yet
+	syncedAt time.Time              // when the informers the workers need had synced
 	// working are the triggers being reconciled or released, by key
 	// digest, each with the cancel of its requests (see SetShard).
 	working map[uint64]context.CancelFunc
 
-	// Sharding: reshard signals a new shard (SetShard), resweep the sweep
-	// that follows once its triggers have settled; shardSeen is the
+	// Sharding: reshard signals a new shard (SetShard); shardSeen is the
 	// shard the controller last queued triggers for (run's goroutine only);
 	// triggerSub is the trigger informer once subscribed, for Owned.
 	reshard    chan struct{}
-	resweep    chan struct{}
 	shardSeen  Shard
 	triggerSub atomic.Pointer[dynamic.Subscription]
 }
@@ -134,7 +133,6 @@ func newController(e *Engine, r *rules.Rule, retired []schema.GroupVersionKind, 
 		deleted:        map[childRef]types.UID{},
 		working:        map[uint64]context.CancelFunc{},
 		reshard:        make(chan struct{}, 1),
-		resweep:        make(chan struct{}, 1),
 		state:          StateWaiting,
 		retired:        retired,
 	}
@@ -216,6 +214,9 @@ func (c *controller) run(ctx context.Context) {
 		c.queue.ShutDown()
 		return
 	}
+	c.mu.Lock()
+	c.syncedAt = time.Now()
+	c.mu.Unlock()
 
 	// Workers get a context that outlives ctx by the drain timeout, so
 	// that in-flight reconciles finish on shutdown.
@@ -250,9 +251,6 @@ func (c *controller) run(ctx context.Context) {
 			continue
 		case <-c.reshard:
 			c.resharded(ctx)
-			continue
-		case <-c.resweep:
-			c.sweep(ctx)
 			continue
 		case <-ctx.Done():
 		}

@@ -124,7 +124,7 @@ type Engine struct {
 
 	shardMu sync.RWMutex // guards shard and shards; SetShard holds it to change them
 	shard   Shard
-	shards  []shardChange // recent shards, oldest first (see settleDelay)
+	shards  []shardChange // recent shards, oldest first (see ownedSince)
 
 	mu          sync.Mutex
 	controllers map[string]*controller

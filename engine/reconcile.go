@@ -181,6 +181,18 @@ func (c *controller) applyChild(ctx context.Context, ch *changes, trigger *unstr
 	var cached *unstructured.Unstructured
 	if found {
 		cached = cachedObj.(*unstructured.Unstructured)
+	} else if c.mayLag(cache.ObjectName{Namespace: trigger.GetNamespace(), Name: trigger.GetName()}) {
+		// Just handed over: the replica that had the trigger may have
+		// made the child a moment ago (see handoverVerify).
+		live, err := c.e.writer.Get(ctx, ck.mapping, ref.namespace, ref.name)
+		switch {
+		case err == nil:
+			cached, found = live, true
+		case !apierrors.IsNotFound(err):
+			return nil, fmt.Errorf("resource %q: reading %s %s: %w", child.ResourceID, ref.gvk.Kind, cacheKey(ref), err)
+		}
+	}
+	if found {
 		if other := cached.GetLabels()[rules.LabelRule]; other != c.rule.Name {
 			return nil, fmt.Errorf("resource %q: %s %s is managed by rule %q: not taking it over", child.ResourceID, ref.gvk.Kind, cacheKey(ref), other)
 		}

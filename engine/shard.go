@@ -70,9 +70,9 @@ func (e *Engine) SetShard(ctx context.Context, s Shard) {
 	e.shard = s
 	now := time.Now()
 	e.shards = append(e.shards, shardChange{s: s, at: now})
-	// Keep the changes of the settling period and the shard in force
+	// Keep the changes of the verifying period and the shard in force
 	// before them.
-	for len(e.shards) > 1 && !e.shards[1].at.After(now.Add(-handoverSettle)) {
+	for len(e.shards) > 1 && !e.shards[1].at.After(now.Add(-handoverVerify)) {
 		e.shards = e.shards[1:]
 	}
 	e.shardMu.Unlock()
@@ -145,41 +145,41 @@ type shardChange struct {
 	at time.Time
 }
 
-// settleDelay is how long the trigger of rule with digest d must wait
-// before this replica reconciles it: what is left of handoverSettle since
-// the shards have owned it without a break. Called with shardMu held, for
-// a trigger the current shard owns.
-func (e *Engine) settleDelay(rule string, d uint64) time.Duration {
+// ownedSince is when the shards began to own the trigger of rule with
+// digest d without a break since; zero without a shard, or when it was
+// owned before the shards the engine remembers (handoverVerify).
+func (e *Engine) ownedSince(rule string, d uint64) time.Time {
+	e.shardMu.RLock()
+	defer e.shardMu.RUnlock()
 	since := time.Time{}
 	for i := len(e.shards) - 1; i >= 0 && e.shards[i].s.Owns(rule, d); i-- {
 		since = e.shards[i].at
+		if i == 0 && len(e.shards) > 1 {
+			since = time.Time{} // in force before the period remembered
+		}
 	}
-	if since.IsZero() {
-		return 0
-	}
-	return time.Until(since.Add(handoverSettle))
+	return since
 }
 
-// add queues trigger key if this replica owns it — after the rest of the
-// settling period if it has just gained it (handoverSettle).
+// mayLag reports whether this replica's child caches may lack a write the
+// previous owner of trigger key made: it gained the trigger less than
+// handoverVerify ago, or its informers synced less than that after it did.
+func (c *controller) mayLag(key cache.ObjectName) bool {
+	since := c.e.ownedSince(c.rule.Name, TriggerDigest(key))
+	if since.IsZero() {
+		return false
+	}
+	c.mu.Lock()
+	synced := c.syncedAt
+	c.mu.Unlock()
+	return time.Since(since) < handoverVerify || (synced.After(since) && time.Since(synced) < handoverVerify)
+}
+
+// add queues trigger key if this replica owns it.
 func (c *controller) add(key cache.ObjectName) {
-	c.e.shardMu.RLock()
-	s := c.e.shard
-	var wait time.Duration
-	if s != nil {
-		d := TriggerDigest(key)
-		if !s.Owns(c.rule.Name, d) {
-			c.e.shardMu.RUnlock()
-			return
-		}
-		wait = c.e.settleDelay(c.rule.Name, d)
+	if c.e.owns(c.rule.Name, key) {
+		c.queue.Add(key)
 	}
-	c.e.shardMu.RUnlock()
-	if wait > 0 {
-		c.queue.AddAfter(key, wait)
-		return
-	}
-	c.queue.Add(key)
 }
 
 // begin marks the trigger whose key has digest d as being worked on, with
@@ -224,17 +224,20 @@ func (c *controller) workingLost(s Shard, cancel bool) int {
 	return n
 }
 
-// handoverSettle is how long a trigger gained from another replica waits
-// before its first reconcile here: that replica may have written its
-// children just before it let the trigger go, and this replica's child
-// caches are a watch behind (milliseconds, as a rule). Reconciling at once
-// could find no child and apply it again — the same content by the same
-// field manager, which the API server stores as no change, but a request.
-const handoverSettle = time.Second
+// handoverVerify is how long after gaining a trigger — or after its
+// informers synced, if later — a replica reads a child it does not find in
+// its cache from the API server before applying it. The replica that had
+// the trigger may have written the child just before letting it go, and
+// this replica's child cache can be a watch behind (milliseconds as a rule;
+// longer while an informer catches up after its list). Applying at once
+// would send the same content by the same field manager again: stored as
+// no change, but a request. The read is consistent, so what the previous
+// owner wrote before it published its view is always found.
+const handoverVerify = 10 * time.Second
 
 // resharded queues the triggers the engine's shard owns that the one
-// before did not (after handoverSettle), and sweeps for orphans among
-// them. It runs on the controller's goroutine.
+// before did not, and sweeps for orphans among them. It runs on the
+// controller's goroutine.
 func (c *controller) resharded(ctx context.Context) {
 	s := c.e.currentShard()
 	before := c.shardSeen
@@ -247,17 +250,12 @@ func (c *controller) resharded(ctx context.Context) {
 		}
 		d := TriggerDigest(key)
 		if (s == nil || s.Owns(c.rule.Name, d)) && before != nil && !before.Owns(c.rule.Name, d) {
-			c.add(key) // after the settling period
+			c.queue.Add(key)
 			n++
 		}
 	}
 	klog.FromContext(ctx).V(1).Info("Shard changed: queued the triggers gained", "count", n)
-	// Orphans of the triggers gained (children of triggers deleted while
-	// another replica owned them), after the same wait.
-	time.AfterFunc(handoverSettle, func() {
-		select {
-		case c.resweep <- struct{}{}:
-		default:
-		}
-	})
+	// Orphans of the triggers gained: children of triggers deleted while
+	// another replica owned them.
+	c.sweep(ctx)
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/syncloop/syncloop/internal/testenv"
+	"github.com/syncloop/syncloop/rules"
 )
 
 // shardFunc is a Shard from a function.
@@ -165,26 +167,94 @@ type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-// TestSettleDelay: a trigger this replica has just gained waits out the
-// settling period before its first reconcile here; one it has owned longer
-// does not; one lost and gained back waits again.
-func TestSettleDelay(t *testing.T) {
+// TestOwnedSince: a trigger gained just now is owned since now; one owned
+// since before the shards remembered, since always (zero); one lost and
+// gained back, since it came back.
+func TestOwnedSince(t *testing.T) {
 	e := New(Options{Shard: noShard})
-	old := time.Now().Add(-2 * handoverSettle)
+	old := time.Now().Add(-2 * handoverVerify)
 	e.shards = []shardChange{{s: evenShard, at: old}} // even keys owned for long
 	e.SetShard(t.Context(), allShard)                 // odd keys gained now
 	var even, odd uint64 = 2, 3
-	if d := e.settleDelay("r", even); d > 0 {
-		t.Errorf("a trigger owned for %s waits %s", 2*handoverSettle, d)
+	if since := e.ownedSince("r", even); !since.IsZero() {
+		t.Errorf("a trigger owned for %s: since %s, want zero", 2*handoverVerify, since)
 	}
-	if d := e.settleDelay("r", odd); d <= 0 || d > handoverSettle {
-		t.Errorf("a trigger just gained waits %s, want (0, %s]", d, handoverSettle)
+	if since := e.ownedSince("r", odd); time.Since(since) > time.Second {
+		t.Errorf("a trigger just gained: since %s", since)
 	}
 	e.SetShard(t.Context(), noShard)
 	e.SetShard(t.Context(), allShard)
-	if d := e.settleDelay("r", even); d <= 0 {
-		t.Errorf("a trigger lost and gained back waits %s", d)
+	if since := e.ownedSince("r", even); time.Since(since) > time.Second {
+		t.Errorf("a trigger lost and gained back: since %s", since)
 	}
+}
+
+// TestHandoverVerifies: a replica that gains a trigger whose child the
+// previous owner made, but whose own child cache has not seen it yet,
+// reads the child from the API server and writes nothing.
+func TestHandoverVerifies(t *testing.T) {
+	first := newHarness(t)
+	first.shard = allShard
+	// Once holding, the second replica's child watch delivers nothing
+	// until released.
+	second := &harness{t: t, env: first.env, cs: first.cs, ns: first.ns, counter: &testenv.RequestCounter{}, updates: make(chan *rules.Set), shard: noShard}
+	holding := &atomic.Bool{}
+	release := make(chan struct{})
+	var once sync.Once
+	defer once.Do(func() { close(release) })
+	cfg := first.env.Config()
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			resp, err := rt.RoundTrip(req)
+			q := req.URL.Query()
+			if err == nil && q.Get("watch") == "true" && strings.Contains(q.Get("labelSelector"), "managed-by") {
+				resp.Body = &heldBody{ReadCloser: resp.Body, holding: holding, release: release}
+			}
+			return resp, err
+		})
+	})
+	second.config = cfg
+	set := first.loadRules(copyRule)
+	first.start(set)
+	second.start(set)
+	holding.Store(true)
+	first.createCM("t", map[string]string{"copy": "yes"}, map[string]string{"k": "v"})
+	first.eventually("the first replica's child", func() bool { _, ok := first.configMap(first.ns, "t-copy"); return ok })
+	first.eventually("the first replica to be idle", first.controller("copy").idle)
+
+	first.engine.SetShard(t.Context(), noShard)
+	second.counter.Reset()
+	second.engine.SetShard(t.Context(), allShard)
+	c := second.controller("copy")
+	second.eventually("the second replica to reconcile the trigger it gained", func() bool { return c.reconciles.Load() > 0 && c.idle() })
+	var gets int
+	for _, r := range second.counter.Requests(func(r testenv.Request) bool { return strings.HasSuffix(r.Path, "/t-copy") }) {
+		if r.IsWrite() {
+			t.Errorf("the replica that gained the trigger wrote its child again: %s %s", r.Method, r.Path)
+		}
+		if r.Method == http.MethodGet {
+			gets++
+		}
+	}
+	if gets != 1 {
+		t.Errorf("the replica read the child it had not seen %d times, want 1", gets)
+	}
+}
+
+// heldBody is a response body whose reads, while holding, wait until
+// release is closed.
+type heldBody struct {
+	io.ReadCloser
+	holding *atomic.Bool
+	release <-chan struct{}
+}
+
+func (b *heldBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if b.holding.Load() {
+		<-b.release
+	}
+	return n, err
 }
 
 // heldShard owns everything, and is held while held is true.
