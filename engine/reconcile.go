@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -396,21 +397,38 @@ func (c *controller) writeStatus(ctx context.Context, trigger *unstructured.Unst
 		}
 		cond = rd.Readiness()
 	}
-	current, _ := trigger.Object["status"].(map[string]any)
-	if failure != nil {
-		cond = rules.Failed(failure)
-		if status == nil { // keep the fields the rule writes as they are
-			status = map[string]any{}
-			for _, k := range c.rule.Status.Keys() {
-				if v, ok := current[k]; ok && k != "conditions" {
-					status[k] = v
+	rendered := status
+	// desired is the status to write over current.
+	desired := func(current map[string]any) map[string]any {
+		status := maps.Clone(rendered)
+		if failure != nil {
+			cond = rules.Failed(failure)
+			if status == nil { // keep the fields the rule writes as they are
+				status = map[string]any{}
+				for _, k := range c.rule.Status.Keys() {
+					if v, ok := current[k]; ok && k != "conditions" {
+						status[k] = v
+					}
 				}
 			}
 		}
+		status["conditions"] = cond.Conditions(current["conditions"], status["conditions"], trigger.GetGeneration(), time.Now())
+		return status
 	}
-	status["conditions"] = cond.Conditions(current["conditions"], status["conditions"], trigger.GetGeneration(), time.Now())
+	current, _ := trigger.Object["status"].(map[string]any)
+	status = desired(current)
 	if holds(current, status) {
 		return statusErr
+	}
+	if c.mayLag(cache.ObjectName{Namespace: trigger.GetNamespace(), Name: trigger.GetName()}) {
+		// Just handed over: the previous owner may have written this
+		// status a moment ago (see handoverVerify).
+		if live, err := c.e.writer.Get(ctx, c.triggerMapping, trigger.GetNamespace(), trigger.GetName()); err == nil {
+			current, _ = live.Object["status"].(map[string]any)
+			if status = desired(current); holds(current, status) {
+				return statusErr
+			}
+		}
 	}
 	patch := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": trigger.GetAPIVersion(),
