@@ -107,6 +107,7 @@ func (s *Sharding) status() modeStatus {
 
 func (s *Sharding) run(ctx context.Context, p *process) error {
 	logger := klog.FromContext(ctx).WithValues("lease", s.Namespace+"/"+s.lease)
+	engineCtx := ctx
 	ctx = klog.NewContext(ctx, logger)
 	client := p.clients.Core.CoordinationV1().Leases(s.Namespace)
 	mine, err := s.join(ctx, client)
@@ -159,7 +160,7 @@ func (s *Sharding) run(ctx context.Context, p *process) error {
 		s.coordinate(bg, inf.Lister(), r, changed)
 	}()
 
-	p.runEngine(ctx) // returns drained
+	p.runEngine(engineCtx) // returns drained
 	stop()
 	wg.Wait()
 	// Leaving: everything drained, the Lease goes and the others take
@@ -284,10 +285,12 @@ func (r *renewer) publish(ctx context.Context, v *view) error {
 	return r.write(ctx)
 }
 
+// delete removes the Lease: this incarnation's (its UID), whatever its
+// version — a renewal cut short at shutdown may have gone through.
 func (r *renewer) delete(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return deleteLease(ctx, r.client, r.lease)
+	return r.client.Delete(ctx, r.lease.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &r.lease.UID}})
 }
 
 // renew renews the Lease every RetryPeriod until ctx ends. A member that
