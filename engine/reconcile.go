@@ -317,12 +317,12 @@ func (c *controller) prune(ctx context.Context, ch *changes, triggerRef rules.Ob
 		// Remembered before the request, so that the informer's delete
 		// event, which may come before Delete returns, forgets it.
 		c.mu.Lock()
-		gone := c.deleted[ref] == child.GetUID()
+		gone := c.deleted[ref] == child.GetUID() || !c.cached(ck, child)
 		if !gone && c.e.plan == nil {
 			c.deleted[ref] = child.GetUID()
 		}
 		c.mu.Unlock()
-		if gone { // deleted already; the cache has not caught up
+		if gone { // deleted already: the cache has not caught up, or has since this reconcile read it
 			continue
 		}
 		err := c.e.writer.Delete(ctx, ck.mapping, ref.namespace, ref.name, child.GetUID())
@@ -454,6 +454,22 @@ func (c *controller) writeStatus(ctx context.Context, trigger *unstructured.Unst
 	}
 	c.e.metrics.Write(c.rule.Name, "status")
 	return statusErr
+}
+
+// cached reports whether child is still in its kind's cache, as the same
+// object. forget drops a deleted child from c.deleted only after the cache
+// has dropped it, so a reconcile that read the child before either finds
+// it in one or the other and does not delete it twice.
+func (c *controller) cached(ck *childKind, child *unstructured.Unstructured) bool {
+	if ck.sub == nil {
+		return true
+	}
+	obj, ok, err := ck.sub.Indexer().GetByKey(cacheKey(refOf(child)))
+	if err != nil || !ok {
+		return false
+	}
+	u, isU := obj.(*unstructured.Unstructured)
+	return !isU || u.GetUID() == child.GetUID()
 }
 
 // planWait reports, in a dry run, a resource that would wait for its

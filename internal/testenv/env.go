@@ -64,6 +64,18 @@ const adminUser = "syncloop-admin"
 // asked) and returns once the API server is ready and the default namespace
 // exists. On error nothing is left running. Call Stop when done.
 func Start(ctx context.Context, opts Options) (*Env, error) {
+	// The ports are picked free, then bound by the processes: another
+	// process can take one in between. Such a start is tried again, on
+	// other ports.
+	for attempt := 1; ; attempt++ {
+		e, err := start(ctx, opts)
+		if err == nil || attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			return e, err
+		}
+	}
+}
+
+func start(ctx context.Context, opts Options) (*Env, error) {
 	bins := map[string]string{}
 	names := []string{etcdBinary, apiServerBinary}
 	if opts.ControllerManager {
