@@ -5,9 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/syncloop/syncloop/dynamic"
-	"github.com/syncloop/syncloop/engine"
-	"github.com/syncloop/syncloop/rules/schema"
+	"github.com/syncloop/syncloop/internal/manager"
 )
 
 func newPlanCommand() *cobra.Command {
@@ -33,18 +31,17 @@ nothing to do, 2 when changes are pending and 1 on any error.`,
 				return err
 			}
 			// The cluster's schemas: custom kinds are typed as installed.
-			served := schema.NewServed(dynamic.NewOpenAPI(cl.Discovery).Document, schema.Builtin())
-			set, err := rf.load(cmd.ErrOrStderr(), served)
+			set, err := rf.load(cmd.ErrOrStderr(), cl.Schemas())
 			if err != nil {
 				return err
 			}
-			printer := engine.NewPlanPrinter(cmd.OutOrStdout(), cmd.ErrOrStderr(), output == "json", false)
-			eng := engine.New(engine.Options{Client: cl.Dynamic, Mapper: dynamic.NewMapper(cl.Discovery, 0), Plan: printer, Namespace: cf.watchNamespace})
-			if err := eng.PlanOnce(cmd.Context(), set); err != nil {
+			actions, failures, err := manager.Plan(cmd.Context(), cl, set, manager.PlanOptions{
+				Namespace: cf.watchNamespace, JSON: output == "json", Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(),
+			})
+			if err != nil {
 				fmt.Fprintln(cmd.ErrOrStderr(), "error:", err)
 				return exitCode(1)
 			}
-			actions, failures := printer.Summary()
 			switch {
 			case failures > 0:
 				return exitCode(1)
