@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -187,58 +185,22 @@ func runTenants(ctx context.Context, env *testenv.Env, run TenantRun, logf func(
 	if kubeconfig == "" {
 		kubeconfig = env.Kubeconfig()
 	}
-	metricsAddr, err := testenv.FreeAddress()
-	if err != nil {
-		return nil, err
-	}
-	probeAddr, err := testenv.FreeAddress()
-	if err != nil {
-		return nil, err
-	}
-	args := append([]string{"run", "-f", rulesDir, "--kubeconfig", kubeconfig,
-		"--metrics-bind-address", metricsAddr, "--health-probe-bind-address", probeAddr}, run.Args...)
-	log, err := os.Create(filepath.Join(dir, "syncloop.log"))
-	if err != nil {
-		return nil, err
-	}
-	defer log.Close()
-	cmd := exec.Command(run.Syncloop, args...)
-	cmd.Stdout, cmd.Stderr = log, log
 	start = time.Now()
-	if err := cmd.Start(); err != nil {
+	proc, err := startSyncloop(run.Syncloop, rulesDir, kubeconfig, filepath.Join(dir, "syncloop.log"), run.Args...)
+	if err != nil {
 		return nil, err
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	stopped := false
-	stop := func() error {
-		if stopped {
-			return nil
-		}
-		stopped = true
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-exited:
-			return err
-		case <-time.After(time.Minute):
-			_ = cmd.Process.Kill()
-			return fmt.Errorf("syncloop did not stop within a minute of SIGTERM")
-		}
-	}
-	defer stop()
+	defer proc.stop()
 	fail := func(err error) (*ProcessResult, error) {
-		_ = stop()
-		out, _ := os.ReadFile(log.Name())
-		return nil, fmt.Errorf("%w; syncloop's last output:\n%s", err, lastLines(string(out), 20))
+		_ = proc.stop()
+		return nil, fmt.Errorf("%w; syncloop's last output:\n%s", err, proc.lastOutput())
 	}
-	scrape := func() (map[string]float64, error) { return scrapeMetrics(ctx, "http://"+metricsAddr+"/metrics") }
+	scrape := func() (map[string]float64, error) { return proc.scrape(ctx) }
 
 	var m map[string]float64
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Minute, true, func(context.Context) (bool, error) {
-		select {
-		case err := <-exited:
-			return false, fmt.Errorf("syncloop exited: %v", err)
-		default:
+		if err := proc.exited(); err != nil {
+			return false, err
 		}
 		if m, err = scrape(); err != nil {
 			return false, nil // not serving yet
@@ -255,7 +217,7 @@ func runTenants(ctx context.Context, env *testenv.Env, run TenantRun, logf func(
 	if res.LimitSeconds > 0 {
 		res.ConvergenceRatio = res.LimitSeconds / res.ConvergenceSeconds
 	}
-	status := fmt.Sprintf("/proc/%d/status", cmd.Process.Pid)
+	status := proc.status()
 	res.RSSAtConvergenceBytes = procKB(status, "VmRSS:") << 10
 	res.CPUSeconds = m["process_cpu_seconds_total"]
 	res.Writes = writes(m)
@@ -318,7 +280,7 @@ func runTenants(ctx context.Context, env *testenv.Env, run TenantRun, logf func(
 	if len(children.Items) != run.Triggers {
 		return fail(fmt.Errorf("%d children, want %d", len(children.Items), run.Triggers))
 	}
-	if err := stop(); err != nil {
+	if err := proc.stop(); err != nil {
 		return fail(fmt.Errorf("syncloop exited with %v", err))
 	}
 	// Leave the cluster as found for the phases after this one.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -166,53 +165,27 @@ func shardRun(ctx context.Context, env *testenv.Env, bin, dir string, n, replica
 	}
 	logf("shard: %d Scores created in %.1fs", n, time.Since(start).Seconds())
 
-	type proc struct {
-		cmd     *exec.Cmd
-		metrics string
-		probes  string
-		exited  chan error
-	}
-	var procs []*proc
-	stopAll := func() {
-		for _, p := range procs {
+	var procs []*syncloopRun
+	defer func() {
+		for _, p := range procs { // all told to stop first: they leave together
 			_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		}
 		for _, p := range procs {
-			select {
-			case <-p.exited:
-			case <-time.After(time.Minute):
-				_ = p.cmd.Process.Kill()
-			}
+			_ = p.stop()
 		}
-	}
-	defer stopAll()
+	}()
 	cpBefore := controlPlaneCPU(env)
 	start = time.Now()
 	for i := range replicas {
-		p := &proc{exited: make(chan error, 1)}
-		if p.metrics, err = testenv.FreeAddress(); err != nil {
-			return nil, err
-		}
-		if p.probes, err = testenv.FreeAddress(); err != nil {
-			return nil, err
-		}
-		args := []string{"run", "-f", rulesDir, "--kubeconfig", env.Kubeconfig(),
-			"--metrics-bind-address", p.metrics, "--health-probe-bind-address", p.probes}
+		var extra []string
 		if replicas > 1 {
-			args = append(args, "--sharding", "--leader-elect-namespace", ns, "--leader-elect-id", "bench",
-				"--leader-elect-identity", fmt.Sprintf("replica-%d", i))
+			extra = []string{"--sharding", "--leader-elect-namespace", ns, "--leader-elect-id", "bench",
+				"--leader-elect-identity", fmt.Sprintf("replica-%d", i)}
 		}
-		log, err := os.Create(filepath.Join(rulesDir, fmt.Sprintf("replica-%d.log", i)))
+		p, err := startSyncloop(bin, rulesDir, env.Kubeconfig(), filepath.Join(rulesDir, fmt.Sprintf("replica-%d.log", i)), extra...)
 		if err != nil {
 			return nil, err
 		}
-		defer log.Close()
-		p.cmd = exec.Command(bin, args...)
-		p.cmd.Stdout, p.cmd.Stderr = log, log
-		if err := p.cmd.Start(); err != nil {
-			return nil, err
-		}
-		go func() { p.exited <- p.cmd.Wait() }()
 		procs = append(procs, p)
 	}
 	run := &ShardRun{Replicas: replicas, Creates: make([]int, replicas)}
@@ -221,13 +194,10 @@ func shardRun(ctx context.Context, env *testenv.Env, bin, dir string, n, replica
 		total := 0
 		last = last[:0]
 		for i, p := range procs {
-			select {
-			case err := <-p.exited:
-				out, _ := os.ReadFile(filepath.Join(rulesDir, fmt.Sprintf("replica-%d.log", i)))
-				return false, fmt.Errorf("replica %d exited: %v; its last output:\n%s", i, err, lastLines(string(out), 20))
-			default:
+			if err := p.exited(); err != nil {
+				return false, fmt.Errorf("replica %d: %w", i, err)
 			}
-			m, err := scrapeMetrics(ctx, "http://"+p.metrics+"/metrics")
+			m, err := p.scrape(ctx)
 			if err != nil {
 				return false, nil // not serving yet
 			}
@@ -253,7 +223,7 @@ func shardRun(ctx context.Context, env *testenv.Env, bin, dir string, n, replica
 	run.ControlPlaneCPUSeconds = controlPlaneCPU(env) - cpBefore
 	for i, p := range procs {
 		run.CPUSeconds += last[i]["process_cpu_seconds_total"]
-		run.RSSBytes += procKB(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid), "VmRSS:") << 10
+		run.RSSBytes += procKB(p.status(), "VmRSS:") << 10
 	}
 	children, err := cs.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{LabelSelector: "syncloop.dev/rule=score"})
 	if err != nil {
