@@ -88,6 +88,14 @@ func (m *Mapper) Namespaced(gvk schema.GroupVersionKind) (bool, error) {
 	return mapping.Scope.Name() == meta.RESTScopeNameNamespace, nil
 }
 
+// Scope reports whether gvk is namespaced, and false for known when the
+// server does not serve it or cannot be asked (rules.ScopeSource: the
+// load-time checks skip kinds whose scope is not known).
+func (m *Mapper) Scope(gvk schema.GroupVersionKind) (namespaced, known bool) {
+	ns, err := m.Namespaced(gvk)
+	return ns, err == nil
+}
+
 // Forget drops the cached mapping of gvk, e.g. after its CRD was deleted.
 func (m *Mapper) Forget(gvk schema.GroupVersionKind) {
 	m.mu.Lock()

@@ -251,7 +251,8 @@ func TestFieldSelector(t *testing.T) {
 }
 
 // TestConflictBetweenRules: two rules that render the same object. One owns
-// it; the other reports a Failed Event and does not take it — no ping-pong.
+// it; the other reports a ChildConflict Event and does not take it — no
+// ping-pong.
 func TestConflictBetweenRules(t *testing.T) {
 	h := newHarness(t)
 	rule := func(name, selector string) string {
@@ -273,7 +274,7 @@ spec:
 		return ok && cm.Labels[rules.LabelRule] == "first"
 	})
 	h.createCM("b", map[string]string{"second": "1"}, nil)
-	h.waitForFailed("b", `is managed by rule "first"`)
+	h.waitForEventWithin(30*time.Second, rules.ReasonChildConflict, "b", `is a child of rule "first"`)
 	before, _ := h.configMap(h.ns, "shared")
 	c := h.controller("second")
 	r0 := c.resyncs.Load()

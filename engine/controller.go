@@ -75,7 +75,10 @@ type controller struct {
 	// of the last event of each seen meanwhile ("": none).
 	inflight map[childRef]string
 	deleted  map[childRef]types.UID // children deleted whose removal the cache has not shown yet
-	syncedAt time.Time              // when the informers the workers need had synced
+	// conflicted are the children whose last apply found an object
+	// syncloop may not write under their name: the next one reads first.
+	conflicted map[childRef]bool
+	syncedAt   time.Time // when the informers the workers need had synced
 	// working are the triggers being reconciled or released, by key
 	// digest, each with the cancel of its requests (see SetShard).
 	working map[uint64]context.CancelFunc
@@ -131,6 +134,7 @@ func newController(e *Engine, r *rules.Rule, retired []schema.GroupVersionKind, 
 		applied:        map[childRef]string{},
 		inflight:       map[childRef]string{},
 		deleted:        map[childRef]types.UID{},
+		conflicted:     map[childRef]bool{},
 		working:        map[uint64]context.CancelFunc{},
 		reshard:        make(chan struct{}, 1),
 		state:          StateWaiting,
@@ -592,6 +596,24 @@ func (c *controller) applyDone(ref childRef, rv string, key cache.ObjectName) {
 	}
 }
 
+// noteConflict remembers whether the last apply of ref found a conflict.
+func (c *controller) noteConflict(ref childRef, conflict bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if conflict {
+		c.conflicted[ref] = true
+	} else {
+		delete(c.conflicted, ref)
+	}
+}
+
+// hadConflict reports whether the last apply of ref found a conflict.
+func (c *controller) hadConflict(ref childRef) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.conflicted[ref]
+}
+
 // forget drops what the controller remembers of a child that is gone.
 func (c *controller) forget(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -713,7 +735,9 @@ func (c *controller) processNext(ctx context.Context) bool {
 	}
 	logger := klog.FromContext(ctx)
 	if c.e.plan != nil {
-		c.e.plan.Failed(c.rule.Name, key.String(), err)
+		if !rules.OnlyConflicts(err) { // conflicts are lines of the plan
+			c.e.plan.Failed(c.rule.Name, key.String(), err)
+		}
 		if c.e.onePass {
 			c.queue.Forget(key)
 			return true

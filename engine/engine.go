@@ -29,8 +29,10 @@ type Metrics interface {
 	// ReconcileDone counts one reconcile of rule with result "success" or
 	// "error", and how long it took.
 	ReconcileDone(rule, result string, took time.Duration)
-	// Write counts one write action of rule: create, update, unchanged,
-	// delete or status.
+	// Write counts one action of rule on a child or status: create,
+	// update, adopt, unchanged, delete, status, wait (a resource left
+	// unapplied until one it reads is ready) or conflict (a child left
+	// unapplied: an object syncloop may not take over holds its name).
 	Write(rule, action string)
 	// WatchError counts one failed list or watch of resource
 	// ("resource.group"), by reason: the API status reason (Forbidden,
@@ -367,8 +369,15 @@ func errorReason(err error) string {
 // recorder. A 429 is not a failure: the server asked syncloop to slow down,
 // and the trigger is retried.
 func (e *Engine) failed(obj *unstructured.Unstructured, err error) {
-	if e.recorder != nil && obj != nil && !apierrors.IsTooManyRequests(err) {
-		e.recorder.Eventf(obj, corev1.EventTypeWarning, "Failed", "%v", err)
+	if !apierrors.IsTooManyRequests(err) {
+		e.event(obj, corev1.EventTypeWarning, "Failed", err.Error())
+	}
+}
+
+// event emits an Event on obj, if there is a recorder.
+func (e *Engine) event(obj *unstructured.Unstructured, eventType, reason, msg string) {
+	if e.recorder != nil && obj != nil {
+		e.recorder.Event(obj, eventType, reason, msg)
 	}
 }
 

@@ -223,14 +223,21 @@ func (h *harness) events(reason string) []corev1.Event {
 // message contains text.
 func (h *harness) waitForFailed(object, text string) {
 	h.t.Helper()
-	h.waitForFailedWithin(30*time.Second, object, text)
+	h.waitForEventWithin(30*time.Second, "Failed", object, text)
 }
 
 // waitForFailedWithin is waitForFailed with its own deadline.
 func (h *harness) waitForFailedWithin(timeout time.Duration, object, text string) {
 	h.t.Helper()
-	h.eventuallyWithin(timeout, fmt.Sprintf("a Failed event on %s saying %q", object, text), func() bool {
-		for _, e := range h.events("Failed") {
+	h.waitForEventWithin(timeout, "Failed", object, text)
+}
+
+// waitForEventWithin waits for an Event with reason on the object named
+// object whose message contains text.
+func (h *harness) waitForEventWithin(timeout time.Duration, reason, object, text string) {
+	h.t.Helper()
+	h.eventuallyWithin(timeout, fmt.Sprintf("a %s event on %s saying %q", reason, object, text), func() bool {
+		for _, e := range h.events(reason) {
 			if e.InvolvedObject.Name == object && strings.Contains(e.Message, text) {
 				return true
 			}

@@ -273,6 +273,14 @@ func (x *lookupIndex) each(i int, namespace, name string, set labels.Set, f func
 	}
 }
 
+// readsNamed reports whether some trigger read namespace/name through
+// lookup number i (by name).
+func (x *lookupIndex) readsNamed(i int, namespace, name string) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return len(x.named[depKey{lookup: i, namespace: namespace, name: name}]) > 0
+}
+
 // len is how many triggers read lookups, for tests.
 func (x *lookupIndex) len() int {
 	x.mu.Lock()

@@ -306,8 +306,9 @@ func TestLookupDryRun(t *testing.T) {
 	}
 	// A copy syncloop made earlier, from an older source.
 	if _, err := h.cs.CoreV1().Secrets(h.ns).Create(context.Background(), &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "a-pull", Labels: map[string]string{rules.LabelManagedBy: rules.ManagedByValue, rules.LabelRule: "pull"}},
-		Data:       map[string][]byte{"token": []byte("old-secret-value")}}, metav1.CreateOptions{}); err != nil {
+		ObjectMeta: metav1.ObjectMeta{Name: "a-pull", Labels: map[string]string{rules.LabelManagedBy: rules.ManagedByValue, rules.LabelRule: "pull"},
+			Annotations: map[string]string{rules.AnnotationOwner: "v1/ConfigMap/" + h.ns + "/a"}},
+		Data: map[string][]byte{"token": []byte("old-secret-value")}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	h.createCM("a", map[string]string{"pull": "yes"}, nil)
@@ -326,5 +327,136 @@ func TestLookupDryRun(t *testing.T) {
 	}
 	if s, _ := h.secret("a-pull"); string(s.Data["token"]) != "old-secret-value" {
 		t.Error("a dry run changed the copy")
+	}
+}
+
+// TestChainedLookups: a lookup's selector reads another lookup (a
+// ConfigMap says which Secrets to list). A change to the first re-queues
+// the triggers that read it and the second then selects anew; the index
+// stays exact: a Secret only the old selector matched queues nothing.
+func TestChainedLookups(t *testing.T) {
+	h := newHarness(t)
+	settings := h.createCM("settings", nil, map[string]string{"selector": "team=a"})
+	for _, s := range []struct{ name, team string }{{"s1", "a"}, {"s2", "a"}, {"s3", "b"}} {
+		if _, err := h.cs.CoreV1().Secrets(h.ns).Create(t.Context(), &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: s.name, Labels: map[string]string{"team": s.team}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.start(h.loadRules(`apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: chain}
+spec:
+  watch: {apiVersion: v1, kind: ConfigMap, namespace: NS, labelSelector: "chain=yes"}
+  lookups:
+    - id: peers
+      apiVersion: v1
+      kind: Secret
+      namespace: NS
+      labelSelector: "${lookups.settings.data.selector}"
+    - {id: settings, apiVersion: v1, kind: ConfigMap, namespace: NS, name: settings, required: true}
+  resources:
+    - id: peers
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "${object.metadata.name}-peers"}
+        data: {names: "${lookups.peers.map(s, s.metadata.name).join(',')}"}
+  resyncPeriod: "0"
+`))
+	h.createCM("t", map[string]string{"chain": "yes"}, nil)
+	names := func(want string) func() bool {
+		return func() bool { cm, ok := h.configMap(h.ns, "t-peers"); return ok && cm.Data["names"] == want }
+	}
+	h.eventually("the peers the settings select", names("s1,s2"))
+	h.updateCM(settings.Name, func(cm *corev1.ConfigMap) { cm.Data["selector"] = "team=b" })
+	h.eventually("the peers the changed settings select", names("s3"))
+	if _, err := h.cs.CoreV1().Secrets(h.ns).Create(t.Context(), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "s4", Labels: map[string]string{"team": "b"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("a new peer the second lookup selects", names("s3,s4"))
+	c := h.controller("chain")
+	var queued []cache.ObjectName
+	c.deps.each(0, h.ns, "s9", map[string]string{"team": "a"}, func(k cache.ObjectName) { queued = append(queued, k) })
+	if len(queued) > 0 {
+		t.Errorf("a Secret only the old selector matches would queue %v", queued)
+	}
+	queued = nil
+	c.deps.each(0, h.ns, "s9", map[string]string{"team": "b"}, func(k cache.ObjectName) { queued = append(queued, k) })
+	if len(queued) != 1 {
+		t.Errorf("a Secret the selector matches queues %v, want the trigger", queued)
+	}
+}
+
+// TestRequiredLookup: while a required lookup's object is absent, the
+// resources that read it wait — not applied, and a child they made
+// earlier is not pruned — the others are applied, and Ready is False with
+// WaitingForLookup<Id>; once it is back, Ready is True again.
+func TestRequiredLookup(t *testing.T) {
+	h := newHarness(t)
+	h.installWidgets()
+	m := &recordingMetrics{}
+	h.metrics = m
+	h.start(h.loadRules(`apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: needs-db}
+spec:
+  watch: {apiVersion: test.syncloop.dev/v1, kind: Widget, namespace: NS}
+  lookups:
+    - {id: database, apiVersion: v1, kind: ConfigMap, namespace: NS, name: db, required: true}
+  variables:
+    - {name: host, expression: "lookups.database.data.host"}
+  resources:
+    - id: conn
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "${object.metadata.name}-conn"}
+        data: {host: "${variables.host}"}
+    - id: other
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "${object.metadata.name}-other"}
+  status:
+    host: "${variables.host}"
+  resyncPeriod: "0"
+`))
+	h.createWidget("w", map[string]any{"size": int64(1)})
+	reason := func(want string) func() bool {
+		return func() bool { c := readyCondition(h.widget("w")); return c != nil && c["reason"] == want }
+	}
+	h.eventually("Ready False, WaitingForLookupDatabase", reason(rules.ReasonWaitingForLookup+"Database"))
+	h.eventually("the resource that does not read the lookup applied", func() bool { _, ok := h.configMap(h.ns, "w-other"); return ok })
+	if _, ok := h.configMap(h.ns, "w-conn"); ok {
+		t.Error("the resource that reads the absent lookup was applied")
+	}
+	if c := readyCondition(h.widget("w")); !strings.Contains(c["message"].(string), `lookup "database" is required: ConfigMap `+h.ns+`/db does not exist`) {
+		t.Errorf("Ready message %q", c["message"])
+	}
+	if m.written("needs-db", "wait") == 0 {
+		t.Error(`syncloop_apply_total{action="wait"} not counted`)
+	}
+
+	db := h.createCM("db", nil, map[string]string{"host": "db.example"})
+	h.eventually("the child and the status once the lookup's object exists", func() bool {
+		cm, ok := h.configMap(h.ns, "w-conn")
+		host, _, _ := unstructured.NestedString(h.widget("w").Object, "status", "host")
+		return ok && cm.Data["host"] == "db.example" && host == "db.example" && reason(rules.ReasonAllResourcesReady)()
+	})
+	conn, _ := h.configMap(h.ns, "w-conn")
+
+	if err := h.cs.CoreV1().ConfigMaps(h.ns).Delete(t.Context(), db.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("Ready False again", reason(rules.ReasonWaitingForLookup+"Database"))
+	c := h.controller("needs-db")
+	h.eventually("idle", c.idle)
+	if cm, ok := h.configMap(h.ns, "w-conn"); !ok || cm.UID != conn.UID {
+		t.Error("the waiting resource's child was pruned or replaced")
+	}
+	if host, _, _ := unstructured.NestedString(h.widget("w").Object, "status", "host"); host != "db.example" {
+		t.Errorf("the status field that reads the lookup is %q; want it kept while it waits", host)
 	}
 }

@@ -27,6 +27,12 @@ const (
 	// ActionWait is a resource that would not be applied yet: a resource
 	// it reads is not ready.
 	ActionWait = "wait"
+	// ActionAdopt is an update that takes over an object syncloop did not
+	// create (adopt: true, or the object's syncloop.dev/adopt annotation).
+	ActionAdopt = "adopt"
+	// ActionConflict is a child that would not be applied: an object
+	// syncloop may not take over holds its name (rules.ConflictError).
+	ActionConflict = "conflict"
 )
 
 // Action is one write a dry run would make.
@@ -39,7 +45,8 @@ type Action struct {
 	// manages (updates and status); Secret values are redacted.
 	Diff string `json:"diff,omitempty"`
 	// Resource and Reason, for a wait: the resource's id and what it
-	// waits for. Its object is named as far as the template is literal.
+	// waits for (its object is named as far as the template is literal);
+	// for a conflict: the resource's id and whose the object is.
 	Resource string `json:"resource,omitempty"`
 	Reason   string `json:"reason,omitempty"`
 }
@@ -106,7 +113,8 @@ func (p *PlanPrinter) print(a Action) {
 		fmt.Fprintf(p.w, "%s\n", data)
 		return
 	}
-	sym := map[string]string{ActionCreate: "+", ActionUpdate: "~", ActionDelete: "-", ActionStatus: "~", ActionWait: "="}[a.Action]
+	sym := map[string]string{ActionCreate: "+", ActionUpdate: "~", ActionAdopt: "~", ActionDelete: "-", ActionStatus: "~",
+		ActionWait: "=", ActionConflict: "!"}[a.Action]
 	object := a.Object.String()
 	if a.Action == ActionWait {
 		object = fmt.Sprintf("resource %s (%s)", a.Resource, strings.TrimSpace(object))
@@ -164,12 +172,20 @@ func (p *PlanPrinter) Summary() (actions, failures int) {
 		if p.counts[ActionStatus] == 1 {
 			status = "status update"
 		}
-		waits := ""
+		more := ""
+		if n := p.counts[ActionAdopt]; n > 0 {
+			more += fmt.Sprintf(", %d to adopt", n)
+		}
 		if n := p.counts[ActionWait]; n > 0 {
-			waits = fmt.Sprintf(", %d waiting", n)
+			more += fmt.Sprintf(", %d waiting", n)
+		}
+		if n := p.counts[ActionConflict]; n == 1 {
+			more += ", 1 conflict"
+		} else if n > 1 {
+			more += fmt.Sprintf(", %d conflicts", n)
 		}
 		fmt.Fprintf(p.w, "Plan: %d to create, %d to update, %d to delete, %d %s%s.\n",
-			p.counts[ActionCreate], p.counts[ActionUpdate], p.counts[ActionDelete], p.counts[ActionStatus], status, waits)
+			p.counts[ActionCreate], p.counts[ActionUpdate], p.counts[ActionDelete], p.counts[ActionStatus], status, more)
 	}
 	return actions, p.errors
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -73,6 +74,10 @@ func (c *controller) reconcile(ctx context.Context, key cache.ObjectName) error 
 		c.patchDeps.setKeys(key, nil)
 		return errors.Join(c.prune(ctx, ch, ref, owner, existing, nil, nil), c.releasePatches(ctx, ch, ref, key, nil, nil))
 	}
+	errs := c.conflicts(trigger, rd, ap.errs)
+	for _, ce := range rd.Conflicts { // wanted, though not applied: not pruned either
+		ap.desired[childRef{gvk: schema.FromAPIVersionAndKind(ce.Object.APIVersion, ce.Object.Kind), namespace: ce.Object.Namespace, name: ce.Object.Name}] = true
+	}
 
 	// A resource that waits for its dependencies keeps its children as they
 	// are: neither changed nor pruned nor released.
@@ -91,7 +96,6 @@ func (c *controller) reconcile(ctx context.Context, key cache.ObjectName) error 
 		}
 	}
 	c.patchDeps.setKeys(key, ap.patchKeys)
-	errs := ap.errs
 	if err := c.prune(ctx, ch, ref, owner, existing, ap.desired, waiting); err != nil {
 		errs = append(errs, err)
 	}
@@ -138,10 +142,34 @@ func (a *applier) Apply(ctx context.Context, child rules.Child) (map[string]any,
 		out, err = c.applyChild(ctx, a.ch, a.trigger, child)
 	}
 	if err != nil {
-		c.e.failed(a.trigger, err)
+		if _, conflict := errors.AsType[*rules.ConflictError](err); !conflict { // reported with the render's conflicts
+			c.e.failed(a.trigger, err)
+		}
 		a.errs = append(a.errs, err)
 	}
 	return out, err
+}
+
+// conflicts reports each of the render's conflicts — a Warning Event on the
+// trigger, syncloop_apply_total{action="conflict"}, or a line of the plan —
+// and returns errs with those that did not come from the applier (a child
+// that is what a lookup reads): every conflict fails the reconcile, which
+// is retried with backoff (an object may be removed or annotated for
+// adoption meanwhile).
+func (c *controller) conflicts(trigger *unstructured.Unstructured, rd *rules.Rendered, errs []error) []error {
+	for _, ce := range rd.Conflicts {
+		if !slices.ContainsFunc(errs, func(err error) bool { return errors.Is(err, ce) }) {
+			errs = append(errs, ce)
+		}
+		if c.e.plan != nil {
+			c.e.plan.Plan(Action{Action: ActionConflict, Rule: c.rule.Name, Trigger: rules.RefOf(trigger), Object: ce.Object,
+				Resource: ce.Resource, Reason: ce.Error()})
+			continue
+		}
+		c.e.metrics.Write(c.rule.Name, "conflict")
+		c.e.event(trigger, corev1.EventTypeWarning, rules.ReasonChildConflict, ce.Error())
+	}
+	return errs
 }
 
 // childrenOf returns this rule's children of one trigger, from the caches.
@@ -159,8 +187,19 @@ func (c *controller) childrenOf(owner string) []*unstructured.Unstructured {
 	return out
 }
 
+// createOnlyVersion is the resourceVersion a child is applied with when
+// syncloop's caches hold no object of its name: with it, the apply
+// creates the object if none exists and fails with a Conflict if one does
+// — which the cache could not see, as it holds syncloop's children only —
+// so that an object syncloop did not create is never written unseen, at
+// the cost of no request in the common case. "1" is the revision of an
+// empty etcd: no object ever has it.
+const createOnlyVersion = "1"
+
 // applyChild server-side applies one rendered child unless the cached copy
-// already is what the rule wants, and notes the write in ch. It returns the
+// already is what the rule wants, and notes the write in ch. An object
+// under the child's name that syncloop may not take over (rules.Rule.
+// Takeover) is left as it is: the child is a conflict. It returns the
 // child as it now is when the rule reads it (rules.Rule.ReadsLive),
 // otherwise what it applied.
 func (c *controller) applyChild(ctx context.Context, ch *changes, trigger *unstructured.Unstructured, child rules.Child) (map[string]any, error) {
@@ -174,48 +213,89 @@ func (c *controller) applyChild(ctx context.Context, ch *changes, trigger *unstr
 	ann := obj.GetAnnotations()
 	ann[AnnotationAppliedHash] = hash
 	obj.SetAnnotations(ann)
+	key := cache.ObjectName{Namespace: trigger.GetNamespace(), Name: trigger.GetName()}
+	fail := func(what string, err error) error {
+		return fmt.Errorf("resource %q: %s %s %s: %w", child.ResourceID, what, ref.gvk.Kind, cacheKey(ref), err)
+	}
 
+	existing, err := c.existing(ctx, ck, ref, key)
+	if err != nil {
+		return nil, fail("reading", err)
+	}
+	for attempt := 0; ; attempt++ {
+		adopt := false
+		if existing != nil {
+			if adopt, err = c.rule.Takeover(child, rules.TriggerOf(trigger), existing); err != nil {
+				c.noteConflict(ref, true)
+				return nil, err
+			}
+			if !adopt && c.upToDate(ref, existing, obj, hash) {
+				c.noteConflict(ref, false)
+				c.e.metrics.Write(c.rule.Name, "unchanged")
+				return existing.Object, nil
+			}
+		}
+		live, err := c.write(ctx, ck, ref, obj, key, child, existing == nil)
+		if existing == nil && apierrors.IsConflict(err) && attempt == 0 {
+			// An object the cache does not hold has the child's name:
+			// read it, and decide whether it may be written.
+			live, gerr := c.e.writer.Get(ctx, ck.mapping, ref.namespace, ref.name)
+			if gerr != nil {
+				return nil, fail("reading", gerr)
+			}
+			existing = live
+			continue
+		}
+		if err != nil {
+			return nil, fail("applying", err)
+		}
+		c.noteConflict(ref, false)
+		c.wrote(ctx, ch, trigger, obj, existing, live, adopt)
+		return live, nil
+	}
+}
+
+// existing is the object under ref's name as far as syncloop can tell
+// without a request: its cached child, or nil. The API server is asked
+// only when the cache may not know: just after a handover (the replica
+// that had the trigger may have made the child a moment ago; see
+// handoverVerify), or when the last apply found a conflict there (an
+// object the cache cannot hold).
+func (c *controller) existing(ctx context.Context, ck *childKind, ref childRef, key cache.ObjectName) (*unstructured.Unstructured, error) {
 	cachedObj, found, err := ck.sub.Indexer().GetByKey(cacheKey(ref))
 	if err != nil {
 		return nil, err
 	}
-	var cached *unstructured.Unstructured
 	if found {
-		cached = cachedObj.(*unstructured.Unstructured)
-	} else if c.mayLag(cache.ObjectName{Namespace: trigger.GetNamespace(), Name: trigger.GetName()}) {
-		// Just handed over: the replica that had the trigger may have
-		// made the child a moment ago (see handoverVerify).
-		live, err := c.e.writer.Get(ctx, ck.mapping, ref.namespace, ref.name)
-		switch {
-		case err == nil:
-			cached, found = live, true
-		case !apierrors.IsNotFound(err):
-			return nil, fmt.Errorf("resource %q: reading %s %s: %w", child.ResourceID, ref.gvk.Kind, cacheKey(ref), err)
-		}
+		return cachedObj.(*unstructured.Unstructured), nil
 	}
-	if found {
-		if other := cached.GetLabels()[rules.LabelRule]; other != c.rule.Name {
-			return nil, fmt.Errorf("resource %q: %s %s is managed by rule %q: not taking it over", child.ResourceID, ref.gvk.Kind, cacheKey(ref), other)
-		}
-		if c.upToDate(ref, cached, obj, hash) {
-			c.e.metrics.Write(c.rule.Name, "unchanged")
-			return cached.Object, nil
-		}
+	if !c.mayLag(key) && !c.hadConflict(ref) {
+		return nil, nil
 	}
+	live, err := c.e.writer.Get(ctx, ck.mapping, ref.namespace, ref.name)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	return live, nil
+}
 
+// write server-side applies obj — only if no object of its name exists,
+// when createOnly — and returns the child as it now is when the rule reads
+// it, otherwise what it applied. In a dry run it returns what the server
+// would store.
+func (c *controller) write(ctx context.Context, ck *childKind, ref childRef, obj *unstructured.Unstructured, key cache.ObjectName, child rules.Child, createOnly bool) (map[string]any, error) {
+	if createOnly {
+		obj.SetResourceVersion(createOnlyVersion)
+		defer obj.SetResourceVersion("")
+	}
 	manager := rules.FieldManagerPrefix + c.rule.Name
-	if c.e.plan != nil { // the answer is what the server would store
+	if c.e.plan != nil {
 		out, err := c.e.writer.Apply(ctx, ck.mapping, obj, manager, c.rule.ForceConflicts)
 		if err != nil {
-			return nil, fmt.Errorf("resource %q: applying %s %s: %w", child.ResourceID, ref.gvk.Kind, cacheKey(ref), err)
-		}
-		a := Action{Action: ActionCreate, Rule: c.rule.Name, Trigger: rules.RefOf(trigger), Object: rules.RefOf(obj)}
-		if cached != nil {
-			a.Action = ActionUpdate
-			a.Diff = diffObjects(groupKind(ref), cached.Object, out.Object, obj.Object)
-		}
-		if a.Action == ActionCreate || a.Diff != "" {
-			c.e.plan.Plan(a)
+			return nil, err
 		}
 		return out.Object, nil
 	}
@@ -223,31 +303,47 @@ func (c *controller) applyChild(ctx context.Context, ch *changes, trigger *unstr
 	// otherwise the applied object stands for it.
 	live := obj.Object
 	var rv string
+	var err error
 	c.applying(ref)
 	if c.rule.ReadsLive(child.Resource) {
-		out, err := c.e.writer.Apply(ctx, ck.mapping, obj, manager, c.rule.ForceConflicts)
-		if err == nil {
+		out, aerr := c.e.writer.Apply(ctx, ck.mapping, obj, manager, c.rule.ForceConflicts)
+		if err = aerr; err == nil {
 			live, rv = out.Object, out.GetResourceVersion()
 		}
 	} else {
 		rv, err = c.e.writer.ApplyVersion(ctx, ck.mapping, obj, manager, c.rule.ForceConflicts)
 	}
-	c.applyDone(ref, rv, cache.ObjectName{Namespace: trigger.GetNamespace(), Name: trigger.GetName()})
-	if err != nil {
-		return nil, fmt.Errorf("resource %q: applying %s %s: %w", child.ResourceID, ref.gvk.Kind, cacheKey(ref), err)
+	c.applyDone(ref, rv, key)
+	return live, err
+}
+
+// wrote counts, logs and notes one write of obj over existing (nil: a
+// create), or, in a dry run, plans it.
+func (c *controller) wrote(ctx context.Context, ch *changes, trigger, obj, existing *unstructured.Unstructured, live map[string]any, adopt bool) {
+	action := ActionUpdate
+	switch {
+	case existing == nil:
+		action = ActionCreate
+	case adopt:
+		action = ActionAdopt
 	}
-	action := "update"
-	if cached == nil {
-		action = "create"
+	if c.e.plan != nil {
+		a := Action{Action: action, Rule: c.rule.Name, Trigger: rules.RefOf(trigger), Object: rules.RefOf(obj)}
+		if existing != nil {
+			a.Diff = diffObjects(groupKind(refOf(obj)), existing.Object, live, obj.Object)
+		}
+		if a.Action == ActionCreate || a.Diff != "" {
+			c.e.plan.Plan(a)
+		}
+		return
 	}
 	c.e.metrics.Write(c.rule.Name, action)
-	klog.FromContext(ctx).V(2).Info("Applied child", "action", action, "kind", ref.gvk.Kind, "child", klog.KObj(obj))
-	done := "Updated"
-	if cached == nil {
-		done = "Created"
+	klog.FromContext(ctx).V(2).Info("Applied child", "action", action, "kind", obj.GetKind(), "child", klog.KObj(obj))
+	done := map[string]string{ActionCreate: "Created", ActionUpdate: "Updated", ActionAdopt: "Adopted"}[action]
+	ch.applied = append(ch.applied, fmt.Sprintf("%s %s %s", done, obj.GetKind(), cacheKey(refOf(obj))))
+	if adopt {
+		klog.FromContext(ctx).Info("Adopted an object syncloop did not create", "kind", obj.GetKind(), "object", klog.KObj(obj))
 	}
-	ch.applied = append(ch.applied, fmt.Sprintf("%s %s %s", done, ref.gvk.Kind, cacheKey(ref)))
-	return live, nil
 }
 
 // rememberApplied notes the resourceVersion syncloop's own apply of ref
@@ -291,6 +387,12 @@ func (c *controller) prune(ctx context.Context, ch *changes, triggerRef rules.Ob
 	for _, child := range existing {
 		id := child.GetAnnotations()[rules.AnnotationResourceID]
 		if waiting[id] || c.deletionPolicy(id) == rules.DeletionOrphan || !mayPrune(c.rule.Name, owner, child, desired) {
+			continue
+		}
+		if l := c.readByLookup(child); l != nil {
+			// An object a lookup reads is a source, whatever its labels say
+			// (an earlier syncloop may have taken it over): never deleted.
+			klog.FromContext(ctx).Info("Not pruning a child that a lookup reads", "kind", child.GetKind(), "child", klog.KObj(child), "lookup", l.ID)
 			continue
 		}
 		doomed = append(doomed, child)
@@ -352,6 +454,25 @@ func (c *controller) prune(ctx context.Context, ch *changes, triggerRef rules.Ob
 	return errors.Join(errs...)
 }
 
+// readByLookup returns the rule's lookup by name that reads obj, as its
+// literal name says or as a trigger's last reconcile read it; nil if none.
+// A literal name without a literal namespace is taken to read obj in any
+// namespace.
+func (c *controller) readByLookup(obj *unstructured.Unstructured) *rules.Lookup {
+	gk := obj.GroupVersionKind().GroupKind()
+	for _, l := range c.rule.Lookups {
+		if l.List() || l.GVK.GroupKind() != gk {
+			continue
+		}
+		literal := l.Name.IsLiteral() && l.Name.Literal == obj.GetName() &&
+			(!l.Namespace.IsLiteral() || l.Namespace.Literal == "" || l.Namespace.Literal == obj.GetNamespace())
+		if literal || c.deps.readsNamed(l.Index, obj.GetNamespace(), obj.GetName()) {
+			return l
+		}
+	}
+	return nil
+}
+
 // deletionPolicy is the policy of the resource with this id: its own, or
 // the rule's for a resource no longer in the rule.
 func (c *controller) deletionPolicy(id string) rules.DeletionPolicy {
@@ -398,17 +519,17 @@ func (c *controller) writeStatus(ctx context.Context, trigger *unstructured.Unst
 		cond = rd.Readiness()
 	}
 	rendered := status
+	if failure != nil {
+		cond = rules.Failed(failure)
+	}
 	// desired is the status to write over current.
 	desired := func(current map[string]any) map[string]any {
 		status := maps.Clone(rendered)
-		if failure != nil {
-			cond = rules.Failed(failure)
-			if status == nil { // keep the fields the rule writes as they are
-				status = map[string]any{}
-				for _, k := range c.rule.Status.Keys() {
-					if v, ok := current[k]; ok && k != "conditions" {
-						status[k] = v
-					}
+		if status == nil { // failed, or waits for a lookup: keep the fields the rule writes as they are
+			status = map[string]any{}
+			for _, k := range c.rule.Status.Keys() {
+				if v, ok := current[k]; ok && k != "conditions" {
+					status[k] = v
 				}
 			}
 		}

@@ -14,9 +14,15 @@ const (
 
 	ReasonAllResourcesReady = "AllResourcesReady"
 	ReasonReconcileFailed   = "ReconcileFailed"
+	// ReasonChildConflict: a child is not applied because an object
+	// syncloop may not take over holds its name (ConflictError).
+	ReasonChildConflict = "ChildConflict"
 	// ReasonWaitingFor is followed by the resource id, capitalised:
 	// WaitingForDb, WaitingForTeamConfig.
 	ReasonWaitingFor = "WaitingFor"
+	// ReasonWaitingForLookup is followed by the id of a required lookup
+	// whose object is absent: WaitingForLookupDatabase.
+	ReasonWaitingForLookup = "WaitingForLookup"
 
 	// maxConditionMessage keeps a condition's message readable; the API
 	// allows 32 KiB.
@@ -32,10 +38,24 @@ type Condition struct {
 }
 
 // Readiness is the Ready condition this render earns: True with
-// AllResourcesReady when every wanted resource's children exist and are
-// ready; otherwise False with WaitingFor<Id> naming the first resource, in
-// dependency order, that is not ready, and why.
+// AllResourcesReady when every required lookup found its object and every
+// wanted resource's children exist and are ready; otherwise False with
+// WaitingForLookup<Id> naming the first required lookup whose object is
+// absent, or WaitingFor<Id> naming the first resource, in dependency
+// order, that is not ready, and why.
 func (rd *Rendered) Readiness() Condition {
+	if len(rd.absent) > 0 {
+		q := rd.absent[0]
+		msg := fmt.Sprintf("lookup %q is required: %s", q.Lookup.ID, q.absence())
+		if waiting := rd.Waiting(); len(waiting) > 0 {
+			ids := make([]string, len(waiting))
+			for i, st := range waiting {
+				ids[i] = st.Resource.ID
+			}
+			msg += "; waiting: " + strings.Join(ids, ", ")
+		}
+		return Condition{Status: false, Reason: ReasonWaitingForLookup + camel(q.Lookup.ID), Message: msg}
+	}
 	wanted := 0
 	var first *ResourceState
 	var waiting []string
@@ -43,7 +63,7 @@ func (rd *Rendered) Readiness() Condition {
 		switch {
 		case st.Excluded:
 			continue
-		case st.WaitingFor != nil:
+		case st.waits():
 			waiting = append(waiting, st.Resource.ID)
 		case !st.Ready && first == nil:
 			first = st
@@ -63,7 +83,7 @@ func (rd *Rendered) Readiness() Condition {
 	if first == nil { // cannot happen: a waiting resource waits for one not ready
 		first = rd.Resources[0]
 		for _, st := range rd.Resources {
-			if st.WaitingFor != nil {
+			if st.waits() {
 				first = st
 				break
 			}
@@ -76,8 +96,13 @@ func (rd *Rendered) Readiness() Condition {
 	return Condition{Status: false, Reason: ReasonWaitingFor + camel(first.Resource.ID), Message: msg}
 }
 
-// Failed is the Ready condition of a reconcile that failed with err.
+// Failed is the Ready condition of a reconcile that failed with err:
+// ChildConflict when all that failed were conflicts (ConflictError),
+// ReconcileFailed otherwise.
 func Failed(err error) Condition {
+	if OnlyConflicts(err) {
+		return Condition{Status: false, Reason: ReasonChildConflict, Message: err.Error()}
+	}
 	return Condition{Status: false, Reason: ReasonReconcileFailed, Message: err.Error()}
 }
 

@@ -36,6 +36,8 @@ type decoder struct {
 	expanding map[*yaml.Node]bool
 	// schemas checks templates; nil: no checks.
 	schemas schema.Source
+	// scopes knows which kinds are namespaced; nil: no scope checks.
+	scopes ScopeSource
 	// at is where every value and key of the document was written (posKey),
 	// for the schema checks' errors; dropped with the decoder.
 	at map[string]Pos

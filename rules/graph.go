@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -36,15 +37,16 @@ func (d *decoder) exprRefs(n *yaml.Node, e *Expression) []Ref {
 	}
 	var refs []Ref
 	for _, id := range e.ChildRefs() {
-		refs = append(refs, Ref{ID: id, Pos: refPos(d, resolve(n), id, e.Pos)})
+		refs = append(refs, Ref{ID: id, Pos: refPos(d, resolve(n), "children", id, e.Pos)})
 	}
 	return refs
 }
 
-// refPos is the position of the reference to id in the string of n, or
-// def when the text does not show it plainly.
-func refPos(d *decoder, n *yaml.Node, id string, def Pos) Pos {
-	for _, form := range []string{"children." + id, "children.?" + id, "children['" + id, `children["` + id} {
+// refPos is the position of the reference to id through via (children,
+// lookups) in the string of n, or def when the text does not show it
+// plainly.
+func refPos(d *decoder, n *yaml.Node, via, id string, def Pos) Pos {
+	for _, form := range []string{via + "." + id, via + ".?" + id, via + "['" + id, via + `["` + id} {
 		if i := strings.Index(n.Value, form); i >= 0 {
 			return d.offsetPos(n, i)
 		}
@@ -77,9 +79,10 @@ func (d *decoder) graph(r *Rule) {
 		}
 	}
 	found := cycles(r.Resources)
+	resPos := func(res *Resource) Pos { return res.Pos }
 	for _, cycle := range found {
-		d.errorAt(refTo(cycle[0], cycle[1%len(cycle)].ID), fmt.Sprintf("spec.resources[%d]", cycle[0].Index),
-			"%s", describeCycle(cycle))
+		d.errorAt(refTo(cycle[0], cycle[1%len(cycle)].ID, cycle[0].Pos), fmt.Sprintf("spec.resources[%d]", cycle[0].Index),
+			"%s", describeCycle(cycle, "resource", "children", resPos))
 	}
 	if len(found) > 0 {
 		return
@@ -91,48 +94,73 @@ func (d *decoder) graph(r *Rule) {
 	r.byID = byID
 }
 
-// refTo is where res first reads id.
-func refTo(res *Resource, id string) Pos {
-	for _, ref := range res.Refs {
+// node is what the graph functions need of a resource or a lookup: its
+// id, its dependencies, where it reads them, and its spec position.
+type node[N any] interface {
+	comparable
+	nodeID() string
+	edges() []N
+	refs() []Ref
+	order() int
+}
+
+func (l *Lookup) nodeID() string   { return l.ID }
+func (l *Lookup) edges() []*Lookup { return l.Deps }
+func (l *Lookup) refs() []Ref      { return l.Refs }
+func (l *Lookup) order() int       { return l.Index }
+
+func (r *Resource) nodeID() string     { return r.ID }
+func (r *Resource) edges() []*Resource { return r.Deps }
+func (r *Resource) refs() []Ref        { return r.Refs }
+func (r *Resource) order() int         { return r.Index }
+
+// refTo is where n first reads id.
+func refTo[N node[N]](n N, id string, def Pos) Pos {
+	for _, ref := range n.refs() {
 		if ref.ID == id {
 			return ref.Pos
 		}
 	}
-	return res.Pos
+	return def
 }
 
-// describeCycle names every resource on the cycle and where it reads the
-// next one.
-func describeCycle(cycle []*Resource) string {
+// describeCycle names every resource (or lookup: what is "resource" or
+// "lookup", via "children" or "lookups", how they are read) on the cycle
+// and where it reads the next one; pos is where each was written.
+func describeCycle[N node[N]](cycle []N, what, via string, pos func(N) Pos) string {
 	if len(cycle) == 1 {
-		return fmt.Sprintf("dependency cycle: resource %q reads its own children (children.%s at %s)",
-			cycle[0].ID, cycle[0].ID, refTo(cycle[0], cycle[0].ID))
+		itself := "itself"
+		if via == "children" {
+			itself = "its own children"
+		}
+		return fmt.Sprintf("dependency cycle: %s %q reads %s (%s.%s at %s)",
+			what, cycle[0].nodeID(), itself, via, cycle[0].nodeID(), refTo(cycle[0], cycle[0].nodeID(), pos(cycle[0])))
 	}
 	parts := make([]string, len(cycle))
-	for i, res := range cycle {
+	for i, n := range cycle {
 		next := cycle[(i+1)%len(cycle)]
-		parts[i] = fmt.Sprintf("%q reads children.%s at %s", res.ID, next.ID, refTo(res, next.ID))
+		parts[i] = fmt.Sprintf("%q reads %s.%s at %s", n.nodeID(), via, next.nodeID(), refTo(n, next.nodeID(), pos(n)))
 	}
 	return "dependency cycle: " + strings.Join(parts, ", ")
 }
 
 // cycles returns one cycle through each strongly connected component that
-// has one (Tarjan's algorithm), each starting at its resource first in
-// spec order, in spec order of those.
-func cycles(all []*Resource) [][]*Resource {
-	index := map[*Resource]int{}
-	low := map[*Resource]int{}
-	onStack := map[*Resource]bool{}
-	var stack []*Resource
-	var comps [][]*Resource
+// has one (Tarjan's algorithm), each starting at its node first in spec
+// order, in spec order of those.
+func cycles[N node[N]](all []N) [][]N {
+	index := map[N]int{}
+	low := map[N]int{}
+	onStack := map[N]bool{}
+	var stack []N
+	var comps [][]N
 	next := 0
-	var visit func(v *Resource)
-	visit = func(v *Resource) {
+	var visit func(v N)
+	visit = func(v N) {
 		index[v], low[v] = next, next
 		next++
 		stack = append(stack, v)
 		onStack[v] = true
-		for _, w := range v.Deps {
+		for _, w := range v.edges() {
 			if _, seen := index[w]; !seen {
 				visit(w)
 				low[v] = min(low[v], low[w])
@@ -143,7 +171,7 @@ func cycles(all []*Resource) [][]*Resource {
 		if low[v] != index[v] {
 			return
 		}
-		var comp []*Resource
+		var comp []N
 		for {
 			w := stack[len(stack)-1]
 			stack = stack[:len(stack)-1]
@@ -153,7 +181,7 @@ func cycles(all []*Resource) [][]*Resource {
 				break
 			}
 		}
-		if len(comp) > 1 || dependsOn(v, v) {
+		if len(comp) > 1 || slices.Contains(v.edges(), v) {
 			comps = append(comps, comp)
 		}
 	}
@@ -162,57 +190,46 @@ func cycles(all []*Resource) [][]*Resource {
 			visit(v)
 		}
 	}
-	var out [][]*Resource
+	var out [][]N
 	for _, comp := range comps {
 		out = append(out, cycleIn(comp))
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i][0].Index < out[j][0].Index })
+	sort.Slice(out, func(i, j int) bool { return out[i][0].order() < out[j][0].order() })
 	return out
 }
 
-func dependsOn(a, b *Resource) bool {
-	for _, d := range a.Deps {
-		if d == b {
-			return true
-		}
-	}
-	return false
-}
-
-// cycleIn walks a strongly connected component from its first resource in
+// cycleIn walks a strongly connected component from its first node in
 // spec order along dependencies inside it until it comes back: a cycle
-// that names resources the way they read each other.
-func cycleIn(comp []*Resource) []*Resource {
-	in := map[*Resource]bool{}
+// that names nodes the way they read each other.
+func cycleIn[N node[N]](comp []N) []N {
+	in := map[N]bool{}
 	start := comp[0]
-	for _, r := range comp {
-		in[r] = true
-		if r.Index < start.Index {
-			start = r
+	for _, n := range comp {
+		in[n] = true
+		if n.order() < start.order() {
+			start = n
 		}
 	}
 	if len(comp) == 1 {
 		return comp
 	}
 	// Breadth-first from start to find the shortest way back to it.
-	prev := map[*Resource]*Resource{}
-	queue := []*Resource{start}
+	prev := map[N]N{}
+	queue := []N{start}
 	for len(queue) > 0 {
 		v := queue[0]
 		queue = queue[1:]
-		for _, w := range v.Deps {
+		for _, w := range v.edges() {
 			if !in[w] {
 				continue
 			}
 			if w == start {
-				var path []*Resource
+				var path []N
 				for x := v; x != start; x = prev[x] {
 					path = append(path, x)
 				}
 				path = append(path, start)
-				for i, j := 0, len(path)-1; i < j; i, j = i+1, j-1 {
-					path[i], path[j] = path[j], path[i]
-				}
+				slices.Reverse(path)
 				return path
 			}
 			if _, seen := prev[w]; !seen {
@@ -224,22 +241,26 @@ func cycleIn(comp []*Resource) []*Resource {
 	return comp
 }
 
-// topoOrder orders resources so that each comes after its dependencies;
-// among the resources ready to go, the first in spec order goes first, so
-// a rule without references keeps its spec order.
-func topoOrder(all []*Resource) []*Resource {
-	waiting := make(map[*Resource]int, len(all))
-	for _, r := range all {
-		waiting[r] = len(r.Deps)
+// topoOrder orders nodes so that each comes after its dependencies; among
+// the nodes ready to go, the first in spec order goes first, so a rule
+// without references keeps its spec order. There must be no cycle.
+func topoOrder[N node[N]](all []N) []N {
+	waiting := make(map[N]int, len(all))
+	dependents := make(map[N][]N, len(all))
+	for _, n := range all {
+		waiting[n] = len(n.edges())
+		for _, dep := range n.edges() {
+			dependents[dep] = append(dependents[dep], n)
+		}
 	}
-	done := make(map[*Resource]bool, len(all))
-	out := make([]*Resource, 0, len(all))
+	done := make(map[N]bool, len(all))
+	out := make([]N, 0, len(all))
 	for len(out) < len(all) {
-		for _, r := range all {
-			if !done[r] && waiting[r] == 0 {
-				done[r] = true
-				out = append(out, r)
-				for _, dep := range r.Dependents {
+		for _, n := range all {
+			if !done[n] && waiting[n] == 0 {
+				done[n] = true
+				out = append(out, n)
+				for _, dep := range dependents[n] {
 					waiting[dep]--
 				}
 				break

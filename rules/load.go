@@ -62,6 +62,7 @@ func (s *Set) Files() []*File { return s.files }
 type Loader struct {
 	compiler *expr.Compiler
 	schemas  schema.Source
+	scopes   ScopeSource
 }
 
 // NewLoader returns a Loader whose expressions evaluate under opts.
@@ -70,7 +71,7 @@ func NewLoader(opts expr.Options) (*Loader, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Loader{compiler: c, schemas: schema.Builtin()}, nil
+	return &Loader{compiler: c, schemas: schema.Builtin(), scopes: builtinScopes{}}, nil
 }
 
 // UseSchemas makes s the source of the schemas later loads check against
@@ -78,19 +79,31 @@ func NewLoader(opts expr.Options) (*Loader, error) {
 // (schema.Served), so that installed custom kinds are known.
 func (l *Loader) UseSchemas(s schema.Source) { l.schemas = s }
 
+// UseScopes makes s what later loads learn the scope of kinds from (CRDs
+// among the files still come first): `run` and `plan` give the cluster's
+// discovery, so that installed custom kinds are known.
+func (l *Loader) UseScopes(s ScopeSource) { l.scopes = s }
+
 // UseCRDs makes the kinds that the CustomResourceDefinitions among objs
 // define known to the checks of later loads (objects of other kinds are
 // ignored), as `render --objects` and `validate` use them.
 func (l *Loader) UseCRDs(objs []*unstructured.Unstructured) {
+	l.schemas, l.scopes = withCRDs(objs, l.schemas, l.scopes)
+}
+
+// withCRDs puts the schemas and scopes of the CustomResourceDefinitions
+// among objs before schemas and scopes.
+func withCRDs(objs []*unstructured.Unstructured, schemas schema.Source, scopes ScopeSource) (schema.Source, ScopeSource) {
 	var crds []map[string]any
 	for _, o := range objs {
 		if schema.IsCRD(o.Object) {
 			crds = append(crds, o.Object)
 		}
 	}
-	if len(crds) > 0 {
-		l.schemas = schema.FromCRDs(crds, l.schemas)
+	if len(crds) == 0 {
+		return schemas, scopes
 	}
+	return schema.FromCRDs(crds, schemas), scopeTable{kinds: crdScopes(objs), next: scopes}
 }
 
 // Load finds the rule files under paths (see FindFiles), parses them all and
@@ -158,14 +171,7 @@ func (l *Loader) Parse(path string, data []byte) (*File, error) {
 	}
 	f := &File{Path: path}
 	lines := strings.Split(string(data), "\n")
-	schemas := l.schemas
-	if crds := crdsIn(data); len(crds) > 0 {
-		var maps []map[string]any
-		for _, c := range crds {
-			maps = append(maps, c.Object)
-		}
-		schemas = schema.FromCRDs(maps, schemas)
-	}
+	schemas, scopes := withCRDs(crdsIn(data), l.schemas, l.scopes)
 	var errs ErrorList
 	names := map[string]Pos{}
 	if err := eachDocument(path, data, func(root *yaml.Node) {
@@ -173,7 +179,7 @@ func (l *Loader) Parse(path string, data []byte) (*File, error) {
 			f.Skipped++
 			return
 		}
-		d := &decoder{file: path, lines: lines, schemas: schemas}
+		d := &decoder{file: path, lines: lines, schemas: schemas, scopes: scopes}
 		r := d.decodeRule(root, l.compiler)
 		errs = append(errs, d.errs...)
 		f.Warnings = append(f.Warnings, d.warns...)

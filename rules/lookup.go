@@ -37,8 +37,14 @@ type Lookuper interface {
 	Lookup(ctx context.Context, q LookupQuery) ([]*unstructured.Unstructured, error)
 }
 
-// decodeLookups decodes spec.lookups and returns the lookup ids.
-func (d *decoder) decodeLookups(r *Rule, n *yaml.Node, c *expr.Compiler, ts *expr.Types) []string {
+// decodeLookups decodes spec.lookups and returns the lookup ids as
+// written (valid or not: a lookup with an error is still declared, so that
+// what reads it is not reported as reading an undeclared one). A lookup's
+// namespace, name and labelSelector may read other lookups: they are read
+// in dependency order (Rule.LookupOrder), and a cycle is an error.
+func (d *decoder) decodeLookups(r *Rule, n *yaml.Node, docVal any, c *expr.Compiler, ts *expr.Types) []string {
+	declared := declaredLookupIDs(docVal)
+	scope := expr.Scope{Lookups: nonNil(declared), InLookup: true, Types: ts}
 	var ids []string
 	for i, ln := range d.seq(n, "spec.lookups") {
 		field := fmt.Sprintf("spec.lookups[%d]", i)
@@ -52,8 +58,18 @@ func (d *decoder) decodeLookups(r *Rule, n *yaml.Node, c *expr.Compiler, ts *exp
 		if gv, err := schema.ParseGroupVersion(l.APIVersion); err == nil {
 			l.GVK = gv.WithKind(l.Kind)
 		}
+		text := func(key string) Text {
+			nn := f[key]
+			t := d.text(nn, field+"."+key, c, scope)
+			if t.Template != nil {
+				for _, id := range t.Template.LookupRefs() {
+					l.Refs = append(l.Refs, Ref{ID: id, Pos: refPos(d, resolve(nn), "lookups", id, t.Template.Pos)})
+				}
+			}
+			return t
+		}
 		if nn, ok := f["namespace"]; ok {
-			l.Namespace = d.text(nn, field+".namespace", c, ts)
+			l.Namespace = text("namespace")
 			if v := l.Namespace.Literal; l.Namespace.IsLiteral() && v != "" {
 				if errs := validation.IsDNS1123Label(v); len(errs) > 0 {
 					d.errorf(nn, field+".namespace", "%q is not a valid namespace: %s", v, strings.Join(errs, "; "))
@@ -62,7 +78,7 @@ func (d *decoder) decodeLookups(r *Rule, n *yaml.Node, c *expr.Compiler, ts *exp
 		}
 		if nn, ok := f["name"]; ok {
 			errs := len(d.errs)
-			l.Name = d.text(nn, field+".name", c, ts)
+			l.Name = text("name")
 			if l.Name.Empty() && len(d.errs) == errs {
 				d.errorf(nn, field+".name", "must not be empty: leave name out for a list")
 			}
@@ -71,30 +87,77 @@ func (d *decoder) decodeLookups(r *Rule, n *yaml.Node, c *expr.Compiler, ts *exp
 			if _, named := f["name"]; named {
 				d.errorf(nn, field+".labelSelector", "a lookup by name reads one object: leave name out for a list by labels")
 			}
-			l.LabelSelector = d.text(nn, field+".labelSelector", c, ts)
+			l.LabelSelector = text("labelSelector")
 			if l.LabelSelector.IsLiteral() {
 				if _, err := labels.Parse(l.LabelSelector.Literal); err != nil {
 					d.errorf(nn, field+".labelSelector", "%v", err)
 				}
 			}
 		}
+		if nn, ok := f["required"]; ok {
+			l.Required, _ = d.boolean(nn, field+".required")
+		}
+		if l.ID != "" {
+			ids = append(ids, l.ID)
+		}
 		if len(d.errs) == errsBefore && l.ID != "" {
 			l.Index = len(r.Lookups)
 			r.Lookups = append(r.Lookups, l)
-			ids = append(ids, l.ID)
+		}
+	}
+	if len(r.Lookups) == len(ids) {
+		d.lookupGraph(r)
+	}
+	return declared
+}
+
+// declaredLookupIDs returns the ids written in spec.lookups, valid or not.
+func declaredLookupIDs(doc any) []string {
+	list, _ := lookup(doc, []any{"spec", "lookups"}).([]any)
+	var ids []string
+	for _, l := range list {
+		m, _ := l.(map[string]any)
+		if id, ok := m["id"].(string); ok && id != "" {
+			ids = append(ids, id)
 		}
 	}
 	return ids
 }
 
-// text decodes a string field that may hold ${} over the trigger. The
-// value of a sole ${expr} must be a string.
-func (d *decoder) text(n *yaml.Node, field string, c *expr.Compiler, ts *expr.Types) Text {
+// lookupGraph links the rule's lookups by the lookups.<id> their
+// namespace, name and selector read, orders them, and reports every cycle.
+func (d *decoder) lookupGraph(r *Rule) {
+	byID := make(map[string]*Lookup, len(r.Lookups))
+	for _, l := range r.Lookups {
+		byID[l.ID] = l
+	}
+	for _, l := range r.Lookups {
+		for _, ref := range l.Refs {
+			if dep := byID[ref.ID]; dep != nil && !slices.Contains(l.Deps, dep) {
+				l.Deps = append(l.Deps, dep)
+			}
+		}
+		slices.SortFunc(l.Deps, func(a, b *Lookup) int { return a.Index - b.Index })
+	}
+	found := cycles(r.Lookups)
+	pos := func(l *Lookup) Pos { return l.Pos }
+	for _, cycle := range found {
+		d.errorAt(refTo(cycle[0], cycle[1%len(cycle)].ID, cycle[0].Pos), cycle[0].Field, "%s", describeCycle(cycle, "lookup", "lookups", pos))
+	}
+	if len(found) == 0 {
+		r.LookupOrder = topoOrder(r.Lookups)
+	}
+}
+
+// text decodes a string field that may hold ${} over the trigger (and,
+// in a lookup, the lookups before it). The value of a sole ${expr} must be
+// a string.
+func (d *decoder) text(n *yaml.Node, field string, c *expr.Compiler, scope expr.Scope) Text {
 	v, ok := d.str(n, field)
 	if !ok || !strings.Contains(v, "${") {
 		return Text{Literal: v}
 	}
-	t, err := c.CompileString(v, expr.Scope{Types: ts})
+	t, err := c.CompileString(v, scope)
 	if err != nil {
 		d.errorAt(d.offsetPos(resolve(n), err.Offset), field, "%s", err.Msg)
 		return Text{}
@@ -165,25 +228,30 @@ func (l *Lookup) query(ctx context.Context, r *Rule, act *expr.Activation, trigg
 
 // lookups resolves and reads the rule's lookups for act: lookups.<id> is
 // the object (nil when absent) or the list, sorted by namespace and name.
-func (r *Rule) lookups(ctx context.Context, act *expr.Activation, trigger *unstructured.Unstructured, scoper Scoper, lk Lookuper) (map[string]any, error) {
+// It also returns what they read.
+func (r *Rule) lookups(ctx context.Context, act *expr.Activation, trigger *unstructured.Unstructured, scoper Scoper, lk Lookuper) (map[string]any, lookupReads, error) {
 	out := make(map[string]any, len(r.Lookups))
-	for _, l := range r.Lookups {
+	act.Lookups = out // a lookup reads the ones before it in LookupOrder
+	reads := lookupReads{objects: map[readKey]lookupRead{}, queries: map[string]LookupQuery{}}
+	for _, l := range r.LookupOrder {
 		namespaced, err := scoper.Namespaced(l.GVK)
 		if err != nil {
-			return nil, &RenderError{Pos: l.Pos, Rule: r.Name, Field: l.Field, Err: err}
+			return nil, lookupReads{}, &RenderError{Pos: l.Pos, Rule: r.Name, Field: l.Field, Err: err}
 		}
 		q, err := l.query(ctx, r, act, trigger, namespaced)
 		if err != nil {
-			return nil, err
+			return nil, lookupReads{}, err
 		}
 		if lk == nil {
-			return nil, &RenderError{Pos: l.Pos, Rule: r.Name, Field: l.Field, Err: fmt.Errorf("no objects to look up %s in", l.Kind)}
+			return nil, lookupReads{}, &RenderError{Pos: l.Pos, Rule: r.Name, Field: l.Field, Err: fmt.Errorf("no objects to look up %s in", l.Kind)}
 		}
 		objs, err := lk.Lookup(ctx, q)
 		if err != nil {
-			return nil, &RenderError{Pos: l.Pos, Rule: r.Name, Field: l.Field, Err: err}
+			return nil, lookupReads{}, &RenderError{Pos: l.Pos, Rule: r.Name, Field: l.Field, Err: err}
 		}
+		reads.queries[l.ID] = q
 		if !l.List() {
+			reads.objects[readKey{l.GVK.Group, l.Kind, q.Namespace, q.Name}] = lookupRead{lookup: l}
 			if len(objs) == 0 {
 				out[l.ID] = nil
 			} else {
@@ -198,8 +266,102 @@ func (r *Rule) lookups(ctx context.Context, act *expr.Activation, trigger *unstr
 		list := make([]any, len(objs))
 		for i, o := range objs {
 			list[i] = o.Object
+			k := readKey{l.GVK.Group, l.Kind, o.GetNamespace(), o.GetName()}
+			if _, named := reads.objects[k]; !named {
+				reads.objects[k] = lookupRead{lookup: l, listed: o}
+			}
 		}
 		out[l.ID] = list
 	}
-	return out, nil
+	return out, reads, nil
+}
+
+// lookupReads are what one trigger's lookups read: every object a lookup
+// names, present or not, every object a list gave, and each lookup's
+// query.
+type lookupReads struct {
+	objects map[readKey]lookupRead
+	queries map[string]LookupQuery // by lookup id
+}
+
+type readKey struct{ group, kind, namespace, name string }
+
+type lookupRead struct {
+	lookup *Lookup
+	// listed is the object a list gave; nil for a lookup by name.
+	listed *unstructured.Unstructured
+}
+
+// conflict reports a child that is what one of trigger t's lookups reads: a
+// rule never writes what it reads — whatever adopt says — or a copy of an
+// object into its own namespace would overwrite, then delete, its source.
+// An object a list gave that is already this trigger's child is not a
+// conflict: a list may select the children it leads to.
+func (reads lookupReads) conflict(r *Rule, c Child, t Trigger) error {
+	gvk := c.Object.GroupVersionKind()
+	read, ok := reads.objects[readKey{gvk.Group, gvk.Kind, c.Object.GetNamespace(), c.Object.GetName()}]
+	if !ok || (read.listed != nil && r.OwnershipOf(read.listed, t) == Owned) {
+		return nil
+	}
+	return &ConflictError{Rule: r.Name, Resource: c.ResourceID, Object: RefOf(c.Object),
+		Why: fmt.Sprintf("is the object lookup %q reads", read.lookup.ID)}
+}
+
+// lookupsRead are the lookup ids an expression reads: those it names, and
+// those of the variables it names (sorted, without duplicates).
+func (r *Rule) lookupsRead(lookups, variables []string) []string {
+	out := slices.Clone(lookups)
+	for _, name := range variables {
+		for _, v := range r.Variables {
+			if v.Name == name {
+				out = append(out, v.Lookups...)
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// absentRequired are the required lookups whose object is absent (a list:
+// empty), in the order they are read, with what they asked.
+func (r *Rule) absentRequired(values map[string]any, reads lookupReads) []LookupQuery {
+	var out []LookupQuery
+	for _, l := range r.LookupOrder {
+		if !l.Required {
+			continue
+		}
+		if list, isList := values[l.ID].([]any); (isList && len(list) > 0) || (!isList && values[l.ID] != nil) {
+			continue
+		}
+		out = append(out, reads.queries[l.ID])
+	}
+	return out
+}
+
+// waitingFor is the first of the absent lookups that ids names, or nil.
+func waitingFor(ids []string, absent []LookupQuery) *LookupQuery {
+	for i := range absent {
+		if slices.Contains(ids, absent[i].Lookup.ID) {
+			return &absent[i]
+		}
+	}
+	return nil
+}
+
+// absence says what is missing: "Secret ns/name does not exist", "no
+// Secret in ns matches team=a".
+func (q LookupQuery) absence() string {
+	l := q.Lookup
+	if !l.List() {
+		return fmt.Sprintf("%s %s does not exist", l.Kind, strings.TrimPrefix(q.Namespace+"/"+q.Name, "/"))
+	}
+	where := "in any namespace"
+	if q.Namespace != "" {
+		where = "in " + q.Namespace
+	}
+	sel := "matches " + q.Selector.String()
+	if q.Selector.Empty() {
+		sel = "exists"
+	}
+	return fmt.Sprintf("no %s %s %s", l.Kind, where, sel)
 }

@@ -47,10 +47,19 @@ type Result struct {
 	// syncloop does not own.
 	Patches []map[string]any `json:"patches,omitempty"`
 	Status  map[string]any   `json:"status,omitempty"`
+	// Conflicts are children not applied: an object among the objects that
+	// the rule may not write holds their name, or a lookup reads them.
+	Conflicts []Conflict `json:"conflicts,omitempty"`
 	// Notes are what could not be decided without a cluster: a readyWhen
 	// that cannot hold on a rendered child, a value only the server sets.
 	Notes []string `json:"notes,omitempty"`
 	Error string   `json:"error,omitempty"`
+}
+
+// Conflict is a child an offline render did not apply (ConflictError).
+type Conflict struct {
+	Object  ObjectRef `json:"object"`
+	Message string    `json:"message"`
 }
 
 // Offline is the result of rendering rules against objects without a
@@ -62,10 +71,10 @@ type Offline struct {
 	NotEvaluated map[string][]string `json:"-"`
 }
 
-// Failed reports whether any result has an error.
+// Failed reports whether any result has an error or a conflict.
 func (o *Offline) Failed() bool {
 	for _, r := range o.Results {
-		if r.Error != "" {
+		if r.Error != "" || len(r.Conflicts) > 0 {
 			return true
 		}
 	}
@@ -137,10 +146,17 @@ func renderOne(ctx context.Context, r *Rule, obj *unstructured.Unstructured, sco
 		res.Skipped = true
 		return res
 	}
+	conflicted := map[ObjectRef]bool{}
+	for _, ce := range rd.Conflicts {
+		res.Conflicts = append(res.Conflicts, Conflict{Object: ce.Object, Message: ce.Error()})
+		conflicted[ce.Object] = true
+	}
 	for _, c := range rd.Children {
-		if c.Patch {
+		switch {
+		case conflicted[RefOf(c.Object)]: // not applied: listed as a conflict
+		case c.Patch:
 			res.Patches = append(res.Patches, c.Object.Object)
-		} else {
+		default:
 			res.Children = append(res.Children, c.Object.Object)
 		}
 	}
@@ -179,6 +195,9 @@ func (o *Offline) WriteYAML(w io.Writer) error {
 		}
 		for _, n := range r.Notes {
 			fmt.Fprintf(&b, "# rule: %s, trigger: %s: note: %s\n", r.Rule, r.Trigger, oneLine(n))
+		}
+		for _, c := range r.Conflicts {
+			fmt.Fprintf(&b, "# rule: %s, trigger: %s: conflict: %s\n", r.Rule, r.Trigger, oneLine(c.Message))
 		}
 		for _, c := range r.Children {
 			if err := writeDoc(&b, fmt.Sprintf("# rule: %s, trigger: %s", r.Rule, r.Trigger), c); err != nil {

@@ -207,7 +207,7 @@ func (d *decoder) decodeSpec(r *Rule, spec *yaml.Node, docVal any, pos positions
 	ruleTypes := d.types(c, r, docVal)
 	var lookupIDs []string
 	if n, ok := f["lookups"]; ok {
-		lookupIDs = d.decodeLookups(r, n, c, ruleTypes)
+		lookupIDs = d.decodeLookups(r, n, docVal, c, ruleTypes)
 	}
 	var varNames []string
 	if n, ok := f["variables"]; ok {
@@ -239,7 +239,11 @@ func (d *decoder) decodeSpec(r *Rule, spec *yaml.Node, docVal any, pos positions
 			e := d.expression(en, field+".expression", c, expr.Scope{Variables: varNames, Lookups: lookupIDs, Types: ruleTypes}, expr.AnyResult)
 			if nameOK {
 				varNames = append(varNames, name)
-				r.Variables = append(r.Variables, Variable{Name: name, Expr: e})
+				v := Variable{Name: name, Expr: e}
+				if e != nil {
+					v.Lookups = r.lookupsRead(e.LookupRefs(), e.VariableRefs())
+				}
+				r.Variables = append(r.Variables, v)
 			}
 		}
 	}
@@ -287,15 +291,40 @@ func (d *decoder) decodeSpec(r *Rule, spec *yaml.Node, docVal any, pos positions
 		}
 	}
 
+	if len(d.errs) == errsBefore {
+		d.checkScopes(r, docVal)
+		d.checkReadsOwnWrites(r, docVal)
+		for _, res := range r.Resources {
+			var lookups, variables []string
+			for _, e := range []*Expression{res.When, res.ForEach} {
+				if e != nil {
+					lookups, variables = append(lookups, e.LookupRefs()...), append(variables, e.VariableRefs()...)
+				}
+			}
+			lookups, variables = append(lookups, res.Template.LookupRefs()...), append(variables, res.Template.VariableRefs()...)
+			res.Lookups = r.lookupsRead(lookups, variables)
+		}
+		if r.Status != nil {
+			r.statusLookups = r.lookupsRead(r.Status.LookupRefs(), r.Status.VariableRefs())
+		}
+	}
+
 	r.DeletionPolicy = DeletionDelete
 	if n, ok := f["deletionPolicy"]; ok {
 		if v, ok := d.oneOf(n, "spec.deletionPolicy", string(DeletionDelete), string(DeletionOrphan)); ok {
 			r.DeletionPolicy = DeletionPolicy(v)
 		}
 	}
+	adopt := false
+	if n, ok := f["adopt"]; ok {
+		adopt, _ = d.boolean(n, "spec.adopt")
+	}
 	for _, res := range r.Resources {
 		if res.DeletionPolicy == "" {
 			res.DeletionPolicy = r.DeletionPolicy
+		}
+		if !res.adoptSet && res.Mode == ModeOwn {
+			res.Adopt = adopt
 		}
 	}
 	r.ForceConflicts = true
@@ -506,6 +535,14 @@ func (d *decoder) decodeResource(i int, n *yaml.Node, docVal any, pos positions,
 			res.DeletionPolicy = DeletionPolicy(v)
 		}
 	}
+	if nn, ok := f["adopt"]; ok {
+		if v, ok := d.boolean(nn, field+".adopt"); ok {
+			res.Adopt, res.adoptSet = v, true
+			if res.Mode == ModePatch {
+				d.errorf(nn, field+".adopt", "a mode: patch resource writes onto objects it does not own without adopting them: leave adopt out")
+			}
+		}
+	}
 	if nn, ok := f["when"]; ok {
 		res.When = d.expression(nn, field+".when", c, scope, expr.BoolResult)
 		res.Refs = append(res.Refs, d.exprRefs(nn, res.When)...)
@@ -554,7 +591,7 @@ func (d *decoder) decodeResource(i int, n *yaml.Node, docVal any, pos positions,
 			full := append(expr.Path{"spec", "resources", i, "template"}, ref.Path...)
 			p := res.Template.posOf(ref.Path)
 			if sp, ok := pos[posKey(full, false)]; ok {
-				p = refPos(d, sp.node, ref.ID, p)
+				p = refPos(d, sp.node, "children", ref.ID, p)
 			}
 			res.Refs = append(res.Refs, Ref{ID: ref.ID, Pos: p})
 		}

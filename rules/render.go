@@ -46,11 +46,19 @@ type Rendered struct {
 	// cannot hold on a rendered child, an expression over a value only the
 	// server sets.
 	Notes []string
+	// Conflicts are the children not applied because an object syncloop
+	// may not write holds their name (see Rule.Takeover), or because they
+	// are what one of the trigger's lookups reads.
+	Conflicts []*ConflictError
 
 	rule     *Rule
 	act      *expr.Activation
 	children map[string]any  // live children by resource id, as status and dependents see them
 	ready    map[string]bool // by resource id
+	reads    lookupReads     // what the lookups read
+	// absent are the required lookups whose object is absent (a list:
+	// empty), in the order they are read, with what they asked.
+	absent []LookupQuery
 }
 
 // ResourceState is what one render made of one resource.
@@ -63,6 +71,10 @@ type ResourceState struct {
 	// children do not all exist or are not all ready: this one was not
 	// rendered and its children, if any, stay as they are.
 	WaitingFor *Resource
+	// WaitingForLookup, when not nil, is a required lookup this one reads
+	// whose object is absent (a list: empty): this one was not rendered
+	// either.
+	WaitingForLookup *Lookup
 	// Ready: every child exists and satisfies readyWhen.
 	Ready bool
 	// Why says, when not Ready, why not.
@@ -177,13 +189,19 @@ func (r *Rule) Render(ctx context.Context, trigger *unstructured.Unstructured, s
 			return &Rendered{Skipped: true, rule: r, act: act}, nil
 		}
 	}
+	var reads lookupReads
 	if len(r.Lookups) > 0 {
 		var err error
-		if act.Lookups, err = r.lookups(ctx, act, trigger, scoper, lk); err != nil {
+		if act.Lookups, reads, err = r.lookups(ctx, act, trigger, scoper, lk); err != nil {
 			return nil, err
 		}
 	}
+	absent := r.absentRequired(act.Lookups, reads)
 	for _, v := range r.Variables {
+		if waitingFor(v.Lookups, absent) != nil {
+			act.Variables[v.Name] = nil // not evaluated: what reads it waits
+			continue
+		}
 		val, err := v.Expr.Eval(ctx, act)
 		if err != nil {
 			return nil, r.exprError(v.Expr, "", err)
@@ -192,9 +210,14 @@ func (r *Rule) Render(ctx context.Context, trigger *unstructured.Unstructured, s
 	}
 	if offline {
 		objs, _ := lk.(OfflineObjects)
-		ap = renderedApplier{objs}
+		ap = renderedApplier{objs: objs, rule: r, trigger: TriggerOf(trigger)}
 	}
-	out := &Rendered{rule: r, act: act, children: map[string]any{}, ready: map[string]bool{}}
+	out := &Rendered{rule: r, act: act, children: map[string]any{}, ready: map[string]bool{}, reads: reads, absent: absent}
+	if offline {
+		for _, q := range absent {
+			out.Notes = append(out.Notes, fmt.Sprintf("lookup %q is required and %s: the resources that read it wait", q.Lookup.ID, q.absence()))
+		}
+	}
 	act.Children = out.children
 	for _, res := range r.Resources {
 		out.ready[res.ID] = false
@@ -229,6 +252,11 @@ func (w *graphWalk) resource(ctx context.Context, res *Resource) error {
 	st := &ResourceState{Resource: res}
 	w.states[res] = st
 	w.rd.Resources = append(w.rd.Resources, st)
+	if q := waitingFor(res.Lookups, w.rd.absent); q != nil {
+		st.WaitingForLookup = q.Lookup
+		st.Why = fmt.Sprintf("waiting for lookup %q: %s", q.Lookup.ID, q.absence())
+		return nil
+	}
 	for _, dep := range res.Deps {
 		ds := w.states[dep]
 		switch {
@@ -236,7 +264,7 @@ func (w *graphWalk) resource(ctx context.Context, res *Resource) error {
 			st.Excluded = true
 			st.Why = fmt.Sprintf("resource %q, which it reads, is not wanted", dep.ID)
 			return nil
-		case !ds.Ready && !w.offline:
+		case !ds.Ready && (!w.offline || ds.Err != nil || ds.waits()): // offline, a dependency not applied (a conflict, a lookup) holds its dependents too
 			st.WaitingFor = dep
 			st.Why = fmt.Sprintf("waiting for resource %q", dep.ID)
 			return nil
@@ -300,7 +328,7 @@ func (w *graphWalk) resource(ctx context.Context, res *Resource) error {
 		child := Child{ResourceID: res.ID, Index: index, Object: obj, Resource: res, Patch: res.Mode == ModePatch}
 		w.rd.Children = append(w.rd.Children, child)
 
-		live, err := w.ap.Apply(ctx, child)
+		live, err := w.apply(ctx, child)
 		switch {
 		case err != nil:
 			if st.Err == nil {
@@ -325,6 +353,23 @@ func (w *graphWalk) resource(ctx context.Context, res *Resource) error {
 	}
 	w.rd.ready[res.ID] = st.Ready
 	return nil
+}
+
+// apply has the applier apply child, unless it is what one of the
+// trigger's lookups reads; a conflict is noted in the render's Conflicts.
+func (w *graphWalk) apply(ctx context.Context, child Child) (map[string]any, error) {
+	var err error
+	if !child.Patch {
+		err = w.rd.reads.conflict(w.r, child, TriggerOf(w.trigger))
+	}
+	var live map[string]any
+	if err == nil {
+		live, err = w.ap.Apply(ctx, child)
+	}
+	if ce, ok := errors.AsType[*ConflictError](err); ok {
+		w.rd.Conflicts = append(w.rd.Conflicts, ce)
+	}
+	return live, err
 }
 
 // notReady marks st not ready, keeping the first reason.
@@ -378,13 +423,23 @@ func nonNilList(l []any) []any {
 // renderedApplier is the offline Applier: a child is as rendered, or, when
 // the objects given offline hold it (the cluster's state: a Secret whose
 // token the server filled in), that object with the rendered fields
-// applied over it.
-type renderedApplier struct{ objs OfflineObjects }
+// applied over it — if the rule may write it (Rule.Takeover), as in the
+// cluster.
+type renderedApplier struct {
+	objs    OfflineObjects
+	rule    *Rule
+	trigger Trigger
+}
 
 func (a renderedApplier) Apply(_ context.Context, c Child) (map[string]any, error) {
 	gk := c.Object.GroupVersionKind().GroupKind()
 	for _, o := range a.objs {
 		if o.GroupVersionKind().GroupKind() == gk && o.GetNamespace() == c.Object.GetNamespace() && o.GetName() == c.Object.GetName() {
+			if !c.Patch {
+				if _, err := a.rule.Takeover(c, a.trigger, o); err != nil {
+					return nil, err
+				}
+			}
 			return overlay(o.Object, c.Object.Object), nil
 		}
 	}
@@ -411,16 +466,18 @@ func overlay(base, over map[string]any) map[string]any {
 }
 
 // Waiting are the resources that were not rendered because a resource
-// they read is not ready.
+// they read is not ready, or a required lookup they read is absent.
 func (rd *Rendered) Waiting() []*ResourceState {
 	var out []*ResourceState
 	for _, st := range rd.Resources {
-		if st.WaitingFor != nil {
+		if st.waits() {
 			out = append(out, st)
 		}
 	}
 	return out
 }
+
+func (st *ResourceState) waits() bool { return st.WaitingFor != nil || st.WaitingForLookup != nil }
 
 func (r *Rule) renderChild(ctx context.Context, res *Resource, act *expr.Activation, trigger *unstructured.Unstructured, triggerNamespaced, namespaced bool) (*unstructured.Unstructured, error) {
 	fail := func(field string, err error) error {
@@ -502,9 +559,12 @@ func (r *Rule) renderChild(ctx context.Context, res *Resource, act *expr.Activat
 // resources; a resource without children is left out) and ready.<id>
 // whether they all exist and are ready. It returns nil when the rule has
 // no status or the trigger was skipped.
+//
+// While a required lookup the status reads is absent, it returns nil too:
+// the status waits, and its fields keep the values they have.
 func (rd *Rendered) Status(ctx context.Context) (map[string]any, error) {
 	r := rd.rule
-	if r.Status == nil || rd.Skipped {
+	if r.Status == nil || rd.Skipped || waitingFor(r.statusLookups, rd.absent) != nil {
 		return nil, nil
 	}
 	act := *rd.act

@@ -24,7 +24,9 @@ func (s scopes) Namespaced(gvk schema.GroupVersionKind) (bool, error) {
 	return ns, nil
 }
 
-var testScopes = scopes{"ConfigMap": true, "Namespace": false, "ClusterRole": false, "App": true}
+// Tenant is a custom kind whose scope a load does not know: what it renders
+// is checked when rendered.
+var testScopes = scopes{"ConfigMap": true, "Namespace": false, "ClusterRole": false, "App": true, "Tenant": false}
 
 func parseRule(t *testing.T, doc string) *Rule {
 	t.Helper()
@@ -185,13 +187,15 @@ func TestRenderWhen(t *testing.T) {
 }
 
 func TestClusterScopedTrigger(t *testing.T) {
-	doc := head + watchNS + `  resources:
+	// A trigger of a kind whose scope is known only at run time: the
+	// render finds what a load could not.
+	doc := head + "  watch: {apiVersion: example.com/v1, kind: Tenant}\n" + `  resources:
     - id: defaulted
       template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x}}
 `
 	r := parseRule(t, doc)
-	_, err := r.Render(context.Background(), obj("v1", "Namespace", "", "team-a", nil), testScopes, nil, nil)
-	want := `rule.yaml:11:17: rule "r": resource "defaulted": spec.resources[0].template.metadata.namespace: ConfigMap is namespaced and the trigger is cluster-scoped: set metadata.namespace`
+	_, err := r.Render(context.Background(), obj("example.com/v1", "Tenant", "", "team-a", nil), testScopes, nil, nil)
+	want := `rule.yaml:9:17: rule "r": resource "defaulted": spec.resources[0].template.metadata.namespace: ConfigMap is namespaced and the trigger is cluster-scoped: set metadata.namespace`
 	if err == nil || err.Error() != want {
 		t.Fatalf("err = %v\nwant %s", err, want)
 	}
@@ -219,13 +223,13 @@ func TestRenderErrors(t *testing.T) {
 	}{
 		{"missing key", `  resources:
     - id: a
-      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${dyn(object).spec.name}"}}
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${dyn(object).spec.name}", namespace: n}}
 `, `rule.yaml:11:68: rule "r": resource "a": spec.resources[0].template.metadata.name: ${dyn(object).spec.name}: no such key: spec`},
 		{"when not bool at run time", `  when: dyn(object.metadata.name)
 ` + cm, `rule.yaml:9:9: rule "r": spec.when: must produce a bool, produced string`},
 		{"name renders empty", `  resources:
     - id: a
-      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${''}"}}
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${''}", namespace: n}}
 `, `rule.yaml:11:17: rule "r": resource "a": spec.resources[0].template.metadata.name: must render to a non-empty string, rendered ""`},
 		{"two children, one name", `  resources:
     - id: a
@@ -238,8 +242,8 @@ func TestRenderErrors(t *testing.T) {
 `, `rule.yaml:11:17: rule "r": resource "a": spec.resources[0].template.metadata.labels: values must be strings`},
 		{"cluster-scoped child with namespace", `  resources:
     - id: a
-      template: {apiVersion: rbac.authorization.k8s.io/v1, kind: ClusterRole, metadata: {name: a, namespace: n}}
-`, `rule.yaml:11:17: rule "r": resource "a": spec.resources[0].template.metadata.namespace: ClusterRole is cluster-scoped: metadata.namespace must be empty, rendered "n"`},
+      template: {apiVersion: example.com/v1, kind: Tenant, metadata: {name: a, namespace: n}}
+`, `rule.yaml:11:17: rule "r": resource "a": spec.resources[0].template.metadata.namespace: Tenant is cluster-scoped: metadata.namespace must be empty, rendered "n"`},
 		{"unknown kind", `  resources:
     - id: a
       template: {apiVersion: x.io/v1, kind: Thing, metadata: {name: a}}
@@ -395,10 +399,10 @@ func TestRenderLookupErrors(t *testing.T) {
 	tests := []struct{ name, lookup, want string }{
 		{"name not a string", "    - {id: s, apiVersion: v1, kind: Secret, namespace: p, name: \"${dyn(object.metadata)}\"}\n",
 			`rule.yaml:7:65: rule "r": spec.lookups[0].name: rendered a mapping, want a string`},
-		{"cluster-scoped kind with a namespace", "    - {id: s, apiVersion: v1, kind: Namespace, namespace: p, name: a}\n",
-			`rule.yaml:7:7: rule "r": spec.lookups[0].namespace: Namespace is cluster-scoped: namespace must be empty, rendered "p"`},
-		{"namespaced kind by name, cluster-scoped trigger", "    - {id: s, apiVersion: v1, kind: Secret, name: a}\n",
-			`rule.yaml:7:7: rule "r": spec.lookups[0].namespace: Secret is namespaced and the trigger is cluster-scoped: set namespace`},
+		// Kinds whose scope only the render knows (the load's checks find
+		// these for built-in kinds).
+		{"cluster-scoped kind with a namespace", "    - {id: s, apiVersion: example.com/v1, kind: Tenant, namespace: p, name: a}\n",
+			`rule.yaml:7:7: rule "r": spec.lookups[0].namespace: Tenant is cluster-scoped: namespace must be empty, rendered "p"`},
 		{"templated selector invalid", "    - {id: s, apiVersion: v1, kind: Namespace, labelSelector: \"a in (${object.metadata.name}\"}\n",
 			`rule.yaml:7:7: rule "r": spec.lookups[0].labelSelector: "a in (team-a":`},
 		{"templated namespace invalid", "    - {id: s, apiVersion: v1, kind: Secret, namespace: \"${object.metadata.name.upperAscii()}\", name: a}\n",
@@ -407,7 +411,7 @@ func TestRenderLookupErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := parseRule(t, head+tt.lookup+res)
-			_, err := r.Render(context.Background(), obj("v1", "Namespace", "", "team-a", nil), scopes{"Secret": true, "Namespace": false, "ConfigMap": true}, OfflineObjects{}, nil)
+			_, err := r.Render(context.Background(), obj("v1", "Namespace", "", "team-a", nil), scopes{"Secret": true, "Namespace": false, "ConfigMap": true, "Tenant": false}, OfflineObjects{}, nil)
 			if err == nil || !strings.HasPrefix(err.Error(), tt.want) {
 				t.Errorf("error = %v\nwant one starting with %s", err, tt.want)
 			}
@@ -459,3 +463,67 @@ spec:
 type applierFunc func(Child) (map[string]any, error)
 
 func (f applierFunc) Apply(_ context.Context, c Child) (map[string]any, error) { return f(c) }
+
+// TestRenderRequiredLookup: while a required lookup's object is absent, the
+// variables and resources that read it wait, the others render, the
+// status that reads it waits, and Ready is WaitingForLookup<Id>; offline
+// says so in a note.
+func TestRenderRequiredLookup(t *testing.T) {
+	r := parseRule(t, `apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: r}
+spec:
+  watch: {apiVersion: example.com/v1, kind: App}
+  lookups:
+    - {id: db-config, apiVersion: v1, kind: ConfigMap, name: db, required: true}
+    - {id: extra, apiVersion: v1, kind: ConfigMap, name: extra}
+  variables:
+    - {name: host, expression: "lookups['db-config'].data.host"}
+    - {name: port, expression: "variables.host + ':5432'"}
+    - {name: plain, expression: "'x'"}
+  resources:
+    - id: conn
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: conn}, data: {addr: "${variables.port}"}}
+    - id: after
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: after}, data: {from: "${children.conn.metadata.name}"}}
+    - id: free
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: free}, data: {v: "${variables.plain}"}}
+  status:
+    addr: ${variables.port}
+`)
+	app := obj("example.com/v1", "App", "shop", "a", nil)
+	rd, err := r.Render(context.Background(), app, testScopes, OfflineObjects{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, c := range rd.Children {
+		names = append(names, c.Object.GetName())
+	}
+	if strings.Join(names, ",") != "free" {
+		t.Errorf("children %v; want only free (conn reads the lookup through two variables, after reads conn)", names)
+	}
+	if len(rd.Waiting()) != 2 || rd.Waiting()[0].WaitingForLookup == nil || rd.Waiting()[0].Resource.ID != "conn" {
+		t.Errorf("waiting %+v; want conn waiting for the lookup, then after", rd.Waiting())
+	}
+	if st, err := rd.Status(context.Background()); st != nil || err != nil {
+		t.Errorf("status %v, %v; want it to wait", st, err)
+	}
+	c := rd.Readiness()
+	if c.Status || c.Reason != "WaitingForLookupDbConfig" || c.Message != `lookup "db-config" is required: ConfigMap shop/db does not exist; waiting: conn, after` {
+		t.Errorf("Ready = %+v", c)
+	}
+	if len(rd.Notes) != 1 || !strings.Contains(rd.Notes[0], `lookup "db-config" is required and ConfigMap shop/db does not exist`) {
+		t.Errorf("notes %q", rd.Notes)
+	}
+
+	db := obj("v1", "ConfigMap", "shop", "db", nil)
+	db.Object["data"] = map[string]any{"host": "h"}
+	rd, err = r.Render(context.Background(), app, testScopes, OfflineObjects{db}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rd.Children) != 3 || rd.Children[0].Object.Object["data"].(map[string]any)["addr"] != "h:5432" || !rd.Readiness().Status {
+		t.Errorf("with the object: %d children, Ready %+v", len(rd.Children), rd.Readiness())
+	}
+}

@@ -35,6 +35,10 @@ type Expectation struct {
 	// Absent must not be rendered (Kind and Name; APIVersion, Namespace
 	// match any when empty).
 	Absent []ObjectRef
+	// Conflicts must each be a child not applied for a conflict (Kind and
+	// Name; APIVersion, Namespace match any when empty); a conflict not
+	// listed fails the test.
+	Conflicts []ObjectRef
 	// Status, when not nil, must match the rendered status as a subset.
 	Status map[string]any
 	// Skipped, when not nil, is whether `when` is false for the trigger.
@@ -191,6 +195,11 @@ func (d *decoder) decodeExpectation(n *yaml.Node, field string) *Expectation {
 	if an, ok := f["absent"]; ok {
 		for i, a := range d.seq(an, field+".absent") {
 			e.Absent = append(e.Absent, d.objectRef(a, fmt.Sprintf("%s.absent[%d]", field, i)))
+		}
+	}
+	if cn, ok := f["conflicts"]; ok {
+		for i, a := range d.seq(cn, field+".conflicts") {
+			e.Conflicts = append(e.Conflicts, d.objectRef(a, fmt.Sprintf("%s.conflicts[%d]", field, i)))
 		}
 	}
 	if sn, ok := f["status"]; ok {

@@ -105,6 +105,24 @@ func (e *Expectation) check(set *Set, res *Offline) []string {
 			}
 		}
 	}
+	for i, want := range e.Conflicts {
+		found := false
+		for _, c := range r.Conflicts {
+			found = found || want.Matches(c.Object)
+		}
+		if !found {
+			out = append(out, fail("conflicts[%d]: %s is not a conflict", i, want.String())...)
+		}
+	}
+	for _, c := range r.Conflicts {
+		expected := false
+		for _, want := range e.Conflicts {
+			expected = expected || want.Matches(c.Object)
+		}
+		if !expected {
+			out = append(out, fail("conflict: %s", c.Message)...)
+		}
+	}
 	if e.Status != nil {
 		for _, d := range subsetDiff(e.Status, r.Status, "status", false) {
 			out = append(out, fail("%s", d)...)

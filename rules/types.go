@@ -49,17 +49,23 @@ type Rule struct {
 	// the same, wherever their files are.
 	Hash string
 
-	Watch     Watch
-	When      *Expression // nil: every watched object is a trigger
-	Lookups   []*Lookup
-	Variables []Variable
-	Resources []*Resource
+	Watch   Watch
+	When    *Expression // nil: every watched object is a trigger
+	Lookups []*Lookup
+	// LookupOrder is Lookups in the order they are read: each after the
+	// lookups its namespace, name or selector reads.
+	LookupOrder []*Lookup
+	Variables   []Variable
+	Resources   []*Resource
 	// Order is Resources in dependency order: every resource after the
 	// resources it reads as children.<id>, otherwise in spec order.
 	Order []*Resource
 	byID  map[string]*Resource
 	// Status, when not nil, renders the trigger's .status.
 	Status *Template
+	// statusLookups are the lookup ids the status reads, itself or
+	// through variables.
+	statusLookups []string
 
 	DeletionPolicy DeletionPolicy
 	ForceConflicts bool
@@ -96,6 +102,14 @@ type Lookup struct {
 	Name Text
 	// LabelSelector selects a list's objects; empty: all.
 	LabelSelector Text
+	// Required: while the object is absent (a list: empty), the resources
+	// that read the lookup wait — neither applied nor pruned — and the
+	// Ready condition says WaitingForLookup<Id>.
+	Required bool
+	// Deps are the lookups this one reads as lookups.<id> in its
+	// namespace, name or labelSelector, in spec order; Refs say where.
+	Deps []*Lookup
+	Refs []Ref
 	// Pos is where the lookup was written; Field is spec.lookups[i].
 	Pos   Pos
 	Field string
@@ -123,6 +137,9 @@ func (t Text) IsLiteral() bool { return t.Template == nil }
 type Variable struct {
 	Name string
 	Expr *Expression
+	// Lookups are the lookup ids the variable reads, itself or through
+	// the variables it reads.
+	Lookups []string
 }
 
 // Resource is one desired child (or, with ForEach, a list of them).
@@ -144,12 +161,20 @@ type Resource struct {
 	ReadyWhen []*Expression
 	// DeletionPolicy is the resource's own, or else the rule's.
 	DeletionPolicy DeletionPolicy
+	// Adopt, the resource's own or else the rule's, lets syncloop take
+	// over an object under a child's name that carries no syncloop
+	// ownership (Rule.Takeover).
+	Adopt    bool
+	adoptSet bool
 	// Deps are the resources this one reads as children.<id> in its when,
 	// forEach or template, in spec order; Refs say where it reads them.
 	Deps []*Resource
 	Refs []Ref
 	// Dependents are the resources that read this one.
 	Dependents []*Resource
+	// Lookups are the lookup ids the resource's when, forEach and
+	// template read, themselves or through variables.
+	Lookups []string
 	// Index is the resource's position in spec.resources, Rank its
 	// position in Rule.Order; Pos is where it was written.
 	Index int

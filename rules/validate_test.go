@@ -28,7 +28,7 @@ const watchNS = "  watch:\n    apiVersion: v1\n    kind: Namespace\n"
 const watchDeploy = "  watch:\n    apiVersion: apps/v1\n    kind: Deployment\n"
 
 // cm is a valid resource list (from its line on: 6 lines).
-const cm = "  resources:\n    - id: cm\n      template:\n        apiVersion: v1\n        kind: ConfigMap\n        metadata: {name: x}\n"
+const cm = "  resources:\n    - id: cm\n      template:\n        apiVersion: v1\n        kind: ConfigMap\n        metadata: {name: x, namespace: ns}\n"
 
 func TestValidationErrors(t *testing.T) {
 	tests := []struct {
@@ -175,6 +175,42 @@ func TestValidationErrors(t *testing.T) {
 			`r.yaml:11:13: rule "r": spec.resources[0].mode: must be own or patch, not "borrow"`},
 		{"cluster namespace literal invalid", head + watchNS + "  resources:\n    - id: a\n      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: A_B}}\n",
 			`r.yaml:11:82: rule "r": spec.resources[0].template.metadata.namespace: "A_B" is not a valid namespace`},
+		// Lookups that read lookups.
+		{"lookup reads itself", head + watchDeploy + "  lookups:\n    - {id: s, apiVersion: v1, kind: Secret, name: \"${lookups.s.metadata.name}\"}\n" + cm,
+			`r.yaml:10:54: rule "r": spec.lookups[0]: dependency cycle: lookup "s" reads itself (lookups.s at r.yaml:10:54)`},
+		{"lookups read each other", head + watchDeploy + "  lookups:\n    - {id: a, apiVersion: v1, kind: ConfigMap, name: \"${lookups.b.metadata.name}\"}\n    - {id: b, apiVersion: v1, kind: ConfigMap, name: \"${lookups.a.metadata.name}\"}\n" + cm,
+			`r.yaml:10:57: rule "r": spec.lookups[0]: dependency cycle: "a" reads lookups.b at r.yaml:10:57, "b" reads lookups.a at r.yaml:11:57`},
+		{"lookup reads lookups by a computed id", head + watchDeploy + "  lookups:\n    - {id: a, apiVersion: v1, kind: ConfigMap, name: x}\n    - {id: b, apiVersion: v1, kind: ConfigMap, name: \"${lookups[object.metadata.name].metadata.name}\"}\n" + cm,
+			`r.yaml:11:57: rule "r": spec.lookups[1].name: ${lookups[object.metadata.name].metadata.name}: lookups must be followed by a lookup id here`},
+		{"lookup reads an undeclared lookup", head + watchDeploy + "  lookups:\n    - {id: a, apiVersion: v1, kind: ConfigMap, name: \"${lookups.c.metadata.name}\"}\n" + cm,
+			`r.yaml:10:65: rule "r": spec.lookups[0].name: ${lookups.c.metadata.name}: undeclared lookup id "c" (declared: a)`},
+		{"required not a bool", head + watchDeploy + "  lookups:\n    - {id: a, apiVersion: v1, kind: ConfigMap, name: x, required: yes}\n" + cm,
+			`r.yaml:10:67: rule "r": spec.lookups[0].required: must be true or false, not "yes"`},
+		// Scopes known at load: built-in kinds, CRDs among the files.
+		{"namespaced child without namespace under a cluster-scoped trigger", head + watchNS + "  resources:\n    - id: a\n      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: a}}\n",
+			`r.yaml:11:61: rule "r": spec.resources[0].template.metadata.namespace: ConfigMap is namespaced and the trigger (Namespace) is cluster-scoped: set metadata.namespace`},
+		{"namespace on a cluster-scoped child", head + watchDeploy + "  resources:\n    - id: a\n      template: {apiVersion: rbac.authorization.k8s.io/v1, kind: ClusterRole, metadata: {name: a, namespace: n}}\n",
+			`r.yaml:11:110: rule "r": spec.resources[0].template.metadata.namespace: ClusterRole is cluster-scoped: leave metadata.namespace out`},
+		{"templated namespace on a cluster-scoped child", head + watchDeploy + "  resources:\n    - id: a\n      template: {apiVersion: rbac.authorization.k8s.io/v1, kind: ClusterRole, metadata: {name: a, namespace: \"${object.metadata.namespace}\"}}\n",
+			`r.yaml:11:110: rule "r": spec.resources[0].template.metadata.namespace: ClusterRole is cluster-scoped: leave metadata.namespace out`},
+		{"namespace on a cluster-scoped trigger", head + watchNS + "    namespace: team\n" + cm,
+			`r.yaml:9:16: rule "r": spec.watch.namespace: Namespace is cluster-scoped: leave namespace out`},
+		{"namespace on a cluster-scoped lookup", head + watchDeploy + "  lookups:\n    - {id: s, apiVersion: v1, kind: Namespace, namespace: p, name: a}\n" + cm,
+			`r.yaml:10:59: rule "r": spec.lookups[0].namespace: Namespace is cluster-scoped: leave namespace out`},
+		{"namespaced lookup by name without namespace under a cluster-scoped trigger", head + watchNS + "  lookups:\n    - {id: s, apiVersion: v1, kind: Secret, name: a}\n" + cm,
+			`r.yaml:10:7: rule "r": spec.lookups[0].namespace: Secret is namespaced and the trigger (Namespace) is cluster-scoped: set namespace`},
+		{"namespace on a cluster-scoped custom kind", head + watchDeploy + "  resources:\n    - id: a\n      template: {apiVersion: example.com/v1, kind: Tenant, metadata: {name: a, namespace: n}}\n" +
+			"---\napiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: tenants.example.com}\nspec: {group: example.com, scope: Cluster, names: {kind: Tenant, plural: tenants}, versions: [{name: v1, served: true, storage: true}]}\n",
+			`r.yaml:11:91: rule "r": spec.resources[0].template.metadata.namespace: Tenant is cluster-scoped: leave metadata.namespace out`},
+		// A rule never writes what it reads.
+		{"child is a lookup's object", head + watchDeploy + "  lookups:\n    - {id: src, apiVersion: v1, kind: Secret, namespace: default, name: regcred}\n" +
+			"  resources:\n    - id: copy\n      template: {apiVersion: v1, kind: Secret, metadata: {name: regcred, namespace: default}}\n",
+			`r.yaml:13:65: rule "r": spec.resources[0].template.metadata.name: resource "copy" writes Secret default/regcred, the object lookup "src" reads: a rule never writes what it reads`},
+		{"child is a lookup's object, both in the trigger's namespace", head + watchDeploy + "  lookups:\n    - {id: src, apiVersion: v1, kind: Secret, name: regcred}\n" +
+			"  resources:\n    - id: copy\n      template: {apiVersion: v1, kind: Secret, metadata: {name: regcred}}\n",
+			`r.yaml:13:65: rule "r": spec.resources[0].template.metadata.name: resource "copy" writes Secret regcred, the object lookup "src" reads`},
+		{"adopt on a patch", head + watchNS + "  resources:\n    - id: a\n      mode: patch\n      adopt: true\n      template: {apiVersion: v1, kind: Namespace, metadata: {name: a}}\n",
+			`r.yaml:12:14: rule "r": spec.resources[0].adopt: a mode: patch resource writes onto objects it does not own without adopting them`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { wantLoadError(t, tt.yaml, tt.want) })
@@ -233,5 +269,24 @@ func TestDefaults(t *testing.T) {
 	}
 	if r.Watch.GVK.Kind != "Namespace" || r.Resources[0].GVK.Kind != "ConfigMap" || r.Resources[0].GVK.Version != "v1" {
 		t.Errorf("GVKs = %v, %v", r.Watch.GVK, r.Resources[0].GVK)
+	}
+}
+
+// TestBrokenLookupStillDeclared: a lookup with an error of its own is
+// still declared: what reads it is not reported as reading an undeclared
+// lookup (the error was "undeclared lookup id "secrets" (declared: cm)").
+func TestBrokenLookupStillDeclared(t *testing.T) {
+	doc := head + watchDeploy + "  lookups:\n    - {id: cm, apiVersion: v1, kind: ConfigMap, name: settings}\n" +
+		"    - {id: secrets, apiVersion: v1, kind: Secret, labelSelector: \"${lookups.cm.data.nope.bad(}\"}\n" +
+		cm + "        data: {n: \"${string(size(lookups.secrets))}\"}\n"
+	_, err := newLoader(t).Parse("r.yaml", []byte(doc))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	if strings.Contains(err.Error(), "undeclared lookup") {
+		t.Errorf("errors:\n%v\nwant none about an undeclared lookup", err)
+	}
+	if !strings.Contains(err.Error(), "spec.lookups[1].labelSelector") {
+		t.Errorf("errors:\n%v\nwant the selector's", err)
 	}
 }

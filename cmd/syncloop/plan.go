@@ -31,7 +31,7 @@ nothing to do, 2 when changes are pending and 1 on any error.`,
 				return err
 			}
 			// The cluster's schemas: custom kinds are typed as installed.
-			set, err := rf.load(cmd.ErrOrStderr(), cl.Schemas())
+			set, err := rf.load(cmd.ErrOrStderr(), cl)
 			if err != nil {
 				return err
 			}

@@ -187,6 +187,14 @@ func TestPlan(t *testing.T) {
 	if _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, cm("c", "1"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// A trigger whose child's name an object syncloop did not create
+	// holds: a conflict, not an update.
+	if _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "d-copy"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, cm("d", "1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	s, _ := cs.CoreV1().Secrets(ns).Get(ctx, "s", metav1.GetOptions{})
 	s.Data["password"] = []byte("second-Secret-value")
 	if _, err := cs.CoreV1().Secrets(ns).Update(ctx, s, metav1.UpdateOptions{}); err != nil {
@@ -199,6 +207,9 @@ func TestPlan(t *testing.T) {
 	code, text, errText := plan()
 	if code != 2 {
 		t.Fatalf("plan with changes pending: exit %d, want 2\n%s\n%s", code, text, errText)
+	}
+	if strings.Contains(errText, "d-copy") {
+		t.Errorf("the conflict was reported as a failure: %s", errText)
 	}
 	code, jsonOut, errJSON := plan("-o", "json")
 	if code != 2 {
@@ -273,6 +284,13 @@ func TestRunDryRun(t *testing.T) {
 		Labels: map[string]string{"plan": "yes"}}, Data: map[string]string{"k": "v"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// b's child's name is held by an object syncloop did not create.
+	for _, c := range []*corev1.ConfigMap{{ObjectMeta: metav1.ObjectMeta{Name: "b-copy"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "b", Labels: map[string]string{"plan": "yes"}}}} {
+		if _, err := cs.CoreV1().ConfigMaps(ns).Create(t.Context(), c, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	rulesPath := filepath.Join(t.TempDir(), "rules.yaml")
 	first := strings.SplitN(planRules, "---", 2)[0]
 	if err := os.WriteFile(rulesPath, []byte(strings.ReplaceAll(first, "plan-test", ns)), 0o644); err != nil {
@@ -287,10 +305,10 @@ func TestRunDryRun(t *testing.T) {
 			"--metrics-bind-address", "0", "--health-probe-bind-address", "0"}, &out, &errOut)
 	}()
 	err = wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		return strings.Contains(out.String(), `"action":"create"`), nil
+		return strings.Contains(out.String(), `"action":"create"`) && strings.Contains(out.String(), `"action":"conflict"`), nil
 	})
 	if err != nil {
-		t.Fatalf("no planned create; stdout %q stderr %q", out.String(), errOut.String())
+		t.Fatalf("no planned create and conflict; stdout %q stderr %q", out.String(), errOut.String())
 	}
 	cancel()
 	if code := <-exited; code != 0 {
@@ -301,5 +319,8 @@ func TestRunDryRun(t *testing.T) {
 	}
 	if _, err := cs.CoreV1().ConfigMaps(ns).Get(context.Background(), "a-copy", metav1.GetOptions{}); err == nil {
 		t.Error("run --dry-run created a child")
+	}
+	if !strings.Contains(out.String(), `"action":"conflict","rule":"copy","trigger":{"apiVersion":"v1","kind":"ConfigMap","namespace":"`+ns+`","name":"b"}`) {
+		t.Errorf("no conflict planned for b: %s", out.String())
 	}
 }

@@ -9,9 +9,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/klog/v2"
 
+	"github.com/syncloop/syncloop/internal/manager"
 	"github.com/syncloop/syncloop/rules"
 	"github.com/syncloop/syncloop/rules/expr"
-	"github.com/syncloop/syncloop/rules/schema"
 )
 
 // ruleFlags are the flags of every command that loads rules.
@@ -27,18 +27,19 @@ func (f *ruleFlags) register(cmd *cobra.Command) {
 	_ = cmd.MarkFlagRequired("rules")
 }
 
-// load loads the rule set, its templates and expressions checked against
-// the built-in kinds (or src, when not nil: a cluster's), the
+// load loads the rule set, its templates, expressions and scopes checked
+// against the built-in kinds (or the cluster's, when cl is not nil), the
 // CustomResourceDefinitions among the rule files and those among crds; on
 // error it prints every problem, one per line, to stderr and returns
 // exitCode 1.
-func (f *ruleFlags) load(stderr io.Writer, src schema.Source, crds ...*unstructured.Unstructured) (*rules.Set, error) {
+func (f *ruleFlags) load(stderr io.Writer, cl *manager.Clients, crds ...*unstructured.Unstructured) (*rules.Set, error) {
 	l, err := rules.NewLoader(expr.Options{CostLimit: f.costLimit})
 	if err != nil {
 		return nil, err
 	}
-	if src != nil {
-		l.UseSchemas(src)
+	if cl != nil {
+		l.UseSchemas(cl.Schemas())
+		l.UseScopes(cl.Mapper())
 	}
 	l.UseCRDs(crds)
 	set, err := l.Load(f.paths...)

@@ -214,3 +214,51 @@ func TestValidateTypes(t *testing.T) {
 		t.Errorf("exit %d, stderr:\n%s", code, errOut)
 	}
 }
+
+// TestScopesFromTheCluster: plan checks scopes at load by the cluster's
+// discovery — a namespaced child without a namespace under a trigger whose
+// cluster-scoped kind only the cluster knows is a load error with its
+// place; offline the kind's scope is not known, and validate accepts it.
+func TestScopesFromTheCluster(t *testing.T) {
+	env := testenv.Get(t)
+	dir := t.TempDir()
+	crd := filepath.Join(dir, "crd.yaml")
+	if err := os.WriteFile(crd, []byte(`apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: realms.scopes.syncloop.dev}
+spec:
+  group: scopes.syncloop.dev
+  scope: Cluster
+  names: {plural: realms, singular: realm, kind: Realm, listKind: RealmList}
+  versions:
+    - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.InstallCRDs(t.Context(), crd); err != nil {
+		t.Fatal(err)
+	}
+	rulesPath := filepath.Join(dir, "rules.yaml")
+	if err := os.WriteFile(rulesPath, []byte(`apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: realm}
+spec:
+  watch: {apiVersion: scopes.syncloop.dev/v1, kind: Realm}
+  resources:
+    - id: cm
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "${object.metadata.name}"}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := syncloop(t, "validate", "-f", rulesPath); code != 0 {
+		t.Fatalf("validate, offline: exit %d\n%s%s", code, out, errOut)
+	}
+	code, _, errOut := syncloop(t, "plan", "-f", rulesPath, "--kubeconfig", env.Kubeconfig())
+	want := rulesPath + `:11:19: rule "realm": spec.resources[0].template.metadata.namespace: ConfigMap is namespaced and the trigger (Realm) is cluster-scoped: set metadata.namespace`
+	if code != 1 || !strings.Contains(errOut, want) {
+		t.Errorf("plan: exit %d, stderr %q; want 1 and %s", code, errOut, want)
+	}
+}

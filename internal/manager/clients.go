@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 
 	"k8s.io/client-go/discovery"
@@ -21,6 +22,9 @@ type Clients struct {
 	Discovery discovery.DiscoveryInterface
 	Core      kubernetes.Interface
 	Metadata  metadata.Interface
+
+	mapperOnce sync.Once
+	mapper     *dynamic.Mapper
 }
 
 // NewClients makes the API clients of cfg (which it changes); every request

@@ -144,6 +144,8 @@ func Run(ctx context.Context, o Options) error {
 	openAPI := dynamic.NewOpenAPI(p.clients.Discovery)
 	served := schema.NewServed(openAPI.Document, schema.Builtin())
 	loader.UseSchemas(served)
+	mapper := dynamic.NewMapper(p.clients.Discovery, 0)
+	loader.UseScopes(mapper)
 	src := reload.NewSource(loader, o.Rules)
 	watcher := reload.NewWatcher(src, 0)
 	recheck := func(group string) {
@@ -190,7 +192,7 @@ func Run(ctx context.Context, o Options) error {
 	restRequests.Store(p.metrics)
 	eo := engine.Options{
 		Client:       p.clients.Dynamic,
-		Mapper:       dynamic.NewMapper(p.clients.Discovery, 0),
+		Mapper:       mapper,
 		Recorder:     broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "syncloop"}),
 		Metrics:      p.metrics,
 		QueueMetrics: p.metrics.Workqueue(),

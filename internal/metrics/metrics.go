@@ -55,7 +55,7 @@ func New(reg prometheus.Registerer, informers func() int, rules func() map[strin
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}, []string{"rule"}),
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "syncloop_apply_total", Help: "Children and statuses by rule and action (create, update, unchanged, delete, status, wait).",
+			Name: "syncloop_apply_total", Help: "Children and statuses by rule and action (create, update, adopt, unchanged, delete, status, wait, conflict).",
 		}, []string{"rule", "action"}),
 		rules: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "syncloop_rules_loaded", Help: "Rules in force.",

@@ -40,7 +40,7 @@ func TestMetrics(t *testing.T) {
 # HELP rest_client_requests_total API requests by status code, method and host.
 # TYPE rest_client_requests_total counter
 rest_client_requests_total{code="200",host="127.0.0.1:6443",method="PATCH"} 1
-# HELP syncloop_apply_total Children and statuses by rule and action (create, update, unchanged, delete, status, wait).
+# HELP syncloop_apply_total Children and statuses by rule and action (create, update, adopt, unchanged, delete, status, wait, conflict).
 # TYPE syncloop_apply_total counter
 syncloop_apply_total{action="create",rule="tenant"} 1
 syncloop_apply_total{action="unchanged",rule="tenant"} 2

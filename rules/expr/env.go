@@ -145,8 +145,12 @@ type Scope struct {
 	// else.
 	Self bool
 	// Lookups are the ids of the rule's lookups this expression may read
-	// (none in the rule's `when` and in the lookups themselves).
+	// (none in the rule's `when`).
 	Lookups []string
+	// InLookup is the scope of a lookup's namespace, name and selector:
+	// lookups must be followed by a literal id there, so that the order
+	// lookups are read in is known at load.
+	InLookup bool
 	// Types, when not nil, types object, lookups.<id> and children.<id>
 	// from the schemas of their kinds; nil: they are dyn.
 	Types *Types
@@ -201,8 +205,9 @@ type Program struct {
 	prog      cel.Program
 	costLimit uint64
 	// childRefs are the resource ids the program reads as children.<id>,
-	// sorted.
-	childRefs []string
+	// sorted; lookupRefs and variableRefs likewise the lookup ids and the
+	// variables it reads.
+	childRefs, lookupRefs, variableRefs []string
 	// out is what the checker says the program produces.
 	out *types.Type
 	// vt convert the activation's values to the types the program was
@@ -261,6 +266,14 @@ func (p *Program) Source() string { return p.src }
 // sorted and without duplicates: its dependencies.
 func (p *Program) ChildRefs() []string { return p.childRefs }
 
+// LookupRefs are the lookup ids the expression reads as lookups.<id>,
+// sorted and without duplicates.
+func (p *Program) LookupRefs() []string { return p.lookupRefs }
+
+// VariableRefs are the variables the expression reads as variables.<name>,
+// sorted and without duplicates.
+func (p *Program) VariableRefs() []string { return p.variableRefs }
+
 // Compile compiles src in scope and checks that it can produce want.
 func (c *Compiler) Compile(src string, scope Scope, want Result) (*Program, error) {
 	if strings.TrimSpace(src) == "" {
@@ -300,7 +313,11 @@ func (c *Compiler) Compile(src string, scope Scope, want Result) (*Program, erro
 		}
 		dynChildren = dynamicAt >= 0
 	}
-	_, dynLookupsAt := references(parsed, src, varLookups)
+	lookupRefs, dynLookupsAt := references(parsed, src, varLookups)
+	if dynLookupsAt >= 0 && scope.InLookup {
+		return nil, &Error{Offset: dynLookupsAt, Msg: "lookups must be followed by a lookup id here, as in lookups.settings: " +
+			"the order a rule's lookups are read in is known when it loads"}
+	}
 	if scope.typed() {
 		// children['per-team'] reads a field of the children struct, as
 		// children.x does: the checker types it only as a select.
@@ -335,7 +352,9 @@ func (c *Compiler) Compile(src string, scope Scope, want Result) (*Program, erro
 	if err != nil {
 		return nil, &Error{Offset: -1, Msg: err.Error()}
 	}
-	p := &Program{src: src, result: want, prog: prog, costLimit: c.costLimit, childRefs: childRefs, out: checked.OutputType()}
+	variableRefs, _ := references(parsed, src, varVariables)
+	p := &Program{src: src, result: want, prog: prog, costLimit: c.costLimit, childRefs: childRefs, lookupRefs: lookupRefs,
+		variableRefs: variableRefs, out: checked.OutputType()}
 	if scope.typed() {
 		p.vt = scope.valueTypes()
 		if prov != nil && checked.OutputType().Kind() == types.ListKind {

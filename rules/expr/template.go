@@ -3,6 +3,7 @@ package expr
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -25,6 +26,9 @@ type Template struct {
 	root node
 	n    int // expressions compiled
 	refs []ChildRef
+	// lookupRefs and variableRefs are the lookup ids and variables its
+	// expressions read, sorted.
+	lookupRefs, variableRefs []string
 	// outputs are the types of the strings that are a sole ${expr}, by
 	// path (Path.String()).
 	outputs map[string]OutputType
@@ -129,6 +133,14 @@ type ChildRef struct {
 // ChildRefs are the template's children.<id> references, in template
 // order: its dependencies.
 func (t *Template) ChildRefs() []ChildRef { return t.refs }
+
+// LookupRefs are the lookup ids the template reads as lookups.<id>,
+// sorted and without duplicates.
+func (t *Template) LookupRefs() []string { return t.lookupRefs }
+
+// VariableRefs are the variables the template reads, sorted and without
+// duplicates.
+func (t *Template) VariableRefs() []string { return t.variableRefs }
 
 // state is what one render of a template sees.
 type state struct {
@@ -236,6 +248,8 @@ func (c *Compiler) compileString(s string, path Path, scope Scope, t *Template, 
 		for _, id := range prog.childRefs {
 			t.refs = append(t.refs, ChildRef{ID: id, Path: path})
 		}
+		t.lookupRefs = union(t.lookupRefs, prog.lookupRefs)
+		t.variableRefs = union(t.variableRefs, prog.variableRefs)
 		parts = append(parts, part{prog: prog})
 	}
 	if len(parts) == 1 {
@@ -518,4 +532,14 @@ func (t *Template) Keys() []string {
 		}
 	}
 	return keys
+}
+
+// union adds the sorted names of more to the sorted set names.
+func union(names, more []string) []string {
+	for _, n := range more {
+		if i, found := slices.BinarySearch(names, n); !found {
+			names = slices.Insert(names, i, n)
+		}
+	}
+	return names
 }

@@ -1,0 +1,161 @@
+package rules
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// TestTakeover: which existing objects a rule's child may be applied over.
+func TestTakeover(t *testing.T) {
+	r := parseRule(t, `apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: r}
+spec:
+  watch: {apiVersion: v1, kind: Namespace}
+  resources:
+    - id: plain
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: ns}}
+    - id: adopting
+      adopt: true
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: y, namespace: ns}}
+`)
+	trigger := Trigger{APIVersion: "v1", Kind: "Namespace", Name: "ns", UID: "u1"}
+	existing := func(labels, ann map[string]string) *unstructured.Unstructured {
+		o := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap"}}
+		o.SetName("x")
+		o.SetNamespace("ns")
+		o.SetLabels(labels)
+		o.SetAnnotations(ann)
+		return o
+	}
+	ours := map[string]string{LabelManagedBy: ManagedByValue, LabelRule: "r", LabelOwnerUID: "u0"}
+	owner := map[string]string{AnnotationOwner: "v1/Namespace//ns"}
+	tests := []struct {
+		name          string
+		labels, ann   map[string]string
+		plain, adopts string // "own", "adopt", or the conflict's text
+	}{
+		{"this trigger's child", ours, owner, "own", "own"},
+		{"this trigger's child under another version of its kind", ours, map[string]string{AnnotationOwner: "v2/Namespace//ns"}, "own", "own"},
+		{"unlabelled", map[string]string{"team": "a"}, nil, "exists and is not syncloop's", "adopt"},
+		{"Helm's", map[string]string{LabelManagedBy: "Helm"}, nil, "exists and is not syncloop's", "adopt"},
+		{"annotated for this rule", nil, map[string]string{AnnotationAdopt: "r"}, "adopt", "adopt"},
+		{"annotated for another rule", nil, map[string]string{AnnotationAdopt: "q"}, "exists and is not syncloop's", "adopt"},
+		{"another rule's", map[string]string{LabelManagedBy: ManagedByValue, LabelRule: "q"}, owner, `is a child of rule "q"`, `is a child of rule "q"`},
+		{"another trigger's", ours, map[string]string{AnnotationOwner: "v1/Namespace//other"}, "another trigger (v1/Namespace//other)", "another trigger"},
+		{"another rule's, annotated for this one", map[string]string{LabelRule: "q"}, map[string]string{AnnotationAdopt: "r"}, `is a child of rule "q"`, `is a child of rule "q"`},
+		{"only the owner annotation", nil, owner, "another syncloop's ownership", "another syncloop's ownership"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for i, want := range []string{tt.plain, tt.adopts} {
+				res := r.Resources[i]
+				adopt, err := r.Takeover(Child{ResourceID: res.ID, Resource: res, Object: existing(nil, nil)}, trigger, existing(tt.labels, tt.ann))
+				var got string
+				switch {
+				case err != nil:
+					var ce *ConflictError
+					if !errors.As(err, &ce) {
+						t.Fatalf("%s: %v is not a ConflictError", res.ID, err)
+					}
+					got = err.Error()
+				case adopt:
+					got = "adopt"
+				default:
+					got = "own"
+				}
+				if !strings.Contains(got, want) {
+					t.Errorf("%s: got %q, want %q", res.ID, got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestOfflineConflicts: render and test report a child whose name an
+// object among the objects holds without syncloop's ownership, and a child
+// that is what a lookup reads; such a child is not rendered as a child,
+// the resources that read it wait, and the render fails.
+func TestOfflineConflicts(t *testing.T) {
+	l := newLoader(t)
+	f, err := l.Parse("r.yaml", []byte(`apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: clone}
+spec:
+  watch: {apiVersion: v1, kind: Namespace}
+  lookups:
+    - {id: source, apiVersion: v1, kind: Secret, namespace: default, name: regcred}
+  resources:
+    - id: copy
+      adopt: true
+      template:
+        apiVersion: v1
+        kind: Secret
+        metadata: {name: regcred, namespace: "${object.metadata.name}"}
+        data: ${lookups.source.data}
+    - id: note
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: note, namespace: "${object.metadata.name}"}
+    - id: after
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: after, namespace: "${object.metadata.name}"}
+        data: {from: "${children.note.metadata.name}"}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := NewSet(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := obj("v1", "Secret", "default", "regcred", nil)
+	secret.Object["data"] = map[string]any{"k": "dg=="}
+	userNote := obj("v1", "ConfigMap", "team", "note", map[string]any{"app": "mine"})
+	out, err := RenderOffline(context.Background(), set, []*unstructured.Unstructured{
+		obj("v1", "Namespace", "", "default", nil), obj("v1", "Namespace", "", "team", nil), secret, userNote}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !out.Failed() {
+		t.Error("a render with conflicts did not fail")
+	}
+	byTrigger := map[string]Result{}
+	for _, r := range out.Results {
+		byTrigger[r.Trigger.Name] = r
+	}
+	def := byTrigger["default"]
+	if len(def.Conflicts) != 1 || def.Conflicts[0].Object.Name != "regcred" || !strings.Contains(def.Conflicts[0].Message, `is the object lookup "source" reads`) {
+		t.Errorf("default: conflicts %+v; want the source, whatever adopt says", def.Conflicts)
+	}
+	for _, c := range def.Children {
+		if refOfMap(c).Name == "regcred" {
+			t.Error("default: the source rendered as a child")
+		}
+	}
+	team := byTrigger["team"]
+	if len(team.Conflicts) != 1 || team.Conflicts[0].Object.Name != "note" || !strings.Contains(team.Conflicts[0].Message, "exists and is not syncloop's") {
+		t.Errorf("team: conflicts %+v; want the user's note", team.Conflicts)
+	}
+	var names []string
+	for _, c := range team.Children {
+		names = append(names, refOfMap(c).Name)
+	}
+	if strings.Join(names, ",") != "regcred" {
+		t.Errorf("team: children %v; want the copy only (note conflicts, after waits for it)", names)
+	}
+	var yaml strings.Builder
+	if err := out.WriteYAML(&yaml); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(yaml.String(), "# rule: clone, trigger: v1 Namespace team: conflict: resource \"note\": ConfigMap team/note exists and is not syncloop's") {
+		t.Errorf("the YAML render does not show the conflict:\n%s", yaml.String())
+	}
+}
