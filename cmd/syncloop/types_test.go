@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
 	k8sdynamic "k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
@@ -260,5 +264,90 @@ spec:
 	want := rulesPath + `:11:19: rule "realm": spec.resources[0].template.metadata.namespace: ConfigMap is namespaced and the trigger (Realm) is cluster-scoped: set metadata.namespace`
 	if code != 1 || !strings.Contains(errOut, want) {
 		t.Errorf("plan: exit %d, stderr %q; want 1 and %s", code, errOut, want)
+	}
+}
+
+// TestStartWithANewCRD: a rule over a CRD created just before syncloop
+// starts — its schema not yet published — starts once, typed: the start
+// waits for the schema instead of starting untyped and restarting the rule
+// (not ready for a moment) when it appears.
+func TestStartWithANewCRD(t *testing.T) {
+	env := testenv.Get(t)
+	dir := t.TempDir()
+	crd := filepath.Join(dir, "crd.yaml")
+	if err := os.WriteFile(crd, []byte(`apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: beacons.fresh.syncloop.dev}
+spec:
+  group: fresh.syncloop.dev
+  scope: Namespaced
+  names: {plural: beacons, singular: beacon, kind: Beacon, listKind: BeaconList}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema: {openAPIV3Schema: {type: object, properties: {spec: {type: object, properties: {size: {type: integer}}}}}}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rulesPath := filepath.Join(dir, "rules.yaml")
+	if err := os.WriteFile(rulesPath, []byte(`apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: beacon}
+spec:
+  watch: {apiVersion: fresh.syncloop.dev/v1, kind: Beacon}
+  resources:
+    - id: cm
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "${object.metadata.name}"}
+        data: {size: "${string(object.spec.size)}"}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.InstallCRDs(t.Context(), crd); err != nil {
+		t.Fatal(err)
+	}
+	metrics, probes := freeAddr(t), freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	exited := make(chan int, 1)
+	go func() {
+		exited <- runContext(ctx, []string{"run", "-f", rulesPath, "--kubeconfig", env.Kubeconfig(),
+			"--metrics-bind-address", metrics, "--health-probe-bind-address", probes}, io.Discard, io.Discard)
+	}()
+	defer func() { cancel(); <-exited }()
+	poll := func(what string, timeout time.Duration, cond func() bool) bool {
+		return wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) { return cond(), nil }) == nil
+	}
+	if !poll("ready", 60*time.Second, func() bool { return strings.Contains(httpGet("http://"+probes+"/readyz"), "rule beacon: running") }) {
+		t.Fatal("syncloop did not become ready")
+	}
+	disco, err := discovery.NewDiscoveryClientForConfig(env.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !poll("the schema published", 30*time.Second, func() bool {
+		paths, err := disco.OpenAPIV3().Paths()
+		_, ok := paths["apis/fresh.syncloop.dev/v1"]
+		return err == nil && ok
+	}) {
+		t.Fatal("the API server did not publish the CRD's schema")
+	}
+	reloads := func() string {
+		for _, l := range strings.Split(httpGet("http://"+metrics+"/metrics"), "\n") {
+			if strings.HasPrefix(l, `syncloop_rules_reload_total{result="success"}`) {
+				return strings.TrimSpace(strings.TrimPrefix(l, `syncloop_rules_reload_total{result="success"}`))
+			}
+		}
+		return ""
+	}
+	// Were the rule started untyped, it would be checked again within a
+	// few hundred milliseconds of the schema's publication, and restarted.
+	if poll("a second load", 3*time.Second, func() bool { return reloads() != "1" }) {
+		t.Errorf("the rules were loaded again after start (syncloop_rules_reload_total{result=\"success\"} %s): the rule restarted", reloads())
+	}
+	if !strings.Contains(httpGet("http://"+probes+"/readyz"), "rule beacon: running") {
+		t.Error("not ready after the schema's publication")
 	}
 }

@@ -414,12 +414,17 @@ func showMetrics(ctx context.Context, probeAddr, metricsAddr string) error {
 		body, err := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(body), err
 	}
-	code, body, err := get("http://" + probeAddr + "/readyz")
+	// Ready once every rule runs: poll with a deadline, as a readiness
+	// probe would, rather than read it once.
+	var code int
+	var body string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		var err error
+		code, body, err = get("http://" + probeAddr + "/readyz")
+		return err == nil && code == http.StatusOK, nil
+	})
 	if err != nil {
-		return err
-	}
-	if code != http.StatusOK {
-		return fmt.Errorf("/readyz answered %d:\n%s", code, body)
+		return fmt.Errorf("/readyz not 200 within 30s: answered %d:\n%s", code, body)
 	}
 	step("GET /readyz: 200")
 	for _, l := range strings.Split(strings.TrimSpace(body), "\n") {

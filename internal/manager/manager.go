@@ -148,14 +148,17 @@ func Run(ctx context.Context, o Options) error {
 	loader.UseScopes(mapper)
 	src := reload.NewSource(loader, o.Rules)
 	watcher := reload.NewWatcher(src, 0)
+	// published waits, up to timeout, until the API server publishes
+	// group's schemas anew: it does so a moment after a CRD changes.
+	published := func(group string, timeout time.Duration) bool {
+		return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+			tags, err := openAPI.Tags(group)
+			return err == nil && served.Stale(group, tags), nil
+		}) == nil
+	}
 	recheck := func(group string) {
-		// The API server publishes a changed CRD's schema a moment after
-		// the change: wait for it, then check again.
 		go func() {
-			_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-				tags, err := openAPI.Tags(group)
-				return err == nil && served.Stale(group, tags), nil
-			})
+			published(group, 30*time.Second)
 			served.Forget(group)
 			logger.Info("CustomResourceDefinition changed: checking the rules that use it again", "group", group)
 			watcher.Recheck()
@@ -174,13 +177,29 @@ func Run(ctx context.Context, o Options) error {
 	})
 	loaded := src.Load()
 	// A CRD created just before syncloop started may not have its schema
-	// published yet.
+	// published yet. The rules that use it are loaded again once it is —
+	// before anything starts, so that they start once, typed, instead of
+	// restarting (and reporting not ready) a moment after start. Should it
+	// take longer, they start untyped and are checked again when it comes.
+	var unpublished []string
 	installed.Range(func(group, _ any) bool {
 		if usesGroup(loaded.Set, group.(string)) && served.Missing(group.(string)) {
-			recheck(group.(string))
+			unpublished = append(unpublished, group.(string))
 		}
 		return true
 	})
+	if len(unpublished) > 0 {
+		deadline := time.Now().Add(startSchemaWait)
+		for _, group := range unpublished {
+			if !published(group, time.Until(deadline)) {
+				recheck(group)
+				continue
+			}
+			served.Forget(group)
+		}
+		src.Invalidate()
+		loaded = src.Load()
+	}
 	p.files.report(logger, loaded.Errors)
 	logWarnings(logger, loaded.Set)
 
@@ -258,6 +277,11 @@ func Run(ctx context.Context, o Options) error {
 	logger.Info("Stopped")
 	return nil
 }
+
+// startSchemaWait bounds how long the start waits for the schemas of CRDs
+// created just before it (the API server publishes them within a second or
+// two).
+const startSchemaWait = 10 * time.Second
 
 // GCPercent is the garbage collector's target for Run unless GOGC is set:
 // syncloop's heap is mostly its informer caches, which live as long as the
