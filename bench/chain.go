@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/syncloop/syncloop/internal/testenv"
-	"github.com/syncloop/syncloop/rules"
 )
 
 // chainRule: three children per trigger, each reading the uid the API
@@ -130,7 +129,7 @@ func chainLimit(ctx context.Context, env *testenv.Env, w workload, n, workers in
 				_ = unstructured.SetNestedField(obj.Object, prev, "data", "prev")
 			}
 			out, err := l.dc.Resource(gvrs[i*chainLength+j]).Namespace(obj.GetNamespace()).Apply(ctx, obj.GetName(), obj,
-				metav1.ApplyOptions{FieldManager: rules.FieldManagerPrefix + l.rule.Name, Force: true})
+				metav1.ApplyOptions{FieldManager: l.rule.FieldManager(), Force: true})
 			if err != nil {
 				return err
 			}

@@ -155,7 +155,7 @@ func (l *limitLoop) apply(ctx context.Context, lk rules.Lookuper, workers int) (
 	err = parallel(ctx, l.n, workers, func(ctx context.Context, i int) error {
 		obj := children[i]
 		_, err := l.dc.Resource(gvrs[i]).Namespace(obj.GetNamespace()).Apply(ctx, obj.GetName(), obj,
-			metav1.ApplyOptions{FieldManager: rules.FieldManagerPrefix + l.rule.Name, Force: true})
+			metav1.ApplyOptions{FieldManager: l.rule.FieldManager(), Force: true})
 		return err
 	})
 	return time.Since(start), err

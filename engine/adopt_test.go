@@ -422,3 +422,86 @@ spec:
 	})
 	check("after delete", true)
 }
+
+// TestTwoInstallations: two installations of syncloop in one cluster, each
+// with a rule named copy. Where both match a trigger, the one that made
+// the child keeps it and the other reports a conflict; neither's sweep
+// sees the other's children, so neither ever writes or deletes them —
+// through resyncs, and the triggers' deletion.
+func TestTwoInstallations(t *testing.T) {
+	a := newHarness(t) // the default installation
+	b := &harness{t: t, env: a.env, cs: a.cs, ns: a.ns, counter: &testenv.RequestCounter{}, updates: make(chan *rules.Set), installation: "team-b"}
+	mb := &recordingMetrics{}
+	b.metrics = mb
+	rule := func(selector string) string {
+		return fmt.Sprintf(`apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: copy}
+spec:
+  watch: {apiVersion: v1, kind: ConfigMap, namespace: NS, labelSelector: "%s"}
+  resources:
+    - id: copy
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "${object.metadata.name}-copy"}
+        data: ${object.?data.orValue({})}
+  resyncPeriod: 1s
+`, selector)
+	}
+	// a watches copy in (a, both), b watches copy in (b, both).
+	a.start(a.loadRules(rule("copy in (a,both)")))
+	for _, tr := range []struct{ name, v string }{{"ta", "a"}, {"shared", "both"}} {
+		a.createCM(tr.name, map[string]string{"copy": tr.v}, map[string]string{"k": "1"})
+	}
+	for _, name := range []string{"ta-copy", "shared-copy"} {
+		a.eventually(name+" made by the default installation", func() bool { _, ok := a.configMap(a.ns, name); return ok })
+	}
+	before := map[string]*corev1.ConfigMap{}
+	for _, name := range []string{"ta-copy", "shared-copy"} {
+		before[name], _ = a.configMap(a.ns, name)
+	}
+
+	b.start(b.loadRules(rule("copy in (b,both)")))
+	a.createCM("tb", map[string]string{"copy": "b"}, map[string]string{"k": "1"})
+	b.eventually("tb-copy made by installation team-b", func() bool {
+		cm, ok := b.configMap(b.ns, "tb-copy")
+		return ok && cm.Labels[rules.LabelInstallation] == "team-b"
+	})
+	b.eventually("the shared trigger a conflict for team-b", func() bool { return mb.written("copy", "conflict") > 0 })
+	if cm, _ := a.configMap(a.ns, "tb-copy"); len(cm.ManagedFields) != 1 || cm.ManagedFields[0].Manager != "syncloop@team-b/copy" {
+		t.Errorf("team-b's child is managed by %v; want syncloop@team-b/copy alone", cm.ManagedFields)
+	}
+	cb := b.controller("copy")
+	r0 := cb.resyncs.Load()
+	b.eventually("two resyncs (and sweeps) of team-b", func() bool { return cb.resyncs.Load() >= r0+2 })
+	for name, was := range before {
+		cm, ok := a.configMap(a.ns, name)
+		if !ok || cm.ResourceVersion != was.ResourceVersion {
+			t.Errorf("team-b wrote or deleted the default installation's %s", name)
+		}
+		if w := b.writesTo("configmaps", b.ns, name); len(w) > 0 {
+			t.Errorf("%d writes of team-b reached the default installation's %s: %v", len(w), name, w[0])
+		}
+	}
+	tbCopy, _ := a.configMap(a.ns, "tb-copy")
+	if w := a.writesTo("configmaps", a.ns, "tb-copy"); len(w) > 0 {
+		t.Errorf("the default installation wrote team-b's child: %v", w[0])
+	}
+
+	// The shared trigger goes: its child is the default installation's to
+	// delete, and only it deletes it; team-b's child stays as it is.
+	if err := a.cs.CoreV1().ConfigMaps(a.ns).Delete(t.Context(), "shared", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a.eventually("shared-copy pruned", func() bool { _, ok := a.configMap(a.ns, "shared-copy"); return !ok })
+	ca := a.controller("copy")
+	r1 := ca.resyncs.Load()
+	a.eventually("two resyncs of the default installation", func() bool { return ca.resyncs.Load() >= r1+2 })
+	if cm, ok := a.configMap(a.ns, "tb-copy"); !ok || cm.ResourceVersion != tbCopy.ResourceVersion {
+		t.Error("the default installation wrote or deleted team-b's child")
+	}
+	if deletes := b.counter.Requests(func(r testenv.Request) bool { return r.Method == "DELETE" }); len(deletes) > 0 {
+		t.Errorf("team-b deleted %v", deletes[0])
+	}
+}

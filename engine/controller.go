@@ -36,9 +36,16 @@ const (
 	StateFailed = "failed"
 )
 
-// childrenSelector selects every object syncloop manages: child informers
-// are shared by all rules, one per kind.
-var childrenSelector = rules.LabelManagedBy + "=" + rules.ManagedByValue
+// childrenSelector selects every object an installation of syncloop
+// manages (the default installation's children carry no installation
+// label): child informers are shared by the installation's rules, one per
+// kind, and never see another installation's children.
+func childrenSelector(installation string) string {
+	if installation == "" {
+		return rules.LabelManagedBy + "=" + rules.ManagedByValue + ",!" + rules.LabelInstallation
+	}
+	return rules.LabelManagedBy + "=" + rules.ManagedByValue + "," + rules.LabelInstallation + "=" + installation
+}
 
 // controller is one rule's RuleController: its trigger and child
 // subscriptions, its workqueue and workers, its periodic resync.
@@ -419,7 +426,7 @@ func (c *controller) subscribe(ctx context.Context) error {
 	c.trigger = sub
 	c.triggerSub.Store(sub)
 	for _, ck := range c.children {
-		sub, err := c.e.registry.Subscribe(ctx, dynamic.WatchKey{GVR: ck.mapping.Resource, Namespace: c.e.ns, LabelSelector: childrenSelector},
+		sub, err := c.e.registry.Subscribe(ctx, dynamic.WatchKey{GVR: ck.mapping.Resource, Namespace: c.e.ns, LabelSelector: childrenSelector(c.rule.Installation)},
 			cache.ResourceEventHandlerFuncs{
 				AddFunc:    c.childChanged,
 				UpdateFunc: func(_, obj any) { c.childChanged(obj) },

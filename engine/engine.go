@@ -159,7 +159,7 @@ func New(o Options) *Engine {
 	if o.Shard != nil {
 		e.shards = []shardChange{{s: o.Shard, at: time.Now()}}
 	}
-	e.registry.KeepManagedFields = isPatchManager
+	e.registry.KeepManagedFields = rules.IsPatchManager
 	e.registry.OnWatchError = func(key dynamic.WatchKey, err error) {
 		e.metrics.WatchError(key.GVR.GroupResource().String(), errorReason(err))
 	}

@@ -42,8 +42,10 @@ type harness struct {
 	eventMode EventMode       // Options.Events, set before start
 	shard     Shard           // Options.Shard, set before start
 	eventLRU  int             // entries of each of the recorder's Event caches, set before start; 0: client-go's 4,096
-	stop      func()
-	done      chan struct{} // closed when the engine's Run has returned
+	// installation the rules loadRules loads act for; "": the default.
+	installation string
+	stop         func()
+	done         chan struct{} // closed when the engine's Run has returned
 }
 
 func newHarness(t *testing.T) *harness {
@@ -70,6 +72,9 @@ func (h *harness) loadRules(yaml string) *rules.Set {
 	h.t.Helper()
 	l, err := rules.NewLoader(expr.Options{})
 	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := l.SetInstallation(h.installation); err != nil {
 		h.t.Fatal(err)
 	}
 	f, err := l.Parse("test.yaml", []byte(strings.ReplaceAll(yaml, "NS", h.ns)))

@@ -34,12 +34,6 @@ import (
 // of them.
 const patchIndex = "syncloop-patch-manager"
 
-// isPatchManager reports whether manager is a patch manager of some rule.
-func isPatchManager(manager string) bool {
-	rest, ok := strings.CutPrefix(manager, rules.FieldManagerPrefix)
-	return ok && strings.Count(rest, "/") == 1
-}
-
 func patchIndexFunc(obj any) ([]string, error) {
 	m, err := meta.Accessor(obj)
 	if err != nil {
@@ -47,7 +41,7 @@ func patchIndexFunc(obj any) ([]string, error) {
 	}
 	var out []string
 	for _, e := range m.GetManagedFields() {
-		if isPatchManager(e.Manager) {
+		if rules.IsPatchManager(e.Manager) {
 			out = append(out, e.Manager)
 		}
 	}
@@ -55,13 +49,13 @@ func patchIndexFunc(obj any) ([]string, error) {
 }
 
 // patchManagerPrefix is what the patch managers of rule start with.
-func patchManagerPrefix(rule string) string { return rules.FieldManagerPrefix + rule + "/" }
+func patchManagerPrefix(r *rules.Rule) string { return r.FieldManager() + "/" }
 
 // patchManager is the field manager of the patches of trigger key: the
 // rule's prefix and the key's digest in hex (the digest sharding hashes, so
 // a manager has its trigger's owner).
-func patchManager(rule string, key cache.ObjectName) string {
-	return patchManagerPrefix(rule) + fmt.Sprintf("%016x", TriggerDigest(key))
+func patchManager(r *rules.Rule, key cache.ObjectName) string {
+	return patchManagerPrefix(r) + fmt.Sprintf("%016x", TriggerDigest(key))
 }
 
 // managerDigest is the trigger digest a patch manager of prefix names.
@@ -178,7 +172,7 @@ func (c *controller) applyPatch(ctx context.Context, ch *changes, trigger *unstr
 		return nil, nil
 	}
 	cached := cachedObj.(*unstructured.Unstructured)
-	manager := patchManager(c.rule.Name, key)
+	manager := patchManager(c.rule, key)
 	if patchUpToDate(cached, obj, manager) {
 		c.e.metrics.Write(c.rule.Name, "unchanged")
 		return cached.Object, nil
@@ -300,14 +294,14 @@ func (c *controller) releasePatches(ctx context.Context, ch *changes, triggerRef
 		return nil
 	}
 	var errs []error
-	for _, obj := range c.patchedBy(patchManager(c.rule.Name, key)) {
+	for _, obj := range c.patchedBy(patchManager(c.rule, key)) {
 		if desired[refOf(obj)] || slices.Contains(keepKinds, refOf(obj).gvk) {
 			continue
 		}
 		if desired == nil && c.orphansKind(refOf(obj).gvk) {
 			continue
 		}
-		if err := c.release(ctx, ch, triggerRef, obj, patchManager(c.rule.Name, key)); err != nil {
+		if err := c.release(ctx, ch, triggerRef, obj, patchManager(c.rule, key)); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -396,10 +390,10 @@ func (c *controller) sweepPatches(ctx context.Context) {
 	live := map[string]bool{}
 	for _, k := range c.trigger.Indexer().ListKeys() {
 		if name, err := cache.ParseObjectName(k); err == nil {
-			live[patchManager(c.rule.Name, name)] = true
+			live[patchManager(c.rule, name)] = true
 		}
 	}
-	prefix := patchManagerPrefix(c.rule.Name)
+	prefix := patchManagerPrefix(c.rule)
 	done := map[string]bool{}
 	for _, pw := range c.patches {
 		if pw.sub == nil {

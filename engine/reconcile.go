@@ -291,7 +291,7 @@ func (c *controller) write(ctx context.Context, ck *childKind, ref childRef, obj
 		obj.SetResourceVersion(createOnlyVersion)
 		defer obj.SetResourceVersion("")
 	}
-	manager := rules.FieldManagerPrefix + c.rule.Name
+	manager := c.rule.FieldManager()
 	if c.e.plan != nil {
 		out, err := c.e.writer.Apply(ctx, ck.mapping, obj, manager, c.rule.ForceConflicts)
 		if err != nil {
@@ -560,7 +560,7 @@ func (c *controller) writeStatus(ctx context.Context, trigger *unstructured.Unst
 	if trigger.GetNamespace() == "" {
 		delete(patch.Object["metadata"].(map[string]any), "namespace")
 	}
-	out, err := c.e.writer.ApplyStatus(ctx, c.triggerMapping, patch, rules.FieldManagerPrefix+c.rule.Name, true)
+	out, err := c.e.writer.ApplyStatus(ctx, c.triggerMapping, patch, c.rule.FieldManager(), true)
 	if err != nil {
 		return errors.Join(statusErr, fmt.Errorf("writing status: %w", err))
 	}

@@ -36,12 +36,23 @@ var (
 func TestPatchManagerName(t *testing.T) {
 	key := cache.ObjectName{Namespace: "shop", Name: "web"}
 	sum := sha256.Sum256([]byte("shop/web"))
-	want := patchManagerPrefix("r") + hex.EncodeToString(sum[:8])
-	if got := patchManager("r", key); got != want {
+	r := &rules.Rule{Name: "r"}
+	want := "syncloop/r/" + hex.EncodeToString(sum[:8])
+	if got := patchManager(r, key); got != want {
 		t.Errorf("patchManager = %q, want %q", got, want)
 	}
-	if d, ok := managerDigest(want, patchManagerPrefix("r")); !ok || d != TriggerDigest(key) {
+	if d, ok := managerDigest(want, patchManagerPrefix(r)); !ok || d != TriggerDigest(key) {
 		t.Errorf("managerDigest(%q) = %x, %v; want %x", want, d, ok, TriggerDigest(key))
+	}
+	// A named installation's patches have managers of their own.
+	r = &rules.Rule{Name: "r", Installation: "team-a"}
+	if got := patchManager(r, key); got != "syncloop@team-a/r/"+hex.EncodeToString(sum[:8]) || !rules.IsPatchManager(got) {
+		t.Errorf("patchManager of installation team-a = %q", got)
+	}
+	for _, m := range []string{"syncloop/r", "syncloop@team-a/r", "kubectl", "syncloop@team-a"} {
+		if rules.IsPatchManager(m) {
+			t.Errorf("IsPatchManager(%q) = true", m)
+		}
 	}
 }
 

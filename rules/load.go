@@ -14,6 +14,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/syncloop/syncloop/rules/expr"
 	"github.com/syncloop/syncloop/rules/schema"
@@ -60,9 +61,10 @@ func (s *Set) Files() []*File { return s.files }
 // against the schemas it knows: the built-in kinds', and those of the
 // CustomResourceDefinitions given to UseCRDs or found among the files.
 type Loader struct {
-	compiler *expr.Compiler
-	schemas  schema.Source
-	scopes   ScopeSource
+	compiler     *expr.Compiler
+	schemas      schema.Source
+	scopes       ScopeSource
+	installation string
 }
 
 // NewLoader returns a Loader whose expressions evaluate under opts.
@@ -78,6 +80,28 @@ func NewLoader(opts expr.Options) (*Loader, error) {
 // (CRDs among the files still come first): `run` gives the API server's
 // (schema.Served), so that installed custom kinds are known.
 func (l *Loader) UseSchemas(s schema.Source) { l.schemas = s }
+
+// SetInstallation makes the rules of later loads act for the installation
+// of syncloop named name: their children carry it (LabelInstallation) and
+// their field managers name it, so that two installations in one cluster
+// never take each other's children. "" is the default installation, whose
+// children carry no name — those of syncloop versions before names.
+func (l *Loader) SetInstallation(name string) error {
+	if err := ValidateInstallation(name); err != nil {
+		return err
+	}
+	l.installation = name
+	return nil
+}
+
+// ValidateInstallation checks an installation name: empty (the default
+// installation) or a DNS-1123 label, as a label value must be.
+func ValidateInstallation(name string) error {
+	if errs := validation.IsDNS1123Label(name); name != "" && len(errs) > 0 {
+		return fmt.Errorf("installation %q: %s", name, strings.Join(errs, "; "))
+	}
+	return nil
+}
 
 // UseScopes makes s what later loads learn the scope of kinds from (CRDs
 // among the files still come first): `run` and `plan` give the cluster's
@@ -181,6 +205,9 @@ func (l *Loader) Parse(path string, data []byte) (*File, error) {
 		}
 		d := &decoder{file: path, lines: lines, schemas: schemas, scopes: scopes}
 		r := d.decodeRule(root, l.compiler)
+		if r != nil {
+			r.Installation = l.installation
+		}
 		errs = append(errs, d.errs...)
 		f.Warnings = append(f.Warnings, d.warns...)
 		f.Notes = append(f.Notes, d.notes...)

@@ -75,7 +75,8 @@ const (
 	Unowned Ownership = iota
 	// Owned: the object is this rule's child of this trigger — of this
 	// trigger's name, whatever its UID (a trigger deleted and created
-	// again finds its children again), in this installation.
+	// again finds its children again), in this installation (a child
+	// without an installation label is the default installation's).
 	Owned
 	// OwnedElsewhere: the object is another rule's, another trigger's, or
 	// another installation's.
@@ -89,7 +90,7 @@ func (r *Rule) OwnershipOf(obj *unstructured.Unstructured, t Trigger) Ownership 
 	if l[LabelManagedBy] != ManagedByValue && l[LabelRule] == "" && !hasOwner {
 		return Unowned
 	}
-	if l[LabelManagedBy] == ManagedByValue && l[LabelRule] == r.Name && sameTrigger(owner, t) {
+	if l[LabelManagedBy] == ManagedByValue && l[LabelRule] == r.Name && sameTrigger(owner, t) && l[LabelInstallation] == r.Installation {
 		return Owned
 	}
 	return OwnedElsewhere
@@ -144,10 +145,45 @@ func (r *Rule) Takeover(c Child, t Trigger, existing *unstructured.Unstructured)
 	}
 	l := existing.GetLabels()
 	switch {
+	case l[LabelInstallation] != r.Installation:
+		return false, conflict(fmt.Sprintf("belongs to %s", installationName(l[LabelInstallation])), "")
 	case l[LabelRule] != "" && l[LabelRule] != r.Name:
 		return false, conflict(fmt.Sprintf("is a child of rule %q", l[LabelRule]), "")
 	case existing.GetAnnotations()[AnnotationOwner] != "" && l[LabelRule] == r.Name:
 		return false, conflict(fmt.Sprintf("is this rule's child of another trigger (%s)", existing.GetAnnotations()[AnnotationOwner]), "")
 	}
 	return false, conflict("carries another syncloop's ownership labels", "")
+}
+
+func installationName(name string) string {
+	if name == "" {
+		return "the default installation of syncloop"
+	}
+	return fmt.Sprintf("installation %q of syncloop", name)
+}
+
+// FieldManager is the field manager of the rule's applies and status:
+// syncloop/<rule>, or syncloop@<installation>/<rule> in a named
+// installation. Its patches' managers add /<trigger digest>.
+func (r *Rule) FieldManager() string {
+	if r.Installation == "" {
+		return FieldManagerPrefix + r.Name
+	}
+	return "syncloop@" + r.Installation + "/" + r.Name
+}
+
+// IsPatchManager reports whether manager names the patches of some rule
+// of some installation: syncloop[@<installation>]/<rule>/<trigger digest>.
+func IsPatchManager(manager string) bool {
+	rest, ok := strings.CutPrefix(manager, FieldManagerPrefix)
+	if !ok {
+		var named bool
+		if rest, named = strings.CutPrefix(manager, "syncloop@"); !named {
+			return false
+		}
+		if _, rest, ok = strings.Cut(rest, "/"); !ok {
+			return false
+		}
+	}
+	return strings.Count(rest, "/") == 1
 }

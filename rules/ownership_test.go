@@ -159,3 +159,66 @@ spec:
 		t.Errorf("the YAML render does not show the conflict:\n%s", yaml.String())
 	}
 }
+
+// TestInstallations: a child is an installation's own only with its name
+// (none for the default installation); the child of another installation
+// — the default one included — is never taken over, adopt or not; field
+// managers name the installation.
+func TestInstallations(t *testing.T) {
+	res := &Resource{ID: "c", Adopt: true}
+	trigger := Trigger{APIVersion: "v1", Kind: "Namespace", Name: "ns"}
+	child := func(installation string) *unstructured.Unstructured {
+		o := obj("v1", "ConfigMap", "ns", "c", nil)
+		l := map[string]string{LabelManagedBy: ManagedByValue, LabelRule: "r"}
+		if installation != "" {
+			l[LabelInstallation] = installation
+		}
+		o.SetLabels(l)
+		o.SetAnnotations(map[string]string{AnnotationOwner: "v1/Namespace//ns"})
+		return o
+	}
+	for _, tt := range []struct {
+		rule, object, want string // want "" : owned
+	}{
+		{"", "", ""},
+		{"team-a", "team-a", ""},
+		{"", "team-a", `belongs to installation "team-a" of syncloop`},
+		{"team-a", "", "belongs to the default installation of syncloop"},
+		{"team-a", "team-b", `belongs to installation "team-b" of syncloop`},
+	} {
+		r := &Rule{Name: "r", Installation: tt.rule}
+		adopt, err := r.Takeover(Child{ResourceID: "c", Resource: res, Object: child("")}, trigger, child(tt.object))
+		got := ""
+		if err != nil {
+			got = err.Error()
+		}
+		if adopt || (tt.want == "" && err != nil) || !strings.Contains(got, tt.want) {
+			t.Errorf("rule of %q, child of %q: adopt %v, err %v; want %q", tt.rule, tt.object, adopt, err, tt.want)
+		}
+	}
+	if m := (&Rule{Name: "r"}).FieldManager(); m != "syncloop/r" {
+		t.Errorf("default installation's field manager %q", m)
+	}
+	if m := (&Rule{Name: "r", Installation: "team-a"}).FieldManager(); m != "syncloop@team-a/r" {
+		t.Errorf("team-a's field manager %q", m)
+	}
+
+	l := newLoader(t)
+	if err := l.SetInstallation("Team_A"); err == nil {
+		t.Error("an installation name that is no label value was accepted")
+	}
+	if err := l.SetInstallation("team-a"); err != nil {
+		t.Fatal(err)
+	}
+	f, err := l.Parse("r.yaml", []byte(head+watchNS+cm))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd, err := f.Rules[0].Render(context.Background(), obj("v1", "Namespace", "", "ns", nil), testScopes, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rd.Children[0].Object.GetLabels()[LabelInstallation]; got != "team-a" {
+		t.Errorf("a child of installation team-a is labelled %q", got)
+	}
+}

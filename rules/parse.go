@@ -24,9 +24,12 @@ import (
 // Labels and annotations syncloop puts on every child (DESIGN §4). A
 // template may not set them.
 const (
-	LabelManagedBy        = "app.kubernetes.io/managed-by"
-	LabelRule             = Group + "/rule"
-	LabelOwnerUID         = Group + "/owner-uid"
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	LabelRule      = Group + "/rule"
+	LabelOwnerUID  = Group + "/owner-uid"
+	// LabelInstallation names the installation of syncloop a child
+	// belongs to; the default installation's children carry none.
+	LabelInstallation     = Group + "/installation"
 	AnnotationOwner       = Group + "/owner"
 	AnnotationResourceID  = Group + "/resource-id"
 	ManagedByValue        = "syncloop"

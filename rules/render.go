@@ -534,6 +534,9 @@ func (r *Rule) renderChild(ctx context.Context, res *Resource, act *expr.Activat
 	labels[LabelManagedBy] = ManagedByValue
 	labels[LabelRule] = r.Name
 	labels[LabelOwnerUID] = t.UID
+	if r.Installation != "" {
+		labels[LabelInstallation] = r.Installation
+	}
 	obj.SetLabels(labels)
 	if ann == nil {
 		ann = map[string]string{}

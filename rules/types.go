@@ -43,6 +43,9 @@ const (
 // engine and the reload diff share it between goroutines.
 type Rule struct {
 	Name string
+	// Installation is the installation of syncloop the rule acts for
+	// (Loader.SetInstallation); empty: the default one.
+	Installation string
 	// Pos is where the rule's document starts.
 	Pos Pos
 	// Hash identifies the rule's content: two rules with equal hashes behave

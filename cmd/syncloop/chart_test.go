@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -300,6 +301,18 @@ func TestChartTemplate(t *testing.T) {
 		r := template(t, "--set", "metrics.serviceMonitor.enabled=true,podDisruptionBudget.enabled=true")
 		r.get(t, "ServiceMonitor", "rel-syncloop")
 		r.get(t, "PodDisruptionBudget", "rel-syncloop")
+	})
+
+	t.Run("installation", func(t *testing.T) {
+		if args := strings.Join(podSpec(t, template(t)).Containers[0].Args, " "); !strings.Contains(args, "--installation=rel") {
+			t.Errorf("default args %q lack --installation=rel (the release's name)", args)
+		}
+		if args := strings.Join(podSpec(t, template(t, "--set", "installation=platform")).Containers[0].Args, " "); !strings.Contains(args, "--installation=platform") {
+			t.Errorf("args %q lack --installation=platform", args)
+		}
+		if _, err := helmCmd(t, "template", "rel", chartDir, "--set", "installation=Team_A"); err == nil {
+			t.Error("an installation name that is no label value was accepted")
+		}
 	})
 
 	t.Run("typos rejected", func(t *testing.T) {
@@ -712,4 +725,59 @@ func grepLines(s, substr string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestChartInstallationUpgrade: a release installed with this chart names
+// its installation after itself; an upgrade of a release installed before
+// installations had names (its Deployment passes no --installation) keeps
+// it the default installation, so that its children stay its own.
+func TestChartInstallationUpgrade(t *testing.T) {
+	env := testenv.Get(t)
+	ctx := t.Context()
+	cs, err := kubernetes.NewForConfig(env.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	created, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "inst-"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := created.Name
+	helm := func(args ...string) {
+		t.Helper()
+		if out, err := helmCmd(t, append(args, "-n", ns, "--kubeconfig", env.Kubeconfig())...); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+	}
+	args := func() string {
+		t.Helper()
+		d, err := cs.AppsV1().Deployments(ns).Get(ctx, "legacy-syncloop", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(d.Spec.Template.Spec.Containers[0].Args, " ")
+	}
+	helm("install", "legacy", chartDir)
+	if a := args(); !strings.Contains(a, "--installation=legacy") {
+		t.Fatalf("installed: args %q lack --installation=legacy", a)
+	}
+	// As a release of a chart before installations had names was.
+	d, err := cs.AppsV1().Deployments(ns).Get(ctx, "legacy-syncloop", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &d.Spec.Template.Spec.Containers[0]
+	c.Args = slices.DeleteFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--installation") })
+	if _, err := cs.AppsV1().Deployments(ns).Update(ctx, d, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	helm("upgrade", "legacy", chartDir)
+	if a := args(); strings.Contains(a, "--installation") {
+		t.Errorf("upgraded from before installation names: args %q name one; want the default installation", a)
+	}
+	helm("upgrade", "legacy", chartDir, "--set", "installation=platform")
+	if a := args(); !strings.Contains(a, "--installation=platform") {
+		t.Errorf("args %q lack the installation set", a)
+	}
+	helm("uninstall", "legacy")
 }

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/syncloop/syncloop/rules"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files and the render output in examples' READMEs")
@@ -380,5 +382,26 @@ spec:
 	}
 	if !strings.Contains(errOut, `field selector status.phase=Active not evaluated offline`) {
 		t.Errorf("stderr = %q, want the not-evaluated requirement reported", errOut)
+	}
+}
+
+// TestRenderInstallation: render --installation shows the children as that
+// installation makes them, labelled with its name; a name that is no label
+// value is refused.
+func TestRenderInstallation(t *testing.T) {
+	args := exampleArgs(filepath.Join(examplesDir, "tenant-defaults"))
+	code, out, errOut := syncloop(t, append(args, "-o", "json", "--installation", "team-a")...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if n := strings.Count(out, `"`+rules.LabelInstallation+`": "team-a"`); n == 0 {
+		t.Errorf("no child labelled %s=team-a:\n%s", rules.LabelInstallation, out)
+	}
+	code, out, _ = syncloop(t, append(args, "-o", "json")...)
+	if code != 0 || strings.Contains(out, rules.LabelInstallation) {
+		t.Errorf("the default installation's children carry %s (exit %d)", rules.LabelInstallation, code)
+	}
+	if code, _, errOut := syncloop(t, append(args, "--installation", "Team_A")...); code != 1 || !strings.Contains(errOut, `installation "Team_A"`) {
+		t.Errorf("--installation Team_A: exit %d, stderr %q", code, errOut)
 	}
 }

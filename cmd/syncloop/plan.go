@@ -52,6 +52,7 @@ nothing to do, 2 when changes are pending and 1 on any error.`,
 		},
 	}
 	rf.register(cmd)
+	rf.registerInstallation(cmd)
 	cf.register(cmd)
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "plan format: text or json (one object per line)")
 	return cmd

@@ -69,6 +69,7 @@ or from the objects themselves. Exit status 1 if any rendering fails.`,
 		},
 	}
 	rf.register(cmd)
+	rf.registerInstallation(cmd)
 	cmd.Flags().StringArrayVar(&objects, "objects", nil, "file or directory of Kubernetes objects (YAML or JSON; repeatable)")
 	cmd.Flags().StringVarP(&output, "output", "o", "yaml", "output format: yaml or json")
 	cmd.Flags().StringVar(&only, "rule", "", "render only this rule")

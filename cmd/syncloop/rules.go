@@ -16,8 +16,9 @@ import (
 
 // ruleFlags are the flags of every command that loads rules.
 type ruleFlags struct {
-	paths     []string
-	costLimit uint64
+	paths        []string
+	costLimit    uint64
+	installation string
 }
 
 func (f *ruleFlags) register(cmd *cobra.Command) {
@@ -25,6 +26,12 @@ func (f *ruleFlags) register(cmd *cobra.Command) {
 		"rule file or directory (repeatable); directories are walked for *.yaml and *.yml, dotfiles skipped")
 	cmd.Flags().Uint64Var(&f.costLimit, "cel-cost-limit", expr.DefaultCostLimit, "CEL cost limit of one expression evaluation")
 	_ = cmd.MarkFlagRequired("rules")
+}
+
+// registerInstallation adds --installation, for the commands whose rules
+// act in (or render for) a cluster.
+func (f *ruleFlags) registerInstallation(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.installation, "installation", "", "the name of this installation of syncloop, which its children carry (label "+rules.LabelInstallation+"), so that installations in one cluster never take each other's children (default: the default installation, whose children carry none)")
 }
 
 // load loads the rule set, its templates, expressions and scopes checked
@@ -36,6 +43,9 @@ func (f *ruleFlags) load(stderr io.Writer, cl *manager.Clients, crds ...*unstruc
 	l, err := rules.NewLoader(expr.Options{CostLimit: f.costLimit})
 	if err != nil {
 		return nil, err
+	}
+	if err := l.SetInstallation(f.installation); err != nil {
+		return nil, fmt.Errorf("--%w", err)
 	}
 	if cl != nil {
 		l.UseSchemas(cl.Schemas())

@@ -14,6 +14,7 @@ import (
 
 	"github.com/syncloop/syncloop/engine"
 	"github.com/syncloop/syncloop/internal/manager"
+	"github.com/syncloop/syncloop/rules"
 )
 
 // clusterFlags are the flags of every command that talks to a cluster.
@@ -127,6 +128,12 @@ version in force; at start, files that fail are left out and reported.`,
 			if leaseNS == "" {
 				leaseNS = cf.namespace()
 			}
+			if err := rules.ValidateInstallation(rf.installation); err != nil {
+				return fmt.Errorf("--%w", err)
+			}
+			if rf.installation != "" && !cmd.Flags().Changed("leader-elect-id") {
+				leaseID += "-" + rf.installation // installations elect their leaders apart
+			}
 			var mode manager.Mode
 			switch {
 			case leaderElect:
@@ -140,6 +147,7 @@ version in force; at start, files that fail are left out and reported.`,
 				Config:       cfg,
 				Rules:        rf.paths,
 				CostLimit:    rf.costLimit,
+				Installation: rf.installation,
 				Namespace:    cf.watchNamespace,
 				MetricsAddr:  metricsAddr,
 				ProbeAddr:    probeAddr,
@@ -154,6 +162,7 @@ version in force; at start, files that fail are left out and reported.`,
 		},
 	}
 	rf.register(cmd)
+	rf.registerInstallation(cmd)
 	cf.register(cmd)
 	cmd.Flags().StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address of /metrics (0 turns it off)")
 	cmd.Flags().StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (0 turns them off)")
@@ -164,7 +173,7 @@ version in force; at start, files that fail are left out and reported.`,
 	cmd.Flags().BoolVar(&leaderElect, "leader-elect", false, "run rules only while holding a coordination.k8s.io Lease, so that replicas stand by")
 	cmd.Flags().BoolVar(&sharding, "sharding", false, "share the triggers with the other replicas run this way, each holding a coordination.k8s.io Lease of its own (<leader-elect-id>-shard-<identity>)")
 	cmd.Flags().StringVar(&leaseNS, "leader-elect-namespace", "", "namespace of the Leases of --leader-elect and --sharding (default: the pod's, or the kubeconfig context's)")
-	cmd.Flags().StringVar(&leaseID, "leader-elect-id", "syncloop", "name of the leader Lease; with --sharding, the group's name")
+	cmd.Flags().StringVar(&leaseID, "leader-elect-id", "syncloop", "name of the leader Lease; with --sharding, the group's name (default with --installation: syncloop-<installation>)")
 	cmd.Flags().StringVar(&identity, "leader-elect-identity", "", "this replica's identity (default: hostname_uuid; with --sharding, the host name, which is the pod's name)")
 	_ = cmd.Flags().MarkHidden("leader-elect-identity")
 	return cmd

@@ -41,6 +41,9 @@ type Options struct {
 	Rules []string
 	// CostLimit is the CEL cost limit of one evaluation.
 	CostLimit uint64
+	// Installation names this installation of syncloop
+	// (rules.Loader.SetInstallation); "": the default one.
+	Installation string
 	// Namespace, when set, limits syncloop to one namespace
 	// (engine.Options.Namespace).
 	Namespace string
@@ -119,6 +122,9 @@ func Run(ctx context.Context, o Options) error {
 	setGCPercent()
 	loader, err := rules.NewLoader(expr.Options{CostLimit: o.CostLimit})
 	if err != nil {
+		return err
+	}
+	if err := loader.SetInstallation(o.Installation); err != nil {
 		return err
 	}
 	p := &process{opts: o, files: &fileErrors{}, current: &currentSet{}, updates: make(chan *rules.Set, 1)}
@@ -268,7 +274,7 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}()
 
-	logger.Info("Starting", "rules", loaded.Set.Len(), "host", p.clients.Config.Host)
+	logger.Info("Starting", "rules", loaded.Set.Len(), "host", p.clients.Config.Host, "installation", o.Installation)
 	err = o.Mode.run(ctx, p)
 	<-watchDone
 	if err != nil {

@@ -43,6 +43,32 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- default (printf "%s-rules" (include "syncloop.fullname" .)) .Values.rules.existingConfigMap }}
 {{- end }}
 
+{{/*
+The installation's name (--installation), which its children carry, so that
+installations in one cluster never take each other's children: the value,
+else the release's name. An upgrade of a release installed before
+installations had names (its Deployment passes no --installation) keeps it
+the default installation, whose children carry no name: they stay its own.
+*/}}
+{{- define "syncloop.installation" -}}
+{{- if .Values.installation }}
+{{- .Values.installation }}
+{{- else }}
+{{- $dep := lookup "apps/v1" "Deployment" .Release.Namespace (include "syncloop.fullname" .) }}
+{{- $args := list }}
+{{- range (dig "spec" "template" "spec" "containers" (list) $dep) }}
+{{- $args = concat $args (.args | default list) }}
+{{- end }}
+{{- $named := false }}
+{{- range $args }}
+{{- if hasPrefix "--installation" . }}{{ $named = true }}{{ end }}
+{{- end }}
+{{- if or (not $dep) $named }}
+{{- .Release.Name }}
+{{- end }}
+{{- end }}
+{{- end }}
+
 {{- define "syncloop.leaseName" -}}
 {{- default (include "syncloop.fullname" .) .Values.leaderElection.id }}
 {{- end }}
