@@ -222,7 +222,7 @@ func (c *controller) applyChild(ctx context.Context, ch *changes, trigger *unstr
 	if err != nil {
 		return nil, fail("reading", err)
 	}
-	for attempt := 0; ; attempt++ {
+	for {
 		adopt := false
 		if existing != nil {
 			if adopt, err = c.rule.Takeover(child, rules.TriggerOf(trigger), existing); err != nil {
@@ -236,9 +236,10 @@ func (c *controller) applyChild(ctx context.Context, ch *changes, trigger *unstr
 			}
 		}
 		live, err := c.write(ctx, ck, ref, obj, key, child, existing == nil)
-		if existing == nil && apierrors.IsConflict(err) && attempt == 0 {
+		if existing == nil && apierrors.IsConflict(err) {
 			// An object the cache does not hold has the child's name:
-			// read it, and decide whether it may be written.
+			// read it, and decide whether it may be written (once: it
+			// exists now).
 			live, gerr := c.e.writer.Get(ctx, ck.mapping, ref.namespace, ref.name)
 			if gerr != nil {
 				return nil, fail("reading", gerr)

@@ -15,10 +15,11 @@ import (
 // edges come from the compiled expressions (expr.Program.ChildRefs), never
 // from searching the text, so a reference in a string literal is not one.
 
-// declaredIDs returns the ids written in spec.resources, valid or not, so
-// that every resource can be compiled knowing all of them.
-func declaredIDs(doc any) []string {
-	list, _ := lookup(doc, []any{"spec", "resources"}).([]any)
+// declaredIDs returns the ids written in spec.<field> (resources,
+// lookups), valid or not, so that every expression can be compiled knowing
+// all of them.
+func declaredIDs(doc any, field string) []string {
+	list, _ := lookup(doc, []any{"spec", field}).([]any)
 	var ids []string
 	for _, r := range list {
 		m, _ := r.(map[string]any)

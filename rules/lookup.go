@@ -43,7 +43,7 @@ type Lookuper interface {
 // namespace, name and labelSelector may read other lookups: they are read
 // in dependency order (Rule.LookupOrder), and a cycle is an error.
 func (d *decoder) decodeLookups(r *Rule, n *yaml.Node, docVal any, c *expr.Compiler, ts *expr.Types) []string {
-	declared := declaredLookupIDs(docVal)
+	declared := declaredIDs(docVal, "lookups")
 	scope := expr.Scope{Lookups: nonNil(declared), InLookup: true, Types: ts}
 	var ids []string
 	for i, ln := range d.seq(n, "spec.lookups") {
@@ -109,19 +109,6 @@ func (d *decoder) decodeLookups(r *Rule, n *yaml.Node, docVal any, c *expr.Compi
 		d.lookupGraph(r)
 	}
 	return declared
-}
-
-// declaredLookupIDs returns the ids written in spec.lookups, valid or not.
-func declaredLookupIDs(doc any) []string {
-	list, _ := lookup(doc, []any{"spec", "lookups"}).([]any)
-	var ids []string
-	for _, l := range list {
-		m, _ := l.(map[string]any)
-		if id, ok := m["id"].(string); ok && id != "" {
-			ids = append(ids, id)
-		}
-	}
-	return ids
 }
 
 // lookupGraph links the rule's lookups by the lookups.<id> their

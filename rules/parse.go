@@ -261,7 +261,7 @@ func (d *decoder) decodeSpec(r *Rule, spec *yaml.Node, docVal any, pos positions
 	if n, ok := f["resources"]; ok {
 		// A resource may read any other as children.<id>: every id is
 		// declared to every resource, and the references become the graph.
-		all := nonNil(declaredIDs(docVal))
+		all := nonNil(declaredIDs(docVal, "resources"))
 		for i, rn := range d.seq(n, "spec.resources") {
 			scope := expr.Scope{Variables: varNames, Lookups: lookupIDs, Children: all, Types: ruleTypes}
 			if res := d.decodeResource(i, rn, docVal, pos, c, scope, ids); res != nil {

@@ -738,11 +738,7 @@ func TestChartInstallationUpgrade(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	created, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "inst-"}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns := created.Name
+	ns := newNamespace(t, cs, "inst")
 	helm := func(args ...string) {
 		t.Helper()
 		if out, err := helmCmd(t, append(args, "-n", ns, "--kubeconfig", env.Kubeconfig())...); err != nil {

@@ -226,8 +226,7 @@ func TestValidateTypes(t *testing.T) {
 func TestScopesFromTheCluster(t *testing.T) {
 	env := testenv.Get(t)
 	dir := t.TempDir()
-	crd := filepath.Join(dir, "crd.yaml")
-	if err := os.WriteFile(crd, []byte(`apiVersion: apiextensions.k8s.io/v1
+	crd := writeFile(t, dir, "crd.yaml", `apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
 metadata: {name: realms.scopes.syncloop.dev}
 spec:
@@ -236,14 +235,11 @@ spec:
   names: {plural: realms, singular: realm, kind: Realm, listKind: RealmList}
   versions:
     - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
+`)
 	if _, err := env.InstallCRDs(t.Context(), crd); err != nil {
 		t.Fatal(err)
 	}
-	rulesPath := filepath.Join(dir, "rules.yaml")
-	if err := os.WriteFile(rulesPath, []byte(`apiVersion: syncloop.dev/v1alpha1
+	rulesPath := writeFile(t, dir, "rules.yaml", `apiVersion: syncloop.dev/v1alpha1
 kind: Rule
 metadata: {name: realm}
 spec:
@@ -254,9 +250,7 @@ spec:
         apiVersion: v1
         kind: ConfigMap
         metadata: {name: "${object.metadata.name}"}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
+`)
 	if code, out, errOut := syncloop(t, "validate", "-f", rulesPath); code != 0 {
 		t.Fatalf("validate, offline: exit %d\n%s%s", code, out, errOut)
 	}
@@ -274,8 +268,7 @@ spec:
 func TestStartWithANewCRD(t *testing.T) {
 	env := testenv.Get(t)
 	dir := t.TempDir()
-	crd := filepath.Join(dir, "crd.yaml")
-	if err := os.WriteFile(crd, []byte(`apiVersion: apiextensions.k8s.io/v1
+	crd := writeFile(t, dir, "crd.yaml", `apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
 metadata: {name: beacons.fresh.syncloop.dev}
 spec:
@@ -287,11 +280,8 @@ spec:
       served: true
       storage: true
       schema: {openAPIV3Schema: {type: object, properties: {spec: {type: object, properties: {size: {type: integer}}}}}}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	rulesPath := filepath.Join(dir, "rules.yaml")
-	if err := os.WriteFile(rulesPath, []byte(`apiVersion: syncloop.dev/v1alpha1
+`)
+	rulesPath := writeFile(t, dir, "rules.yaml", `apiVersion: syncloop.dev/v1alpha1
 kind: Rule
 metadata: {name: beacon}
 spec:
@@ -303,9 +293,7 @@ spec:
         kind: ConfigMap
         metadata: {name: "${object.metadata.name}"}
         data: {size: "${string(object.spec.size)}"}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
+`)
 	if _, err := env.InstallCRDs(t.Context(), crd); err != nil {
 		t.Fatal(err)
 	}
@@ -317,23 +305,16 @@ spec:
 			"--metrics-bind-address", metrics, "--health-probe-bind-address", probes}, io.Discard, io.Discard)
 	}()
 	defer func() { cancel(); <-exited }()
-	poll := func(what string, timeout time.Duration, cond func() bool) bool {
-		return wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) { return cond(), nil }) == nil
-	}
-	if !poll("ready", 60*time.Second, func() bool { return strings.Contains(httpGet("http://"+probes+"/readyz"), "rule beacon: running") }) {
-		t.Fatal("syncloop did not become ready")
-	}
+	pollUntil(t, 60*time.Second, "syncloop ready", func() bool { return strings.Contains(httpGet("http://"+probes+"/readyz"), "rule beacon: running") })
 	disco, err := discovery.NewDiscoveryClientForConfig(env.Config())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !poll("the schema published", 30*time.Second, func() bool {
+	pollUntil(t, 30*time.Second, "the CRD's schema published", func() bool {
 		paths, err := disco.OpenAPIV3().Paths()
 		_, ok := paths["apis/fresh.syncloop.dev/v1"]
 		return err == nil && ok
-	}) {
-		t.Fatal("the API server did not publish the CRD's schema")
-	}
+	})
 	reloads := func() string {
 		for _, l := range strings.Split(httpGet("http://"+metrics+"/metrics"), "\n") {
 			if strings.HasPrefix(l, `syncloop_rules_reload_total{result="success"}`) {
@@ -344,7 +325,9 @@ spec:
 	}
 	// Were the rule started untyped, it would be checked again within a
 	// few hundred milliseconds of the schema's publication, and restarted.
-	if poll("a second load", 3*time.Second, func() bool { return reloads() != "1" }) {
+	reloaded := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 3*time.Second, true,
+		func(context.Context) (bool, error) { return reloads() != "1", nil }) == nil
+	if reloaded {
 		t.Errorf("the rules were loaded again after start (syncloop_rules_reload_total{result=\"success\"} %s): the rule restarted", reloads())
 	}
 	if !strings.Contains(httpGet("http://"+probes+"/readyz"), "rule beacon: running") {
