@@ -112,6 +112,14 @@ func TestNeverTakesOver(t *testing.T) {
 		return st == "4"
 	})
 	unchanged("after the trigger's update")
+	// Retried with backoff, a conflict costs one read each time: only the
+	// first attempt was a (refused) create.
+	suffix := "/namespaces/" + h.ns + "/configmaps/w-cfg"
+	refused := h.counter.Requests(func(r testenv.Request) bool { return r.Method == "PATCH" && strings.HasSuffix(r.Path, suffix) })
+	reads := h.counter.Requests(func(r testenv.Request) bool { return r.Method == "GET" && strings.HasSuffix(r.Path, suffix) })
+	if len(refused) != 1 || len(reads) < 2 {
+		t.Errorf("%d create attempts and %d reads of the user's ConfigMap; want 1 and one per retry", len(refused), len(reads))
+	}
 
 	patch(`{"spec":{"off":true}}`)
 	h.eventually("the other child pruned once when is false", func() bool { _, ok := h.configMap(h.ns, "w-other"); return !ok })
@@ -124,6 +132,13 @@ func TestNeverTakesOver(t *testing.T) {
 	}
 	h.eventually("the other child pruned once the trigger is gone", func() bool { _, ok := h.configMap(h.ns, "w-other"); return !ok })
 	unchanged("after the trigger's deletion")
+	c := h.controller("guarded")
+	c.mu.Lock()
+	left := len(c.conflicted)
+	c.mu.Unlock()
+	if left != 0 {
+		t.Errorf("the memory of %d triggers' conflicts outlived them", left)
+	}
 }
 
 // TestAdopt: adopt: true on the resource, or the annotation

@@ -82,9 +82,10 @@ type controller struct {
 	// of the last event of each seen meanwhile ("": none).
 	inflight map[childRef]string
 	deleted  map[childRef]types.UID // children deleted whose removal the cache has not shown yet
-	// conflicted are the children whose last apply found an object
-	// syncloop may not write under their name: the next one reads first.
-	conflicted map[childRef]bool
+	// conflicted are, by trigger, the children whose last apply found an
+	// object syncloop may not write under their name: the next one reads
+	// first. A trigger's entry goes when it wants no children.
+	conflicted map[cache.ObjectName]map[childRef]bool
 	syncedAt   time.Time // when the informers the workers need had synced
 	// working are the triggers being reconciled or released, by key
 	// digest, each with the cancel of its requests (see SetShard).
@@ -141,7 +142,7 @@ func newController(e *Engine, r *rules.Rule, retired []schema.GroupVersionKind, 
 		applied:        map[childRef]string{},
 		inflight:       map[childRef]string{},
 		deleted:        map[childRef]types.UID{},
-		conflicted:     map[childRef]bool{},
+		conflicted:     map[cache.ObjectName]map[childRef]bool{},
 		working:        map[uint64]context.CancelFunc{},
 		reshard:        make(chan struct{}, 1),
 		state:          StateWaiting,
@@ -603,22 +604,39 @@ func (c *controller) applyDone(ref childRef, rv string, key cache.ObjectName) {
 	}
 }
 
-// noteConflict remembers whether the last apply of ref found a conflict.
-func (c *controller) noteConflict(ref childRef, conflict bool) {
+// noteConflict remembers whether the last apply of trigger key's child ref
+// found a conflict.
+func (c *controller) noteConflict(key cache.ObjectName, ref childRef, conflict bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if conflict {
-		c.conflicted[ref] = true
-	} else {
-		delete(c.conflicted, ref)
+	refs := c.conflicted[key]
+	switch {
+	case conflict && refs == nil:
+		c.conflicted[key] = map[childRef]bool{ref: true}
+	case conflict:
+		refs[ref] = true
+	case refs != nil:
+		delete(refs, ref)
+		if len(refs) == 0 {
+			delete(c.conflicted, key)
+		}
 	}
 }
 
-// hadConflict reports whether the last apply of ref found a conflict.
-func (c *controller) hadConflict(ref childRef) bool {
+// hadConflict reports whether the last apply of trigger key's child ref
+// found a conflict.
+func (c *controller) hadConflict(key cache.ObjectName, ref childRef) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.conflicted[ref]
+	return c.conflicted[key][ref]
+}
+
+// forgetConflicts drops what is remembered of trigger key's conflicts: it
+// wants no children (gone, or its when is false).
+func (c *controller) forgetConflicts(key cache.ObjectName) {
+	c.mu.Lock()
+	delete(c.conflicted, key)
+	c.mu.Unlock()
 }
 
 // forget drops what the controller remembers of a child that is gone.

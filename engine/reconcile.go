@@ -51,6 +51,7 @@ func (c *controller) reconcile(ctx context.Context, key cache.ObjectName) error 
 	if trigger == nil || trigger.GetDeletionTimestamp() != nil {
 		c.deps.set(key, nil)
 		c.patchDeps.setKeys(key, nil)
+		c.forgetConflicts(key)
 		return errors.Join(c.prune(ctx, ch, ref, owner, existing, nil, nil), c.releasePatches(ctx, ch, ref, key, nil, nil))
 	}
 	defer c.e.reconciled(trigger, ch)
@@ -72,6 +73,7 @@ func (c *controller) reconcile(ctx context.Context, key cache.ObjectName) error 
 	}
 	if rd.Skipped {
 		c.patchDeps.setKeys(key, nil)
+		c.forgetConflicts(key)
 		return errors.Join(c.prune(ctx, ch, ref, owner, existing, nil, nil), c.releasePatches(ctx, ch, ref, key, nil, nil))
 	}
 	errs := c.conflicts(trigger, rd, ap.errs)
@@ -226,11 +228,11 @@ func (c *controller) applyChild(ctx context.Context, ch *changes, trigger *unstr
 		adopt := false
 		if existing != nil {
 			if adopt, err = c.rule.Takeover(child, rules.TriggerOf(trigger), existing); err != nil {
-				c.noteConflict(ref, true)
+				c.noteConflict(key, ref, true)
 				return nil, err
 			}
 			if !adopt && c.upToDate(ref, existing, obj, hash) {
-				c.noteConflict(ref, false)
+				c.noteConflict(key, ref, false)
 				c.e.metrics.Write(c.rule.Name, "unchanged")
 				return existing.Object, nil
 			}
@@ -250,7 +252,7 @@ func (c *controller) applyChild(ctx context.Context, ch *changes, trigger *unstr
 		if err != nil {
 			return nil, fail("applying", err)
 		}
-		c.noteConflict(ref, false)
+		c.noteConflict(key, ref, false)
 		c.wrote(ctx, ch, trigger, obj, existing, live, adopt)
 		return live, nil
 	}
@@ -270,7 +272,7 @@ func (c *controller) existing(ctx context.Context, ck *childKind, ref childRef, 
 	if found {
 		return cachedObj.(*unstructured.Unstructured), nil
 	}
-	if !c.mayLag(key) && !c.hadConflict(ref) {
+	if !c.mayLag(key) && !c.hadConflict(key, ref) {
 		return nil, nil
 	}
 	live, err := c.e.writer.Get(ctx, ck.mapping, ref.namespace, ref.name)
