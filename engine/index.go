@@ -10,8 +10,8 @@ import (
 )
 
 // Indexes on the child informers. Children are watched once per kind for
-// all rules (label app.kubernetes.io/managed-by=syncloop), so that a rule
-// sees when another rule already owns an object it wants: a conflict is
+// all rules of an installation (childrenSelector), so that a rule sees
+// when another rule already owns an object it wants: a conflict is
 // reported instead of two rules taking an object from each other forever.
 const (
 	// ownerIndex: "<rule> <owner annotation>" → the children of one trigger.

@@ -124,7 +124,7 @@ type Lookup struct {
 func (l *Lookup) List() bool { return l.Name.Empty() }
 
 // Text is a string field of a rule that is literal or a ${} template over
-// the trigger.
+// the trigger (in a lookup, also over the lookups it reads).
 type Text struct {
 	Literal  string
 	Template *Template // nil: Literal
