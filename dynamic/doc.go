@@ -6,6 +6,7 @@
 // managedFields stripped and strings interned before caching), and
 // server-side apply, status and delete helpers.
 //
-// It imports only client-go and apimachinery: it knows nothing about rules,
+// It imports only client-go, apimachinery and k8s.io/utils (a clock, so that
+// flow control is tested with a fake one): it knows nothing about rules,
 // templates or reconcile.
 package dynamic

@@ -132,11 +132,7 @@ func TestNeverTakesOver(t *testing.T) {
 	}
 	h.eventually("the other child pruned once the trigger is gone", func() bool { _, ok := h.configMap(h.ns, "w-other"); return !ok })
 	unchanged("after the trigger's deletion")
-	c := h.controller("guarded")
-	c.mu.Lock()
-	left := len(c.conflicted)
-	c.mu.Unlock()
-	if left != 0 {
+	if _, _, _, left := h.controller("guarded").writes.remembered(); left != 0 {
 		t.Errorf("the memory of %d triggers' conflicts outlived them", left)
 	}
 }

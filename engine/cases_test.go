@@ -376,8 +376,6 @@ spec:
 	}
 }
 
-func ptrTo[T any](v T) *T { return &v }
-
 // TestMaxRetries: a trigger that keeps failing is dropped after maxRetries
 // attempts (with a Failed event each time), until its next change.
 func TestMaxRetries(t *testing.T) {

@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -74,19 +73,13 @@ type controller struct {
 	retired        []schema.GroupVersionKind // see newController
 	retiredPatches []*patchWatch             // see newController
 
-	mu      sync.Mutex
-	state   string
-	detail  string
-	applied map[childRef]string // resourceVersion our last apply of a child returned
-	// inflight holds the children being applied, with the resourceVersion
-	// of the last event of each seen meanwhile ("": none).
-	inflight map[childRef]string
-	deleted  map[childRef]types.UID // children deleted whose removal the cache has not shown yet
-	// conflicted are, by trigger, the children whose last apply found an
-	// object syncloop may not write under their name: the next one reads
-	// first. A trigger's entry goes when it wants no children.
-	conflicted map[cache.ObjectName]map[childRef]bool
-	syncedAt   time.Time // when the informers the workers need had synced
+	// writes is what the controller remembers of its own writes.
+	writes *ownWrites
+
+	mu       sync.Mutex // guards state, detail, syncedAt and working
+	state    string
+	detail   string
+	syncedAt time.Time // when the informers the workers need had synced
 	// working are the triggers being reconciled or released, by key
 	// digest, each with the cancel of its requests (see SetShard).
 	working map[uint64]context.CancelFunc
@@ -139,10 +132,7 @@ func newController(e *Engine, r *rules.Rule, retired []schema.GroupVersionKind, 
 		deps:           newLookupIndex(),
 		patchDeps:      newLookupIndex(),
 		retiredPatches: retiredPatches,
-		applied:        map[childRef]string{},
-		inflight:       map[childRef]string{},
-		deleted:        map[childRef]types.UID{},
-		conflicted:     map[cache.ObjectName]map[childRef]bool{},
+		writes:         newOwnWrites(),
 		working:        map[uint64]context.CancelFunc{},
 		reshard:        make(chan struct{}, 1),
 		state:          StateWaiting,
@@ -558,85 +548,14 @@ func (c *controller) enqueueOwner(obj any) {
 // unless the event is the echo of syncloop's own last apply of it (the
 // version that apply returned), which changes nothing the reconcile that
 // made it did not already see: a cold start then costs one reconcile per
-// trigger, not two.
-//
-// An event that arrives while syncloop's own apply of the child is still
-// returning is held, not queued: the echo can beat the answer. applyDone
-// queues the trigger if the last event held was not that echo.
+// trigger, not two. An event that arrives while syncloop's own apply of
+// the child is still returning is held (ownWrites.echo): the apply's end
+// queues the trigger if it was not the echo.
 func (c *controller) childChanged(obj any) {
-	if u, ok := obj.(*unstructured.Unstructured); ok {
-		ref := refOf(u)
-		c.mu.Lock()
-		if _, applying := c.inflight[ref]; applying {
-			c.inflight[ref] = u.GetResourceVersion()
-			c.mu.Unlock()
-			return
-		}
-		rv, ok := c.applied[ref]
-		c.mu.Unlock()
-		if ok && rv == u.GetResourceVersion() {
-			return
-		}
+	if u, ok := obj.(*unstructured.Unstructured); ok && c.writes.echo(refOf(u), u.GetResourceVersion()) {
+		return
 	}
 	c.enqueueOwner(obj)
-}
-
-// applying marks ref as being applied by a reconcile of trigger key.
-func (c *controller) applying(ref childRef) {
-	c.mu.Lock()
-	c.inflight[ref] = ""
-	c.mu.Unlock()
-}
-
-// applyDone ends an apply of ref for trigger key that returned rv (""
-// when it failed): rv is remembered as our own, and an event held during
-// the apply that is not its echo queues the trigger.
-func (c *controller) applyDone(ref childRef, rv string, key cache.ObjectName) {
-	c.mu.Lock()
-	seen := c.inflight[ref]
-	delete(c.inflight, ref)
-	if rv != "" {
-		c.applied[ref] = rv
-	}
-	c.mu.Unlock()
-	if seen != "" && seen != rv {
-		c.add(key)
-	}
-}
-
-// noteConflict remembers whether the last apply of trigger key's child ref
-// found a conflict.
-func (c *controller) noteConflict(key cache.ObjectName, ref childRef, conflict bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	refs := c.conflicted[key]
-	switch {
-	case conflict && refs == nil:
-		c.conflicted[key] = map[childRef]bool{ref: true}
-	case conflict:
-		refs[ref] = true
-	case refs != nil:
-		delete(refs, ref)
-		if len(refs) == 0 {
-			delete(c.conflicted, key)
-		}
-	}
-}
-
-// hadConflict reports whether the last apply of trigger key's child ref
-// found a conflict.
-func (c *controller) hadConflict(key cache.ObjectName, ref childRef) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.conflicted[key][ref]
-}
-
-// forgetConflicts drops what is remembered of trigger key's conflicts: it
-// wants no children (gone, or its when is false).
-func (c *controller) forgetConflicts(key cache.ObjectName) {
-	c.mu.Lock()
-	delete(c.conflicted, key)
-	c.mu.Unlock()
 }
 
 // forget drops what the controller remembers of a child that is gone.
@@ -644,15 +563,9 @@ func (c *controller) forget(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		c.writes.gone(refOf(u))
 	}
-	ref := refOf(u)
-	c.mu.Lock()
-	delete(c.applied, ref)
-	delete(c.deleted, ref)
-	c.mu.Unlock()
 }
 
 // ownTrigger parses a child's owner annotation and reports whether the

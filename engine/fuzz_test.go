@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -26,9 +28,9 @@ func applyDiff(a []string, diff string) ([]string, error) {
 	var out []string
 	i := 0 // next line of a
 	for k := 2; k < len(d); {
-		var as, al, bs, bl int
-		if _, err := fmt.Sscanf(d[k], "@@ -%d,%d +%d,%d @@", &as, &al, &bs, &bl); err != nil {
-			return nil, fmt.Errorf("line %d: bad hunk header %q", k, d[k])
+		as, al, bs, bl, err := hunkHeader(d[k])
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %w", k, err)
 		}
 		start := as - 1
 		if al == 0 {
@@ -74,12 +76,43 @@ func applyDiff(a []string, diff string) ([]string, error) {
 	return append(out, a[i:]...), nil
 }
 
+// hunkHeader parses "@@ -start,len +start,len @@"; a range of one line may
+// leave its length out ("-3"), as the unified format allows.
+func hunkHeader(h string) (as, al, bs, bl int, err error) {
+	ranges, ok := strings.CutPrefix(h, "@@ -")
+	if ranges, ok = strings.CutSuffix(ranges, " @@"); !ok {
+		return 0, 0, 0, 0, fmt.Errorf("bad hunk header %q", h)
+	}
+	a, b, ok := strings.Cut(ranges, " +")
+	parse := func(r string) (start, length int, err error) {
+		s, l, short := strings.Cut(r, ",")
+		length = 1
+		if short {
+			if length, err = strconv.Atoi(l); err != nil {
+				return 0, 0, err
+			}
+		}
+		start, err = strconv.Atoi(s)
+		return start, length, err
+	}
+	if !ok {
+		return 0, 0, 0, 0, fmt.Errorf("bad hunk header %q", h)
+	}
+	if as, al, err = parse(a); err == nil {
+		bs, bl, err = parse(b)
+	}
+	if err != nil {
+		err = fmt.Errorf("bad hunk header %q: %w", h, err)
+	}
+	return as, al, bs, bl, err
+}
+
 func checkDiff(t *testing.T, a, b string) string {
 	t.Helper()
 	d := unifiedDiff(a, b)
-	if a == b {
+	if slices.Equal(lines(a), lines(b)) {
 		if d != "" {
-			t.Fatalf("diff of equal texts: %q", d)
+			t.Fatalf("diff of texts of equal lines: %q", d)
 		}
 		return d
 	}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -27,20 +28,32 @@ type lookupWatch struct {
 // API server; a templated one is not, and the cache holds the kind
 // wherever syncloop may read it.
 func (c *controller) lookupWatchKey(l *rules.Lookup, m *meta.RESTMapping) dynamic.WatchKey {
-	key := dynamic.WatchKey{GVR: m.Resource}
-	if m.Scope.Name() == meta.RESTScopeNameNamespace {
-		key.Namespace = c.e.ns
-		if l.Namespace.IsLiteral() && l.Namespace.Literal != "" {
-			key.Namespace = l.Namespace.Literal
-		}
+	var namespace, name, selector string
+	if l.Namespace.IsLiteral() {
+		namespace = l.Namespace.Literal
+	}
+	if !l.List() && l.Name.IsLiteral() {
+		name = l.Name.Literal
 	}
 	if l.LabelSelector.IsLiteral() && l.LabelSelector.Literal != "" {
 		if sel, err := labels.Parse(l.LabelSelector.Literal); err == nil {
-			key.LabelSelector = sel.String()
+			selector = sel.String()
 		}
 	}
-	if !l.List() && l.Name.IsLiteral() {
-		key.FieldSelector = "metadata.name=" + l.Name.Literal
+	return c.narrowWatch(m, namespace, name, selector)
+}
+
+// narrowWatch is the watch of m's objects narrowed to what is literal: a
+// namespace (else the engine's, if it is limited to one), a name (as the
+// field selector metadata.name=<name>) and a label selector; "" leaves
+// each open.
+func (c *controller) narrowWatch(m *meta.RESTMapping, namespace, name, selector string) dynamic.WatchKey {
+	key := dynamic.WatchKey{GVR: m.Resource, LabelSelector: selector}
+	if m.Scope.Name() == meta.RESTScopeNameNamespace {
+		key.Namespace = cmp.Or(namespace, c.e.ns)
+	}
+	if name != "" {
+		key.FieldSelector = "metadata.name=" + name
 	}
 	return key
 }

@@ -313,16 +313,19 @@ func TestLookupDryRun(t *testing.T) {
 	}
 	h.createCM("a", map[string]string{"pull": "yes"}, nil)
 	h.start(h.loadRules(pullRule))
-	h.eventually("a planned update of the copy", func() bool { return planner.count(ActionUpdate) == 1 })
+	// A dry run plans again whenever the trigger is reconciled again (the
+	// source's arrival may queue it a second time): every plan is the same.
+	h.eventually("a planned update of the copy", func() bool { return planner.count(ActionUpdate) >= 1 })
 	planner.mu.Lock()
 	defer planner.mu.Unlock()
-	a := planner.actions[0]
-	if a.Object.Name != "a-pull" || !strings.Contains(a.Diff, "token: (redacted") {
-		t.Errorf("planned %+v; want the copy's update with its token redacted", a)
-	}
-	for _, v := range []string{"secret-value", base64.StdEncoding.EncodeToString([]byte("new-secret-value")), base64.StdEncoding.EncodeToString([]byte("old-secret-value"))} {
-		if strings.Contains(a.Diff, v) {
-			t.Errorf("the plan shows a Secret value (%s):\n%s", v, a.Diff)
+	for _, a := range planner.actions {
+		if a.Action != ActionUpdate || a.Object.Name != "a-pull" || !strings.Contains(a.Diff, "token: (redacted") {
+			t.Errorf("planned %+v; want the copy's update with its token redacted", a)
+		}
+		for _, v := range []string{"secret-value", base64.StdEncoding.EncodeToString([]byte("new-secret-value")), base64.StdEncoding.EncodeToString([]byte("old-secret-value"))} {
+			if strings.Contains(a.Diff, v) {
+				t.Errorf("the plan shows a Secret value (%s):\n%s", v, a.Diff)
+			}
 		}
 	}
 	if s, _ := h.secret("a-pull"); string(s.Data["token"]) != "old-secret-value" {

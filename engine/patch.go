@@ -75,20 +75,10 @@ type patchWatch struct {
 }
 
 // patchWatchKey narrows a patch resource's watch to what its template says
-// literally: the namespace, and the name as a field selector. Patched
-// objects carry no label of syncloop's to select them by.
+// literally: the namespace, and the name. Patched objects carry no label
+// of syncloop's to select them by.
 func (c *controller) patchWatchKey(res *rules.Resource, m *meta.RESTMapping) dynamic.WatchKey {
-	key := dynamic.WatchKey{GVR: m.Resource}
-	if m.Scope.Name() == meta.RESTScopeNameNamespace {
-		key.Namespace = c.e.ns
-		if res.LiteralNamespace != "" {
-			key.Namespace = res.LiteralNamespace
-		}
-	}
-	if res.LiteralName != "" {
-		key.FieldSelector = "metadata.name=" + res.LiteralName
-	}
-	return key
+	return c.narrowWatch(m, res.LiteralNamespace, res.LiteralName, "")
 }
 
 // subscribePatches starts (or shares) the patch informers; an event on a
@@ -129,10 +119,7 @@ func (c *controller) patchChanged(i int, objs ...any) {
 		if !ok {
 			continue
 		}
-		c.mu.Lock()
-		rv, echo := c.applied[refOf(u)]
-		c.mu.Unlock()
-		if echo && rv == u.GetResourceVersion() {
+		if c.writes.isOwnVersion(refOf(u), u.GetResourceVersion()) {
 			continue
 		}
 		c.patchDeps.each(i, u.GetNamespace(), u.GetName(), labels.Set(nil), c.add)
@@ -201,7 +188,7 @@ func (c *controller) applyPatch(ctx context.Context, ch *changes, trigger *unstr
 	if err != nil {
 		return nil, fmt.Errorf("resource %q: patching %s %s: %w", child.ResourceID, ref.gvk.Kind, cacheKey(ref), err)
 	}
-	c.rememberApplied(ref, rv)
+	c.writes.remember(ref, rv)
 	c.e.metrics.Write(c.rule.Name, "update")
 	klog.FromContext(ctx).V(2).Info("Patched object", "kind", ref.gvk.Kind, "object", klog.KObj(obj))
 	ch.applied = append(ch.applied, fmt.Sprintf("Patched %s %s", ref.gvk.Kind, cacheKey(ref)))
@@ -374,7 +361,7 @@ func (c *controller) release(ctx context.Context, ch *changes, triggerRef rules.
 	if err != nil {
 		return fmt.Errorf("releasing the fields of %s %s: %w", ref.gvk.Kind, cacheKey(ref), err)
 	}
-	c.rememberApplied(ref, rv)
+	c.writes.remember(ref, rv)
 	c.e.metrics.Write(c.rule.Name, "update")
 	klog.FromContext(ctx).V(2).Info("Released the fields of an object", "kind", ref.gvk.Kind, "object", klog.KObj(obj))
 	ch.pruned = append(ch.pruned, fmt.Sprintf("Released %s %s", ref.gvk.Kind, cacheKey(ref)))

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/pmezard/go-difflib/difflib"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
@@ -280,8 +281,9 @@ func runtimeDeepCopy(m map[string]any) map[string]any {
 	return (&unstructured.Unstructured{Object: m}).DeepCopy().Object
 }
 
-// maxDiffCells bounds the LCS table of unifiedDiff (8 bytes a cell): two
-// objects of a few thousand lines each get a whole-object diff instead.
+// maxDiffCells bounds what unifiedDiff compares line by line (the matcher
+// may take time in the product of the two lengths): two objects of a few
+// thousand lines each get a whole-object diff instead.
 const maxDiffCells = 4 << 20
 
 // wholeDiff is a valid unified diff of x against y in one hunk that removes
@@ -307,100 +309,27 @@ func splitLines(s string) []string {
 }
 
 // unifiedDiff is a line diff of a against b with three lines of context,
-// headed "--- live" / "+++ desired"; empty when they are equal.
+// headed "--- live" / "+++ desired" (hunk ranges as GNU diff writes them);
+// empty when their lines are equal. Texts too large to compare line by
+// line get one whole-object hunk.
 func unifiedDiff(a, b string) string {
-	if a == b {
+	x, y := splitLines(a), splitLines(b)
+	if slices.Equal(x, y) {
 		return ""
 	}
-	x, y := splitLines(a), splitLines(b)
 	if len(x)*len(y) > maxDiffCells {
 		return wholeDiff(x, y)
 	}
-	// Longest common subsequence table, from the ends.
-	lcs := make([][]int, len(x)+1)
-	for i := range lcs {
-		lcs[i] = make([]int, len(y)+1)
+	withEOL := func(l []string) []string {
+		out := make([]string, len(l))
+		for i, s := range l {
+			out[i] = s + "\n"
+		}
+		return out
 	}
-	for i := len(x) - 1; i >= 0; i-- {
-		for j := len(y) - 1; j >= 0; j-- {
-			if x[i] == y[j] {
-				lcs[i][j] = lcs[i+1][j+1] + 1
-			} else {
-				lcs[i][j] = max(lcs[i+1][j], lcs[i][j+1])
-			}
-		}
+	d, err := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{A: withEOL(x), B: withEOL(y), FromFile: "live", ToFile: "desired", Context: 3})
+	if err != nil { // writing to a string does not fail
+		return wholeDiff(x, y)
 	}
-	type line struct {
-		op   byte // ' ', '-', '+'
-		text string
-		ai   int // line numbers (0-based) in a and b before this line
-		bi   int
-	}
-	var script []line
-	i, j := 0, 0
-	for i < len(x) || j < len(y) {
-		switch {
-		case i < len(x) && j < len(y) && x[i] == y[j]:
-			script = append(script, line{' ', x[i], i, j})
-			i++
-			j++
-		case i < len(x) && (j == len(y) || lcs[i+1][j] >= lcs[i][j+1]):
-			script = append(script, line{'-', x[i], i, j})
-			i++
-		default:
-			script = append(script, line{'+', y[j], i, j})
-			j++
-		}
-	}
-	const context = 3
-	var out strings.Builder
-	out.WriteString("--- live\n+++ desired\n")
-	for k := 0; k < len(script); {
-		if script[k].op == ' ' {
-			k++
-			continue
-		}
-		start := max(0, k-context)
-		end := k
-		for end < len(script) {
-			if script[end].op != ' ' {
-				end++
-				continue
-			}
-			run := end
-			for run < len(script) && script[run].op == ' ' {
-				run++
-			}
-			if run == len(script) || run-end > 2*context {
-				end = min(len(script), end+context)
-				break
-			}
-			end = run
-		}
-		var aLen, bLen int
-		for _, l := range script[start:end] {
-			if l.op != '+' {
-				aLen++
-			}
-			if l.op != '-' {
-				bLen++
-			}
-		}
-		// A side with no lines in the hunk names the line before it.
-		aStart, bStart := script[start].ai+1, script[start].bi+1
-		if aLen == 0 {
-			aStart--
-		}
-		if bLen == 0 {
-			bStart--
-		}
-		fmt.Fprintf(&out, "@@ -%d,%d +%d,%d @@\n", aStart, aLen, bStart, bLen)
-		for _, l := range script[start:end] {
-			out.WriteByte(l.op)
-			out.WriteString(l.text)
-			out.WriteByte('\n')
-		}
-		k = end
-	}
-	return out.String()
+	return d
 }

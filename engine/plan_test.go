@@ -63,7 +63,7 @@ func TestUnifiedDiff(t *testing.T) {
 	if got := unifiedDiff(a, a); got != "" {
 		t.Errorf("diff of equal texts = %q", got)
 	}
-	if got := unifiedDiff("", "x: 1\n"); got != "--- live\n+++ desired\n@@ -0,0 +1,1 @@\n+x: 1\n" { // as GNU diff: an empty side names the line before
+	if got := unifiedDiff("", "x: 1\n"); got != "--- live\n+++ desired\n@@ -0,0 +1 @@\n+x: 1\n" { // as GNU diff: an empty side names the line before, one line needs no length
 		t.Errorf("diff from nothing = %q", got)
 	}
 }

@@ -78,8 +78,7 @@ func TestPruneProperty(t *testing.T) {
 			e:        &Engine{writer: &dynamic.Writer{Client: &dynamic.Client{Dynamic: client}}, metrics: noMetrics{}},
 			rule:     &rules.Rule{Name: rule},
 			children: map[schema.GroupVersionKind]*childKind{gvk: {mapping: mapping}},
-			applied:  map[childRef]string{},
-			deleted:  map[childRef]types.UID{},
+			writes:   newOwnWrites(),
 		}
 		if err := c.prune(t.Context(), &changes{}, rules.ObjectRef{}, owner, existing, desired, nil); err != nil {
 			t.Fatalf("seed %d: %v", seed, err)

@@ -51,7 +51,7 @@ func (c *controller) reconcile(ctx context.Context, key cache.ObjectName) error 
 	if trigger == nil || trigger.GetDeletionTimestamp() != nil {
 		c.deps.set(key, nil)
 		c.patchDeps.setKeys(key, nil)
-		c.forgetConflicts(key)
+		c.writes.forgetConflicts(key)
 		return errors.Join(c.prune(ctx, ch, ref, owner, existing, nil, nil), c.releasePatches(ctx, ch, ref, key, nil, nil))
 	}
 	defer c.e.reconciled(trigger, ch)
@@ -73,7 +73,7 @@ func (c *controller) reconcile(ctx context.Context, key cache.ObjectName) error 
 	}
 	if rd.Skipped {
 		c.patchDeps.setKeys(key, nil)
-		c.forgetConflicts(key)
+		c.writes.forgetConflicts(key)
 		return errors.Join(c.prune(ctx, ch, ref, owner, existing, nil, nil), c.releasePatches(ctx, ch, ref, key, nil, nil))
 	}
 	errs := c.conflicts(trigger, rd, ap.errs)
@@ -228,11 +228,11 @@ func (c *controller) applyChild(ctx context.Context, ch *changes, trigger *unstr
 		adopt := false
 		if existing != nil {
 			if adopt, err = c.rule.Takeover(child, rules.TriggerOf(trigger), existing); err != nil {
-				c.noteConflict(key, ref, true)
+				c.writes.conflict(key, ref, true)
 				return nil, err
 			}
 			if !adopt && c.upToDate(ref, existing, obj, hash) {
-				c.noteConflict(key, ref, false)
+				c.writes.conflict(key, ref, false)
 				c.e.metrics.Write(c.rule.Name, "unchanged")
 				return existing.Object, nil
 			}
@@ -252,7 +252,7 @@ func (c *controller) applyChild(ctx context.Context, ch *changes, trigger *unstr
 		if err != nil {
 			return nil, fail("applying", err)
 		}
-		c.noteConflict(key, ref, false)
+		c.writes.conflict(key, ref, false)
 		c.wrote(ctx, ch, trigger, obj, existing, live, adopt)
 		return live, nil
 	}
@@ -272,7 +272,7 @@ func (c *controller) existing(ctx context.Context, ck *childKind, ref childRef, 
 	if found {
 		return cachedObj.(*unstructured.Unstructured), nil
 	}
-	if !c.mayLag(key) && !c.hadConflict(key, ref) {
+	if !c.mayLag(key) && !c.writes.hadConflict(key, ref) {
 		return nil, nil
 	}
 	live, err := c.e.writer.Get(ctx, ck.mapping, ref.namespace, ref.name)
@@ -307,7 +307,7 @@ func (c *controller) write(ctx context.Context, ck *childKind, ref childRef, obj
 	live := obj.Object
 	var rv string
 	var err error
-	c.applying(ref)
+	c.writes.applying(ref)
 	if c.rule.ReadsLive(child.Resource) {
 		out, aerr := c.e.writer.Apply(ctx, ck.mapping, obj, manager, c.rule.ForceConflicts)
 		if err = aerr; err == nil {
@@ -316,7 +316,9 @@ func (c *controller) write(ctx context.Context, ck *childKind, ref childRef, obj
 	} else {
 		rv, err = c.e.writer.ApplyVersion(ctx, ck.mapping, obj, manager, c.rule.ForceConflicts)
 	}
-	c.applyDone(ref, rv, key)
+	if c.writes.applyDone(ref, rv) {
+		c.add(key)
+	}
 	return live, err
 }
 
@@ -349,14 +351,6 @@ func (c *controller) wrote(ctx context.Context, ch *changes, trigger, obj, exist
 	}
 }
 
-// rememberApplied notes the resourceVersion syncloop's own apply of ref
-// returned: the cache's echo of it needs no reconcile.
-func (c *controller) rememberApplied(ref childRef, rv string) {
-	c.mu.Lock()
-	c.applied[ref] = rv
-	c.mu.Unlock()
-}
-
 // upToDate reports whether applying desired would change nothing: the
 // cached child carries the hash of this desired content, and either is
 // still the version our own last apply produced or holds every desired
@@ -365,13 +359,7 @@ func (c *controller) upToDate(ref childRef, cached, desired *unstructured.Unstru
 	if cached.GetAnnotations()[AnnotationAppliedHash] != hash {
 		return false
 	}
-	c.mu.Lock()
-	rv, ok := c.applied[ref]
-	c.mu.Unlock()
-	if ok && rv == cached.GetResourceVersion() {
-		return true
-	}
-	return holds(cached.Object, desired.Object)
+	return c.writes.isOwnVersion(ref, cached.GetResourceVersion()) || holds(cached.Object, desired.Object)
 }
 
 // prune deletes this trigger's children that are not desired — all of them
@@ -419,22 +407,16 @@ func (c *controller) prune(ctx context.Context, ch *changes, triggerRef rules.Ob
 		if !ok {
 			continue
 		}
-		// Remembered before the request, so that the informer's delete
-		// event, which may come before Delete returns, forgets it.
-		c.mu.Lock()
-		gone := c.deleted[ref] == child.GetUID() || !c.cached(ck, child)
-		if !gone && c.e.plan == nil {
-			c.deleted[ref] = child.GetUID()
-		}
-		c.mu.Unlock()
-		if gone { // deleted already: the cache has not caught up, or has since this reconcile read it
+		// Deleted already: the cache has not caught up, or has since this
+		// reconcile read it (in that order: the cache drops a child before
+		// its delete event makes ownWrites forget the delete).
+		if c.writes.deletedAlready(ref, child.GetUID()) || !c.cached(ck, child) ||
+			(c.e.plan == nil && !c.writes.deleting(ref, child.GetUID())) {
 			continue
 		}
 		err := c.e.writer.Delete(ctx, ck.mapping, ref.namespace, ref.name, child.GetUID())
 		if err != nil {
-			c.mu.Lock()
-			delete(c.deleted, ref)
-			c.mu.Unlock()
+			c.writes.deleteFailed(ref)
 		}
 		switch {
 		case apierrors.IsNotFound(err), apierrors.IsConflict(err):
@@ -447,9 +429,7 @@ func (c *controller) prune(ctx context.Context, ch *changes, triggerRef rules.Ob
 			c.e.plan.Plan(Action{Action: ActionDelete, Rule: c.rule.Name, Trigger: triggerRef, Object: rules.RefOf(child)})
 			continue
 		}
-		c.mu.Lock()
-		delete(c.applied, ref)
-		c.mu.Unlock()
+		c.writes.deleteDone(ref)
 		c.e.metrics.Write(c.rule.Name, "delete")
 		klog.FromContext(ctx).V(2).Info("Pruned child", "kind", ref.gvk.Kind, "child", klog.KObj(child))
 		ch.pruned = append(ch.pruned, fmt.Sprintf("Deleted %s %s", ref.gvk.Kind, cacheKey(ref)))
@@ -581,7 +561,7 @@ func (c *controller) writeStatus(ctx context.Context, trigger *unstructured.Unst
 }
 
 // cached reports whether child is still in its kind's cache, as the same
-// object. forget drops a deleted child from c.deleted only after the cache
+// object. forget drops a deleted child from ownWrites only after the cache
 // has dropped it, so a reconcile that read the child before either finds
 // it in one or the other and does not delete it twice.
 func (c *controller) cached(ck *childKind, child *unstructured.Unstructured) bool {

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 
 	"github.com/syncloop/syncloop/internal/testenv"
 )
@@ -143,7 +144,7 @@ func (h *harness) denyInNamespace(message, validation string) {
 	policy := &admissionv1.ValidatingAdmissionPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "deny-" + h.ns},
 		Spec: admissionv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: ptrTo(admissionv1.Fail),
+			FailurePolicy: ptr.To(admissionv1.Fail),
 			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
 				RuleWithOperations: admissionv1.RuleWithOperations{
 					Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},

@@ -10,7 +10,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/syncloop/syncloop/rules/expr"
-	"github.com/syncloop/syncloop/rules/schema"
+	kinds "github.com/syncloop/syncloop/rules/schema"
 )
 
 // Bounds on one rule document, so that a "billion laughs" or a deeply nested
@@ -35,7 +35,7 @@ type decoder struct {
 	// an anchor that contains an alias to itself.
 	expanding map[*yaml.Node]bool
 	// schemas checks templates; nil: no checks.
-	schemas schema.Source
+	schemas kinds.Source
 	// scopes knows which kinds are namespaced; nil: no scope checks.
 	scopes ScopeSource
 	// at is where every value and key of the document was written (posKey),

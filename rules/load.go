@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/syncloop/syncloop/rules/expr"
-	"github.com/syncloop/syncloop/rules/schema"
+	kinds "github.com/syncloop/syncloop/rules/schema"
 )
 
 // File is one parsed rule file: its rules, or the errors that keep it out.
@@ -62,7 +62,7 @@ func (s *Set) Files() []*File { return s.files }
 // CustomResourceDefinitions given to UseCRDs or found among the files.
 type Loader struct {
 	compiler     *expr.Compiler
-	schemas      schema.Source
+	schemas      kinds.Source
 	scopes       ScopeSource
 	installation string
 }
@@ -73,13 +73,13 @@ func NewLoader(opts expr.Options) (*Loader, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Loader{compiler: c, schemas: schema.Builtin(), scopes: builtinScopes{}}, nil
+	return &Loader{compiler: c, schemas: kinds.Builtin(), scopes: builtinScopes{}}, nil
 }
 
 // UseSchemas makes s the source of the schemas later loads check against
 // (CRDs among the files still come first): `run` gives the API server's
-// (schema.Served), so that installed custom kinds are known.
-func (l *Loader) UseSchemas(s schema.Source) { l.schemas = s }
+// (kinds.Served), so that installed custom kinds are known.
+func (l *Loader) UseSchemas(s kinds.Source) { l.schemas = s }
 
 // SetInstallation makes the rules of later loads act for the installation
 // of syncloop named name: their children carry it (LabelInstallation) and
@@ -117,17 +117,17 @@ func (l *Loader) UseCRDs(objs []*unstructured.Unstructured) {
 
 // withCRDs puts the schemas and scopes of the CustomResourceDefinitions
 // among objs before schemas and scopes.
-func withCRDs(objs []*unstructured.Unstructured, schemas schema.Source, scopes ScopeSource) (schema.Source, ScopeSource) {
+func withCRDs(objs []*unstructured.Unstructured, schemas kinds.Source, scopes ScopeSource) (kinds.Source, ScopeSource) {
 	var crds []map[string]any
 	for _, o := range objs {
-		if schema.IsCRD(o.Object) {
+		if kinds.IsCRD(o.Object) {
 			crds = append(crds, o.Object)
 		}
 	}
 	if len(crds) == 0 {
 		return schemas, scopes
 	}
-	return schema.FromCRDs(crds, schemas), scopeTable{kinds: crdScopes(objs), next: scopes}
+	return kinds.FromCRDs(crds, schemas), scopeTable{kinds: crdScopes(objs), next: scopes}
 }
 
 // Load finds the rule files under paths (see FindFiles), parses them all and
@@ -264,7 +264,7 @@ func crdsIn(data []byte) []*unstructured.Unstructured {
 		if err := dec.Decode(&doc); err != nil {
 			return out
 		}
-		if doc != nil && schema.IsCRD(doc) {
+		if doc != nil && kinds.IsCRD(doc) {
 			if v, ok := jsonCompatible(doc).(map[string]any); ok {
 				out = append(out, &unstructured.Unstructured{Object: v})
 			}

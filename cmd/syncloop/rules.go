@@ -48,8 +48,8 @@ func (f *ruleFlags) load(stderr io.Writer, cl *manager.Clients, crds ...*unstruc
 		return nil, fmt.Errorf("--%w", err)
 	}
 	if cl != nil {
-		l.UseSchemas(cl.Schemas())
-		l.UseScopes(cl.Mapper())
+		l.UseSchemas(cl.Schemas)
+		l.UseScopes(cl.Mapper)
 	}
 	l.UseCRDs(crds)
 	set, err := l.Load(f.paths...)

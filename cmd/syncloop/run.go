@@ -43,12 +43,18 @@ func (f *clusterFlags) clients() (*manager.Clients, error) {
 	return manager.NewClients(cfg, nil)
 }
 
-// restConfig loads the client configuration the way kubectl does.
-func (f *clusterFlags) restConfig() (*rest.Config, error) {
+// clientConfig is the client configuration the flags name, loaded the way
+// kubectl loads it: --kubeconfig, $KUBECONFIG, ~/.kube/config, then
+// in-cluster.
+func (f *clusterFlags) clientConfig() clientcmd.ClientConfig {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = f.kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
-		&clientcmd.ConfigOverrides{CurrentContext: f.context}).ClientConfig()
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: f.context})
+}
+
+// restConfig loads the client configuration the way kubectl does.
+func (f *clusterFlags) restConfig() (*rest.Config, error) {
+	cfg, err := f.clientConfig().ClientConfig()
 	if err != nil {
 		return nil, err
 	}
@@ -73,10 +79,7 @@ func clientRate(qps float32, burst int) (float32, int) {
 // namespace is the kubeconfig context's namespace, the pod's namespace
 // in-cluster, or "default".
 func (f *clusterFlags) namespace() string {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = f.kubeconfig
-	ns, _, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
-		&clientcmd.ConfigOverrides{CurrentContext: f.context}).Namespace()
+	ns, _, err := f.clientConfig().Namespace()
 	if err != nil || ns == "" {
 		return "default"
 	}

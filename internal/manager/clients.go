@@ -2,7 +2,6 @@ package manager
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 
 	"k8s.io/client-go/discovery"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/syncloop/syncloop/dynamic"
 	"github.com/syncloop/syncloop/internal/metrics"
+	kinds "github.com/syncloop/syncloop/rules/schema"
 )
 
 // Clients are the API clients a cluster command needs.
@@ -22,9 +22,14 @@ type Clients struct {
 	Discovery discovery.DiscoveryInterface
 	Core      kubernetes.Interface
 	Metadata  metadata.Interface
-
-	mapperOnce sync.Once
-	mapper     *dynamic.Mapper
+	// Mapper maps the cluster's kinds to resources; it also tells rule
+	// loads which kinds are namespaced.
+	Mapper *dynamic.Mapper
+	// OpenAPI reads the cluster's OpenAPI v3 documents, and Schemas the
+	// kinds' schemas from them (built-in kinds compiled in), for loading
+	// rules typed by what is installed.
+	OpenAPI *dynamic.OpenAPI
+	Schemas *kinds.Served
 }
 
 // NewClients makes the API clients of cfg (which it changes); every request
@@ -46,6 +51,9 @@ func NewClients(cfg *rest.Config, fm dynamic.FlowMetrics) (*Clients, error) {
 	if c.Metadata, err = metadata.NewForConfig(cfg); err != nil {
 		return nil, err
 	}
+	c.Mapper = dynamic.NewMapper(c.Discovery, 0)
+	c.OpenAPI = dynamic.NewOpenAPI(c.Discovery)
+	c.Schemas = kinds.NewServed(c.OpenAPI.Document, kinds.Builtin())
 	return c, nil
 }
 

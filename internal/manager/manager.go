@@ -29,7 +29,6 @@ import (
 	"github.com/syncloop/syncloop/rules"
 	"github.com/syncloop/syncloop/rules/expr"
 	"github.com/syncloop/syncloop/rules/reload"
-	"github.com/syncloop/syncloop/rules/schema"
 )
 
 // Options say what a running syncloop does; package main fills them from
@@ -147,10 +146,8 @@ func Run(ctx context.Context, o Options) error {
 	// and, while syncloop runs, keeps its last good version. Rules are typed
 	// by the cluster's schemas and checked again when a CRD of a group they
 	// use changes.
-	openAPI := dynamic.NewOpenAPI(p.clients.Discovery)
-	served := schema.NewServed(openAPI.Document, schema.Builtin())
+	openAPI, served, mapper := p.clients.OpenAPI, p.clients.Schemas, p.clients.Mapper
 	loader.UseSchemas(served)
-	mapper := dynamic.NewMapper(p.clients.Discovery, 0)
 	loader.UseScopes(mapper)
 	src := reload.NewSource(loader, o.Rules)
 	watcher := reload.NewWatcher(src, 0)

@@ -4,25 +4,9 @@ import (
 	"context"
 	"io"
 
-	"github.com/syncloop/syncloop/dynamic"
 	"github.com/syncloop/syncloop/engine"
 	"github.com/syncloop/syncloop/rules"
-	"github.com/syncloop/syncloop/rules/schema"
 )
-
-// Schemas are the kinds' schemas as the cluster serves them (built-in
-// kinds compiled in, the others read from its OpenAPI documents), for
-// loading rules that are typed by what is installed.
-func (c *Clients) Schemas() schema.Source {
-	return schema.NewServed(dynamic.NewOpenAPI(c.Discovery).Document, schema.Builtin())
-}
-
-// Mapper maps the cluster's kinds to resources; it also tells rule loads
-// which kinds are namespaced.
-func (c *Clients) Mapper() *dynamic.Mapper {
-	c.mapperOnce.Do(func() { c.mapper = dynamic.NewMapper(c.Discovery, 0) })
-	return c.mapper
-}
 
 // PlanOptions say how Plan prints and where it looks.
 type PlanOptions struct {
@@ -41,7 +25,7 @@ type PlanOptions struct {
 // could not be planned at all.
 func Plan(ctx context.Context, c *Clients, set *rules.Set, o PlanOptions) (actions, failures int, err error) {
 	printer := engine.NewPlanPrinter(o.Stdout, o.Stderr, o.JSON, false)
-	eng := engine.New(engine.Options{Client: c.Dynamic, Mapper: c.Mapper(), Plan: printer, Namespace: o.Namespace})
+	eng := engine.New(engine.Options{Client: c.Dynamic, Mapper: c.Mapper, Plan: printer, Namespace: o.Namespace})
 	if err := eng.PlanOnce(ctx, set); err != nil {
 		return 0, 0, err
 	}

@@ -20,6 +20,7 @@ import (
 	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/syncloop/syncloop/engine"
 	"github.com/syncloop/syncloop/internal/metrics"
@@ -189,7 +190,7 @@ func (s *Sharding) join(ctx context.Context, client typedcoordinationv1.LeaseInt
 			ObjectMeta: metav1.ObjectMeta{Name: s.lease, Namespace: s.Namespace, Labels: map[string]string{LabelShardGroup: s.Group}},
 			Spec: coordinationv1.LeaseSpec{
 				HolderIdentity:       &s.holder,
-				LeaseDurationSeconds: ptr(int32(LeaseDuration / time.Second)),
+				LeaseDurationSeconds: ptr.To(int32(LeaseDuration / time.Second)),
 				AcquireTime:          &now,
 				RenewTime:            &now,
 			},
@@ -203,7 +204,7 @@ func (s *Sharding) join(ctx context.Context, client typedcoordinationv1.LeaseInt
 		} else if old, err := client.Get(ctx, s.lease, metav1.GetOptions{}); err == nil {
 			if old.ResourceVersion != seenRV {
 				if seenRV == "" {
-					logger.Info("This member's Lease is held by another process: waiting for it to expire (two replicas with one identity?)", "holder", deref(old.Spec.HolderIdentity))
+					logger.Info("This member's Lease is held by another process: waiting for it to expire (two replicas with one identity?)", "holder", ptr.Deref(old.Spec.HolderIdentity, ""))
 				}
 				seenRV, seenAt = old.ResourceVersion, time.Now()
 			} else if time.Since(seenAt) > leaseDurationOf(old) {
@@ -263,7 +264,7 @@ func (r *renewer) write(ctx context.Context) error {
 		// An earlier write that went through but whose answer was lost?
 		// Then the Lease is still this process's: write on its version.
 		cur, gerr := r.client.Get(wctx, l.Name, metav1.GetOptions{})
-		if gerr != nil || cur.UID != l.UID || deref(cur.Spec.HolderIdentity) != deref(l.Spec.HolderIdentity) {
+		if gerr != nil || cur.UID != l.UID || ptr.Deref(cur.Spec.HolderIdentity, "") != ptr.Deref(l.Spec.HolderIdentity, "") {
 			return err
 		}
 		l.ResourceVersion = cur.ResourceVersion
@@ -382,7 +383,7 @@ func (s *Sharding) step(ctx context.Context, lister coordinationlisters.LeaseLis
 			// Expired: removed with the version seen as precondition, so
 			// that a renewal since then keeps it. The members drop it when
 			// they see it gone.
-			logger.Info("A member's Lease expired: removing it, its triggers are taken over", "member", name, "holder", deref(l.Spec.HolderIdentity))
+			logger.Info("A member's Lease expired: removing it, its triggers are taken over", "member", name, "holder", ptr.Deref(l.Spec.HolderIdentity, ""))
 			if err := deleteLease(ctx, r.client, l); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 				logger.Error(err, "Cannot remove an expired Lease")
 			}
@@ -470,13 +471,4 @@ func leaseDurationOf(l *coordinationv1.Lease) time.Duration {
 		return time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
 	}
 	return LeaseDuration
-}
-
-func ptr[T any](v T) *T { return &v }
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }

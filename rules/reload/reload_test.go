@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
-	k8sschema "k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/syncloop/syncloop/rules"
 	"github.com/syncloop/syncloop/rules/expr"
-	"github.com/syncloop/syncloop/rules/schema"
+	kinds "github.com/syncloop/syncloop/rules/schema"
 )
 
 // doc is a valid rule named name; workers distinguishes versions.
@@ -318,14 +318,14 @@ spec:
 `)
 	doc := servedWidget("size")
 	fetches := 0
-	served := schema.NewServed(func(gv k8sschema.GroupVersion) ([]byte, string, error) {
+	served := kinds.NewServed(func(gv schema.GroupVersion) ([]byte, string, error) {
 		fetches++
 		if gv.Group != "test.syncloop.dev" {
 			return nil, "", nil
 		}
 		return doc, fmt.Sprintf("tag-%d", len(doc)), nil
-	}, schema.Builtin())
-	gv := k8sschema.GroupVersion{Group: "test.syncloop.dev", Version: "v1"}
+	}, kinds.Builtin())
+	gv := schema.GroupVersion{Group: "test.syncloop.dev", Version: "v1"}
 	l, err := rules.NewLoader(expr.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -344,11 +344,11 @@ spec:
 		t.Fatalf("load without changes: changed %v, %d fetches", st.Changed, fetches)
 	}
 
-	if served.Stale("test.syncloop.dev", map[k8sschema.GroupVersion]string{gv: fmt.Sprintf("tag-%d", len(servedWidget("size")))}) {
+	if served.Stale("test.syncloop.dev", map[schema.GroupVersion]string{gv: fmt.Sprintf("tag-%d", len(servedWidget("size")))}) {
 		t.Error("the document read is stale before it changed")
 	}
-	if !served.Stale("test.syncloop.dev", map[k8sschema.GroupVersion]string{gv: fmt.Sprintf("tag-%d", len(doc))}) ||
-		!served.Stale("test.syncloop.dev", map[k8sschema.GroupVersion]string{}) {
+	if !served.Stale("test.syncloop.dev", map[schema.GroupVersion]string{gv: fmt.Sprintf("tag-%d", len(doc))}) ||
+		!served.Stale("test.syncloop.dev", map[schema.GroupVersion]string{}) {
 		t.Error("the document read is not stale once the server serves another, or none")
 	}
 	served.Forget("test.syncloop.dev")
