@@ -574,11 +574,12 @@ func (c *controller) forget(obj any) {
 // see — another syncloop's, a same-named rule watching elsewhere — is never
 // this rule's to repair or prune.
 func (c *controller) ownTrigger(owner string) (cache.ObjectName, bool) {
-	apiVersion, kind, key, ok := parseOwner(owner)
+	t, ok := rules.ParseTrigger(owner)
 	w := c.rule.Watch
-	if !ok || apiVersion != w.APIVersion || kind != w.Kind {
+	if !ok || t.APIVersion != w.APIVersion || t.Kind != w.Kind {
 		return cache.ObjectName{}, false
 	}
+	key := cache.ObjectName{Namespace: t.Namespace, Name: t.Name}
 	if ns := c.watchNamespace(); ns != "" && c.triggerMapping.Scope.Name() == meta.RESTScopeNameNamespace && key.Namespace != ns {
 		return cache.ObjectName{}, false
 	}

@@ -1,10 +1,7 @@
 package engine
 
 import (
-	"strings"
-
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/syncloop/syncloop/rules"
 )
@@ -44,16 +41,3 @@ func ruleIndexFunc(obj any) ([]string, error) {
 }
 
 func ownerKey(rule, owner string) string { return rule + " " + owner }
-
-// parseOwner splits a syncloop.dev/owner annotation,
-// "<apiVersion>/<kind>/<namespace>/<name>" (apiVersion may hold a slash).
-func parseOwner(s string) (apiVersion, kind string, name cache.ObjectName, ok bool) {
-	parts := strings.Split(s, "/")
-	switch len(parts) {
-	case 4:
-		return parts[0], parts[1], cache.ObjectName{Namespace: parts[2], Name: parts[3]}, true
-	case 5:
-		return parts[0] + "/" + parts[1], parts[2], cache.ObjectName{Namespace: parts[3], Name: parts[4]}, true
-	}
-	return "", "", cache.ObjectName{}, false
-}

@@ -27,10 +27,7 @@ func RefOf(obj *unstructured.Unstructured) ObjectRef {
 
 // String is "<apiVersion> <Kind> <namespace/name>", without what is empty.
 func (r ObjectRef) String() string {
-	name := r.Name
-	if r.Namespace != "" {
-		name = r.Namespace + "/" + name
-	}
+	name := r.namespacedName()
 	if r.APIVersion == "" {
 		return r.Kind + " " + name
 	}

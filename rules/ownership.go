@@ -31,7 +31,7 @@ type ConflictError struct {
 }
 
 func (e *ConflictError) Error() string {
-	s := fmt.Sprintf("resource %q: %s %s", e.Resource, e.Object.Kind, namespacedRef(e.Object))
+	s := fmt.Sprintf("resource %q: %s %s", e.Resource, e.Object.Kind, e.Object.namespacedName())
 	s += " " + e.Why + ": not taking it over"
 	if e.Hint != "" {
 		s += " (" + e.Hint + ")"
@@ -39,7 +39,9 @@ func (e *ConflictError) Error() string {
 	return s
 }
 
-func namespacedRef(r ObjectRef) string {
+// namespacedName is "<namespace>/<name>", or the name of a cluster-scoped
+// object.
+func (r ObjectRef) namespacedName() string {
 	if r.Namespace == "" {
 		return r.Name
 	}
@@ -100,6 +102,9 @@ func (r *Rule) OwnershipOf(obj *unstructured.Unstructured, t Trigger) Ownership 
 // kind, namespace and name, whatever the version (a rule moved to another
 // version of its trigger's kind keeps its children).
 func sameTrigger(owner string, t Trigger) bool {
+	if owner == t.String() { // what every child of t carries, but after a version change
+		return true
+	}
 	o, ok := ParseTrigger(owner)
 	if !ok {
 		return false

@@ -597,12 +597,7 @@ func (r *Rule) templateError(t *Template, resource string, err error) error {
 	return &RenderError{Pos: t.Pos, Rule: r.Name, Resource: resource, Field: t.Field, Err: err}
 }
 
-func namespacedName(obj *unstructured.Unstructured) string {
-	if obj.GetNamespace() == "" {
-		return obj.GetName()
-	}
-	return obj.GetNamespace() + "/" + obj.GetName()
-}
+func namespacedName(obj *unstructured.Unstructured) string { return RefOf(obj).namespacedName() }
 
 func describe(v any) string {
 	switch v := v.(type) {
