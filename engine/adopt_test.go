@@ -132,7 +132,7 @@ func TestNeverTakesOver(t *testing.T) {
 	}
 	h.eventually("the other child pruned once the trigger is gone", func() bool { _, ok := h.configMap(h.ns, "w-other"); return !ok })
 	unchanged("after the trigger's deletion")
-	if _, _, _, left := h.controller("guarded").writes.remembered(); left != 0 {
+	if _, _, _, left := h.loop("guarded").rc.writes.remembered(); left != 0 {
 		t.Errorf("the memory of %d triggers' conflicts outlived them", left)
 	}
 }
@@ -253,10 +253,10 @@ func TestCloneLeavesItsSource(t *testing.T) {
 	}
 	h.eventually("the source's own namespace a conflict", func() bool { return m.written("clone", "conflict") > 0 })
 
-	c := h.controller("clone")
+	c := h.loop("clone")
 	writeRule(t, path, rule(fmt.Sprintf(`when: "!(object.metadata.name in ['kube-system', 'default', 'kube-public', '%s'])"`, src)))
 	h.eventually("the new rule in force and idle", func() bool {
-		nc := h.controller("clone") // the excluded namespace is not even queued
+		nc := h.loop("clone") // the excluded namespace is not even queued
 		return nc != c && nc.reconciles.Load() >= 2 && nc.idle()
 	})
 	s, err := h.cs.CoreV1().Secrets(src).Get(t.Context(), "regcred", metav1.GetOptions{})
@@ -382,7 +382,7 @@ spec:
 	for _, tr := range triggers {
 		h.createCM(tr, map[string]string{"prop": "yes"}, map[string]string{"gen": "1"})
 	}
-	c := h.controller("prop")
+	c := h.loop("prop")
 	converged := func(gen string) {
 		t.Helper()
 		h.eventually("generation "+gen+" applied where allowed", func() bool {
@@ -483,7 +483,7 @@ spec:
 	if cm, _ := a.configMap(a.ns, "tb-copy"); len(cm.ManagedFields) != 1 || cm.ManagedFields[0].Manager != "syncloop@team-b/copy" {
 		t.Errorf("team-b's child is managed by %v; want syncloop@team-b/copy alone", cm.ManagedFields)
 	}
-	cb := b.controller("copy")
+	cb := b.loop("copy")
 	r0 := cb.resyncs.Load()
 	b.eventually("two resyncs (and sweeps) of team-b", func() bool { return cb.resyncs.Load() >= r0+2 })
 	for name, was := range before {
@@ -506,7 +506,7 @@ spec:
 		t.Fatal(err)
 	}
 	a.eventually("shared-copy pruned", func() bool { _, ok := a.configMap(a.ns, "shared-copy"); return !ok })
-	ca := a.controller("copy")
+	ca := a.loop("copy")
 	r1 := ca.resyncs.Load()
 	a.eventually("two resyncs of the default installation", func() bool { return ca.resyncs.Load() >= r1+2 })
 	if cm, ok := a.configMap(a.ns, "tb-copy"); !ok || cm.ResourceVersion != tbCopy.ResourceVersion {

@@ -276,7 +276,7 @@ spec:
 	h.createCM("b", map[string]string{"second": "1"}, nil)
 	h.waitForEventWithin(30*time.Second, rules.ReasonChildConflict, "b", `is a child of rule "first"`)
 	before, _ := h.configMap(h.ns, "shared")
-	c := h.controller("second")
+	c := h.loop("second")
 	r0 := c.resyncs.Load()
 	h.eventually("two resyncs of the losing rule", func() bool { return c.resyncs.Load() >= r0+2 })
 	after, _ := h.configMap(h.ns, "shared")
@@ -352,7 +352,7 @@ spec:
 			t.Error(err)
 		}
 	})
-	c := h.controller("keep")
+	c := h.loop("keep")
 	h.eventually("both children, and the rule idle", func() bool {
 		_, a := h.configMap(h.ns, "a-kept")
 		_, b := h.configMap(h.ns, "b-kept")
@@ -364,7 +364,7 @@ spec:
 		t.Fatal(err)
 	}
 	h.eventually("both triggers reconciled", func() bool {
-		obj, ok, _ := c.trigger.Indexer().GetByKey(h.ns + "/b")
+		obj, ok, _ := c.watches.trigger.Indexer().GetByKey(h.ns + "/b")
 		deleting := ok && obj.(*unstructured.Unstructured).GetDeletionTimestamp() != nil
 		return deleting && c.reconciles.Load() >= k0+2 && c.idle()
 	})
@@ -392,7 +392,7 @@ spec:
   resyncPeriod: "0"
   rateLimit: {baseDelay: 10ms, maxDelay: 50ms}
 `))
-	c := h.controller("flaky")
+	c := h.loop("flaky")
 	h.createCM("bad", map[string]string{"flaky": "1"}, map[string]string{"other": "x"}) // data.name missing
 	h.eventually("three failed attempts", func() bool { return c.reconciles.Load() >= 3 })
 	// With backoff capped at 50ms, a fourth attempt would come quickly:
@@ -432,7 +432,7 @@ spec:
 
 	second := newHarness(t)
 	second.start(second.loadRules(rule))
-	c := second.controller("same")
+	c := second.loop("same")
 	second.eventually("two resyncs (and sweeps) of the second syncloop", func() bool { return c.resyncs.Load() >= 2 && c.idle() })
 	if _, ok := first.configMap(first.ns, "t-child"); !ok {
 		t.Fatal("a same-named rule watching another namespace pruned a child it cannot see the trigger of")

@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	k8sdynamic "k8s.io/client-go/dynamic"
@@ -109,28 +106,27 @@ func ParseEventMode(s string) (EventMode, error) {
 	return "", fmt.Errorf("events must be %q or %q, not %q", EventsWarnings, EventsAll, s)
 }
 
-// Engine runs one RuleController per rule of the set in force. It owns every
-// goroutine it starts: Run returns only after all of them have ended.
+// Engine runs one loop per rule of the set in force (ruleLoop). It owns
+// every goroutine it starts: Run returns only after all of them have ended.
 type Engine struct {
 	mapper   *dynamic.Mapper
 	registry *dynamic.Registry
-	writer   *dynamic.Writer
-	recorder record.EventRecorder
-	events   EventMode
-	metrics  Metrics
-	queues   workqueue.MetricsProvider
-	drain    time.Duration
-	ns       string  // Options.Namespace
-	plan     Planner // nil unless dry run
-	onePass  bool    // PlanOnce: each trigger once, no retries
+	client   *dynamic.Writer // DryRun in a dry run
+	// writers makes each rule's writer: live, or a plan (Options.Plan).
+	writers func(r *rules.Rule, writes *ownWrites, requeue func(cache.ObjectName)) writer
+	plan    Planner // Options.Plan
+	metrics Metrics
+	queues  workqueue.MetricsProvider
+	drain   time.Duration
+	ns      string // Options.Namespace
 
 	shardMu sync.RWMutex // guards shard and shards; SetShard holds it to change them
 	shard   Shard
 	shards  []shardChange // recent shards, oldest first (see ownedSince)
 
-	mu          sync.Mutex
-	controllers map[string]*controller
-	applied     bool // a rule set has been applied: readiness means something
+	mu      sync.Mutex
+	loops   map[string]*ruleLoop
+	applied bool // a rule set has been applied: readiness means something
 }
 
 // New returns an Engine; nothing runs until Run.
@@ -140,21 +136,30 @@ func New(o Options) *Engine {
 		dc = o.Client.Dynamic
 	}
 	e := &Engine{
-		mapper:      o.Mapper,
-		registry:    dynamic.NewRegistry(dc, cache.Indexers{ownerIndex: ownerIndexFunc, ruleIndex: ruleIndexFunc, patchIndex: patchIndexFunc}),
-		writer:      &dynamic.Writer{Client: o.Client, DryRun: o.Plan != nil},
-		recorder:    o.Recorder,
-		events:      o.Events,
-		plan:        o.Plan,
-		metrics:     o.Metrics,
-		queues:      o.QueueMetrics,
-		drain:       o.DrainTimeout,
-		ns:          o.Namespace,
-		shard:       o.Shard,
-		controllers: map[string]*controller{},
+		mapper:   o.Mapper,
+		registry: dynamic.NewRegistry(dc, cache.Indexers{ownerIndex: ownerIndexFunc, ruleIndex: ruleIndexFunc, patchIndex: patchIndexFunc}),
+		client:   &dynamic.Writer{Client: o.Client, DryRun: o.Plan != nil},
+		plan:     o.Plan,
+		metrics:  o.Metrics,
+		queues:   o.QueueMetrics,
+		drain:    o.DrainTimeout,
+		ns:       o.Namespace,
+		shard:    o.Shard,
+		loops:    map[string]*ruleLoop{},
 	}
 	if e.metrics == nil {
 		e.metrics = noMetrics{}
+	}
+	events := o.Events
+	if events == "" {
+		events = EventsWarnings
+	}
+	e.writers = func(r *rules.Rule, writes *ownWrites, requeue func(cache.ObjectName)) writer {
+		return &liveWriter{rule: r.Name, client: e.client, writes: writes, requeue: requeue,
+			metrics: e.metrics, recorder: o.Recorder, events: events}
+	}
+	if o.Plan != nil {
+		e.writers = e.planWriters(false)
 	}
 	if o.Shard != nil {
 		e.shards = []shardChange{{s: o.Shard, at: time.Now()}}
@@ -163,16 +168,18 @@ func New(o Options) *Engine {
 	e.registry.OnWatchError = func(key dynamic.WatchKey, err error) {
 		e.metrics.WatchError(key.GVR.GroupResource().String(), errorReason(err))
 	}
-	if e.events == "" {
-		e.events = EventsWarnings
-	}
 	if e.drain == 0 {
 		e.drain = 30 * time.Second
 	}
-	if e.plan != nil {
-		e.recorder = nil // a dry run persists nothing, Events included
-	}
 	return e
+}
+
+// planWriters makes the writers of a dry run: no Event, no write; once, a
+// trigger that fails is not retried.
+func (e *Engine) planWriters(once bool) func(*rules.Rule, *ownWrites, func(cache.ObjectName)) writer {
+	return func(r *rules.Rule, _ *ownWrites, _ func(cache.ObjectName)) writer {
+		return &planWriter{rule: r.Name, client: e.client, plan: e.plan, once: once}
+	}
 }
 
 // PlanOnce computes, with dry-run requests, what one reconcile of every
@@ -185,7 +192,7 @@ func (e *Engine) PlanOnce(ctx context.Context, set *rules.Set) error {
 	if e.plan == nil {
 		return errors.New("PlanOnce needs Options.Plan")
 	}
-	e.onePass = true
+	e.writers = e.planWriters(true)
 	e.Apply(ctx, set)
 	defer func() {
 		e.Apply(ctx, nil)
@@ -198,12 +205,12 @@ func (e *Engine) PlanOnce(ctx context.Context, set *rules.Set) error {
 	return wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
 		e.mu.Lock()
 		defer e.mu.Unlock()
-		for name, c := range e.controllers {
-			state, detail := c.getState()
+		for name, l := range e.loops {
+			state, detail := l.getState()
 			switch {
 			case state == StateWaiting && detail != "", state == StateFailed:
 				return false, fmt.Errorf("rule %q: %s", name, detail)
-			case state != StateRunning || !c.idle():
+			case state != StateRunning || !l.idle():
 				quiet = 0
 				return false, nil
 			}
@@ -238,11 +245,11 @@ func (e *Engine) Run(ctx context.Context, set *rules.Set, updates <-chan *rules.
 	return nil
 }
 
-// Apply brings the running controllers in line with set: a rule whose hash
-// is unchanged keeps its controller (queue, workers, informers); a changed
-// rule's controller is stopped and a new one started; a removed rule's
-// controller is stopped, leaving its children in place. A nil set stops
-// everything. ctx is the parent of the controllers started.
+// Apply brings the running loops in line with set: a rule whose hash is
+// unchanged keeps its loop (queue, workers, informers); a changed rule's
+// loop is stopped and a new one started; a removed rule's loop is stopped,
+// leaving its children in place. A nil set stops everything. ctx is the
+// parent of the loops started.
 func (e *Engine) Apply(ctx context.Context, set *rules.Set) {
 	want := map[string]*rules.Rule{}
 	if set != nil {
@@ -253,53 +260,49 @@ func (e *Engine) Apply(ctx context.Context, set *rules.Set) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.applied = set != nil
-	var stopping []*controller
+	var stopping []*ruleLoop
 	retired := map[string][]schema.GroupVersionKind{}
 	retiredPatches := map[string][]*patchWatch{}
-	for name, c := range e.controllers {
-		if r, ok := want[name]; !ok || r.Hash != c.rule.Hash {
-			stopping = append(stopping, c)
-			delete(e.controllers, name)
+	for name, l := range e.loops {
+		if r, ok := want[name]; !ok || r.Hash != l.rule.Hash {
+			stopping = append(stopping, l)
+			delete(e.loops, name)
 			if ok {
-				retired[name] = retiredKinds(c, r)
-				retiredPatches[name] = c.patches
+				retired[name] = retiredKinds(l.watches, r)
+				retiredPatches[name] = l.watches.patches
 			}
 		}
 	}
 	var wg sync.WaitGroup
-	for _, c := range stopping {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c.stop()
-		}()
+	for _, l := range stopping {
+		wg.Go(l.stop)
 	}
 	wg.Wait()
-	for _, c := range stopping {
-		if _, kept := want[c.rule.Name]; !kept {
-			e.metrics.RuleRemoved(c.rule.Name)
+	for _, l := range stopping {
+		if _, kept := want[l.rule.Name]; !kept {
+			e.metrics.RuleRemoved(l.rule.Name)
 		}
 	}
 	for name, r := range want {
-		if _, running := e.controllers[name]; !running {
-			c := newController(e, r, retired[name], retiredPatches[name])
-			e.controllers[name] = c
-			c.start(klog.NewContext(ctx, klog.FromContext(ctx).WithValues("rule", name)))
+		if _, running := e.loops[name]; !running {
+			l := newRuleLoop(e, r, retired[name], retiredPatches[name])
+			e.loops[name] = l
+			l.start(klog.NewContext(ctx, klog.FromContext(ctx).WithValues("rule", name)))
 		}
 	}
 }
 
-// retiredKinds are the child kinds that c's rule, or a version before it,
-// made and r does not: the new controller prunes their children.
-func retiredKinds(c *controller, r *rules.Rule) []schema.GroupVersionKind {
+// retiredKinds are the child kinds that w's rule, or a version before it,
+// made and r does not: the new loop prunes their children.
+func retiredKinds(w *watches, r *rules.Rule) []schema.GroupVersionKind {
 	keep := map[schema.GroupVersionKind]bool{}
 	for _, res := range r.Resources {
 		keep[res.GVK] = true
 	}
 	var out []schema.GroupVersionKind
 	seen := map[schema.GroupVersionKind]bool{}
-	old := append([]schema.GroupVersionKind{}, c.retired...)
-	for _, res := range c.rule.Resources {
+	old := append([]schema.GroupVersionKind{}, w.retired...)
+	for _, res := range w.rule.Resources {
 		old = append(old, res.GVK)
 	}
 	for _, gvk := range old {
@@ -314,7 +317,7 @@ func retiredKinds(c *controller, r *rules.Rule) []schema.GroupVersionKind {
 // Informers is how many shared informers run.
 func (e *Engine) Informers() int { return e.registry.Len() }
 
-// RuleState says where one rule's controller is: StateWaiting,
+// RuleState says where one rule's loop is: StateWaiting,
 // StateSyncing, StateRunning or StateFailed; Detail says why a rule does not
 // run.
 type RuleState struct {
@@ -327,16 +330,15 @@ type RuleState struct {
 func (e *Engine) States() []RuleState {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	out := make([]RuleState, 0, len(e.controllers))
-	for name, c := range e.controllers {
-		st, detail := c.getState()
+	out := make([]RuleState, 0, len(e.loops))
+	for name, l := range e.loops {
+		st, detail := l.getState()
 		out = append(out, RuleState{Rule: name, State: st, Detail: detail})
 	}
 	return out
 }
 
-// Ready reports whether a rule set is in force and every rule's controller
-// runs.
+// Ready reports whether a rule set is in force and every rule's loop runs.
 func (e *Engine) Ready() bool {
 	e.mu.Lock()
 	applied := e.applied
@@ -363,50 +365,4 @@ func errorReason(err error) string {
 		return fmt.Sprintf("HTTP%d", status.Status().Code)
 	}
 	return "Unreachable"
-}
-
-// failed emits a Failed Warning Event for err on obj, if there is a
-// recorder. A 429 is not a failure: the server asked syncloop to slow down,
-// and the trigger is retried.
-func (e *Engine) failed(obj *unstructured.Unstructured, err error) {
-	if !apierrors.IsTooManyRequests(err) {
-		e.event(obj, corev1.EventTypeWarning, "Failed", err.Error())
-	}
-}
-
-// event emits an Event on obj, if there is a recorder.
-func (e *Engine) event(obj *unstructured.Unstructured, eventType, reason, msg string) {
-	if e.recorder != nil && obj != nil {
-		e.recorder.Event(obj, eventType, reason, msg)
-	}
-}
-
-// changes are the writes of one reconcile, for its Normal Event.
-type changes struct {
-	applied []string // "Created ConfigMap ns/name", "Updated …"
-	pruned  []string // "Deleted ConfigMap ns/name"
-}
-
-// maxListed is how many writes one Normal Event names.
-const maxListed = 5
-
-// reconciled emits, with EventsAll, one Normal Event on obj listing what a
-// reconcile changed; nothing when it changed nothing.
-func (e *Engine) reconciled(obj *unstructured.Unstructured, ch *changes) {
-	if e.recorder == nil || obj == nil || e.events != EventsAll {
-		return
-	}
-	all := append(append([]string{}, ch.applied...), ch.pruned...)
-	if len(all) == 0 {
-		return
-	}
-	reason := "Applied"
-	if len(ch.applied) == 0 {
-		reason = "Pruned"
-	}
-	msg := strings.Join(all[:min(len(all), maxListed)], ", ")
-	if len(all) > maxListed {
-		msg += fmt.Sprintf(" and %d more", len(all)-maxListed)
-	}
-	e.recorder.Event(obj, corev1.EventTypeNormal, reason, msg)
 }

@@ -137,15 +137,15 @@ func (h *harness) startWith(set *rules.Set, waitReady bool) {
 	}
 }
 
-// controller returns the running controller of a rule.
-func (h *harness) controller(name string) *controller {
+// loop returns the running loop of a rule.
+func (h *harness) loop(name string) *ruleLoop {
 	h.engine.mu.Lock()
 	defer h.engine.mu.Unlock()
-	c := h.engine.controllers[name]
-	if c == nil {
-		h.t.Fatalf("no controller for rule %q", name)
+	l := h.engine.loops[name]
+	if l == nil {
+		h.t.Fatalf("no loop for rule %q", name)
 	}
-	return c
+	return l
 }
 
 func (h *harness) eventually(what string, cond func() bool) {
@@ -443,7 +443,7 @@ func TestSteadyStateCostsNothing(t *testing.T) {
 		l, _ := h.cs.CoreV1().ConfigMaps(h.ns).List(context.Background(), metav1.ListOptions{LabelSelector: rules.LabelRule + "=copy"})
 		return len(l.Items) == 15
 	})
-	c := h.controller("copy")
+	c := h.loop("copy")
 	// quietCycles waits for n resync passes and their 5 reconciles each.
 	quietCycles := func(n int64) {
 		r0, k0 := c.resyncs.Load(), c.reconciles.Load()

@@ -137,7 +137,7 @@ func TestGraph(t *testing.T) {
 	if st, _, _ := unstructured.NestedMap(w.Object, "status"); st["gateReady"] != false || st["address"] != svc.Spec.ClusterIP+":80" {
 		t.Errorf("status %v", st)
 	}
-	ctl := h.controller("graph")
+	ctl := h.loop("graph")
 	h.eventually("the rule idle", ctl.idle)
 	if _, ok := h.configMap(h.ns, "w-app"); ok {
 		t.Fatal("app was applied before gate was ready")
@@ -273,7 +273,7 @@ spec:
 	if err := h.cs.CoreV1().ConfigMaps(h.ns).Delete(t.Context(), "t", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	c := h.controller("mixed")
+	c := h.loop("mixed")
 	h.eventually("the Delete child gone and the rule idle", func() bool {
 		_, ok := h.configMap(h.ns, "t-gone")
 		return !ok && c.idle()

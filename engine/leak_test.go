@@ -51,7 +51,7 @@ func TestTriggerChurnDoesNotLeak(t *testing.T) {
 	h.eventLRU = eventCaches
 	h.start(h.loadRules(copyRule))
 	cms := h.cs.CoreV1().ConfigMaps(h.ns)
-	c := h.controller("copy")
+	c := h.loop("copy")
 	round := 0
 	churn := func(n int) {
 		for ; n > 0; n -= batch {
@@ -96,8 +96,8 @@ func TestTriggerChurnDoesNotLeak(t *testing.T) {
 	}
 	t.Logf("heap %d → %d bytes (%+.1f%%) over %d cycles; goroutines %d; informers %d",
 		heap, after, 100*(float64(after)/float64(heap)-1), cycles, runtime.NumGoroutine(), informers)
-	if applied, deleted, inflight, _ := c.writes.remembered(); applied+deleted+inflight != 0 {
-		t.Errorf("the controller still remembers %d applied, %d deleted and %d in-flight children", applied, deleted, inflight)
+	if applied, deleted, inflight, _ := c.rc.writes.remembered(); applied+deleted+inflight != 0 {
+		t.Errorf("the loop still remembers %d applied, %d deleted and %d in-flight children", applied, deleted, inflight)
 	}
 }
 
@@ -121,9 +121,9 @@ func (h *harness) eventCount() int {
 
 // cachedChildren lists the rule's children in namespace ns in its cache
 // (other tests leave children of same-named rules elsewhere).
-func (c *controller) cachedChildren(ns string) []any {
+func (c *ruleLoop) cachedChildren(ns string) []any {
 	var out []any
-	for _, ck := range c.children {
+	for _, ck := range c.watches.children {
 		objs, _ := ck.sub.Indexer().ByIndex(cache.NamespaceIndex, ns)
 		for _, o := range objs {
 			if o.(*unstructured.Unstructured).GetLabels()[rules.LabelRule] == c.rule.Name {

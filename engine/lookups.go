@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -11,115 +10,32 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/syncloop/syncloop/dynamic"
 	"github.com/syncloop/syncloop/rules"
 )
-
-// lookupWatch is one of a rule's lookups: how to reach its kind and the
-// shared informer its objects are read from.
-type lookupWatch struct {
-	index   int // in rule.Lookups
-	mapping *meta.RESTMapping
-	sub     *dynamic.Subscription
-}
-
-// lookupWatchKey is the informer a lookup reads from: what is the same for
-// every trigger — a literal namespace, name and selector — is sent to the
-// API server; a templated one is not, and the cache holds the kind
-// wherever syncloop may read it.
-func (c *controller) lookupWatchKey(l *rules.Lookup, m *meta.RESTMapping) dynamic.WatchKey {
-	var namespace, name, selector string
-	if l.Namespace.IsLiteral() {
-		namespace = l.Namespace.Literal
-	}
-	if !l.List() && l.Name.IsLiteral() {
-		name = l.Name.Literal
-	}
-	if l.LabelSelector.IsLiteral() && l.LabelSelector.Literal != "" {
-		if sel, err := labels.Parse(l.LabelSelector.Literal); err == nil {
-			selector = sel.String()
-		}
-	}
-	return c.narrowWatch(m, namespace, name, selector)
-}
-
-// narrowWatch is the watch of m's objects narrowed to what is literal: a
-// namespace (else the engine's, if it is limited to one), a name (as the
-// field selector metadata.name=<name>) and a label selector; "" leaves
-// each open.
-func (c *controller) narrowWatch(m *meta.RESTMapping, namespace, name, selector string) dynamic.WatchKey {
-	key := dynamic.WatchKey{GVR: m.Resource, LabelSelector: selector}
-	if m.Scope.Name() == meta.RESTScopeNameNamespace {
-		key.Namespace = cmp.Or(namespace, c.e.ns)
-	}
-	if name != "" {
-		key.FieldSelector = "metadata.name=" + name
-	}
-	return key
-}
-
-// subscribeLookups starts (or shares) the informer of every lookup; an
-// event on a looked-up object queues the triggers that read it.
-func (c *controller) subscribeLookups(ctx context.Context) error {
-	for _, lw := range c.lookups {
-		l := c.rule.Lookups[lw.index]
-		changed := func(objs ...any) { c.lookupChanged(lw.index, objs...) }
-		sub, err := c.e.registry.Subscribe(ctx, c.lookupWatchKey(l, lw.mapping), cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { changed(obj) },
-			UpdateFunc: func(old, obj any) { changed(old, obj) },
-			DeleteFunc: func(obj any) { changed(obj) },
-		})
-		if err != nil {
-			return err
-		}
-		lw.sub = sub
-	}
-	return nil
-}
-
-// lookupChanged queues, once, every trigger whose lookup number i read obj
-// (by name) or whose list selects it, before or after the change. (Once:
-// a trigger queued again while a worker reconciles it is reconciled twice.)
-func (c *controller) lookupChanged(i int, objs ...any) {
-	triggers := map[cache.ObjectName]bool{}
-	for _, obj := range objs {
-		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = d.Obj
-		}
-		m, err := meta.Accessor(obj)
-		if err != nil {
-			continue
-		}
-		c.deps.each(i, m.GetNamespace(), m.GetName(), labels.Set(m.GetLabels()), func(t cache.ObjectName) { triggers[t] = true })
-	}
-	for t := range triggers {
-		c.add(t)
-	}
-}
 
 // cacheLookuper answers a reconcile's lookups from the informer caches and
 // records what it was asked, so that the trigger is queued again when the
 // answer changes. A query is recorded before the cache is read: an event
 // that lands after the read finds it.
 type cacheLookuper struct {
-	c       *controller
+	rc      *reconciler
 	trigger cache.ObjectName
 	queries []rules.LookupQuery
 }
 
 // Lookup implements rules.Lookuper.
 func (lk *cacheLookuper) Lookup(_ context.Context, q rules.LookupQuery) ([]*unstructured.Unstructured, error) {
-	c := lk.c
-	if c.e.ns != "" && q.Namespace != c.e.ns && (q.Namespace != "" || c.lookupNamespaced(q.Lookup)) {
+	rc := lk.rc
+	if ns := rc.w.ns; ns != "" && q.Namespace != ns && (q.Namespace != "" || namespaced(rc.w.lookups[q.Lookup.Index].mapping)) {
 		where := "in all namespaces"
 		if q.Namespace != "" {
 			where = "in namespace " + q.Namespace
 		}
-		return nil, fmt.Errorf("reads %s %s, outside namespace %q, to which syncloop is limited (--watch-namespace)", q.Lookup.Kind, where, c.e.ns)
+		return nil, fmt.Errorf("reads %s %s, outside namespace %q, to which syncloop is limited (--watch-namespace)", q.Lookup.Kind, where, ns)
 	}
-	lw := c.lookups[q.Lookup.Index]
+	lw := rc.w.lookups[q.Lookup.Index]
 	lk.queries = append(lk.queries, q)
-	c.deps.add(lk.trigger, q)
+	rc.deps.add(lk.trigger, q)
 	idx := lw.sub.Indexer()
 	if q.Name != "" {
 		key := q.Name
@@ -146,10 +62,6 @@ func (lk *cacheLookuper) Lookup(_ context.Context, q rules.LookupQuery) ([]*unst
 		}
 	}
 	return out, nil
-}
-
-func (c *controller) lookupNamespaced(l *rules.Lookup) bool {
-	return c.lookups[l.Index].mapping.Scope.Name() == meta.RESTScopeNameNamespace
 }
 
 // lookupIndex maps looked-up objects back to the triggers that read them:
@@ -283,6 +195,24 @@ func (x *lookupIndex) each(i int, namespace, name string, set labels.Set, f func
 	x.mu.Unlock()
 	for _, t := range out {
 		f(t)
+	}
+}
+
+// queue queues, once, every trigger that read one of objs through lookup
+// number i (by name) or whose list selects it — objs are an object before
+// and after a change. (Once: a trigger queued again while a worker
+// reconciles it is reconciled twice.)
+func (x *lookupIndex) queue(i int, objs []any, add func(cache.ObjectName)) {
+	triggers := map[cache.ObjectName]bool{}
+	for _, obj := range objs {
+		m, err := meta.Accessor(unwrap(obj))
+		if err != nil {
+			continue
+		}
+		x.each(i, m.GetNamespace(), m.GetName(), labels.Set(m.GetLabels()), func(t cache.ObjectName) { triggers[t] = true })
+	}
+	for t := range triggers {
+		add(t)
 	}
 }
 

@@ -81,7 +81,7 @@ func TestLookupSource(t *testing.T) {
 	const n = 200
 	h := newHarness(t)
 	h.start(h.loadRules(pullRule))
-	c := h.controller("pull")
+	c := h.loop("pull")
 	names := make([]string, n)
 	for i := range names {
 		names[i] = fmt.Sprintf("t%03d", i)
@@ -90,7 +90,7 @@ func TestLookupSource(t *testing.T) {
 		_, err := h.cs.CoreV1().ConfigMaps(h.ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"pull": "yes"}}}, metav1.CreateOptions{})
 		return err
 	})
-	h.eventually("every trigger reconciled, reading the absent source", func() bool { return c.deps.len() == n && c.idle() })
+	h.eventually("every trigger reconciled, reading the absent source", func() bool { return c.rc.deps.len() == n && c.idle() })
 	if got := h.copies("k", "1"); got != 0 {
 		t.Fatalf("%d copies before the source exists", got)
 	}
@@ -147,7 +147,7 @@ func TestLookupSource(t *testing.T) {
 	parallel(t, names, func(ctx context.Context, name string) error {
 		return h.cs.CoreV1().ConfigMaps(h.ns).Delete(ctx, name, metav1.DeleteOptions{})
 	})
-	h.eventually("the lookup index empty", func() bool { return c.deps.len() == 0 })
+	h.eventually("the lookup index empty", func() bool { return c.rc.deps.len() == 0 })
 }
 
 // teamRule gives every ConfigMap labelled kind=team a child listing the
@@ -218,7 +218,7 @@ func TestLookupList(t *testing.T) {
 
 	h.updateCM("bob", func(cm *corev1.ConfigMap) { delete(cm.Labels, "member-of") }) // leaves every team
 	wait(map[string]string{"red": "", "blue": ""})
-	if n := h.controller("team").resyncs.Load(); n != 0 {
+	if n := h.loop("team").resyncs.Load(); n != 0 {
 		t.Fatalf("%d resyncs ran", n)
 	}
 }
@@ -379,14 +379,14 @@ spec:
 		t.Fatal(err)
 	}
 	h.eventually("a new peer the second lookup selects", names("s3,s4"))
-	c := h.controller("chain")
+	c := h.loop("chain")
 	var queued []cache.ObjectName
-	c.deps.each(0, h.ns, "s9", map[string]string{"team": "a"}, func(k cache.ObjectName) { queued = append(queued, k) })
+	c.rc.deps.each(0, h.ns, "s9", map[string]string{"team": "a"}, func(k cache.ObjectName) { queued = append(queued, k) })
 	if len(queued) > 0 {
 		t.Errorf("a Secret only the old selector matches would queue %v", queued)
 	}
 	queued = nil
-	c.deps.each(0, h.ns, "s9", map[string]string{"team": "b"}, func(k cache.ObjectName) { queued = append(queued, k) })
+	c.rc.deps.each(0, h.ns, "s9", map[string]string{"team": "b"}, func(k cache.ObjectName) { queued = append(queued, k) })
 	if len(queued) != 1 {
 		t.Errorf("a Secret the selector matches queues %v, want the trigger", queued)
 	}
@@ -454,7 +454,7 @@ spec:
 		t.Fatal(err)
 	}
 	h.eventually("Ready False again", reason(rules.ReasonWaitingForLookup+"Database"))
-	c := h.controller("needs-db")
+	c := h.loop("needs-db")
 	h.eventually("idle", c.idle)
 	if cm, ok := h.configMap(h.ns, "w-conn"); !ok || cm.UID != conn.UID {
 		t.Error("the waiting resource's child was pruned or replaced")

@@ -12,13 +12,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
-	"github.com/syncloop/syncloop/dynamic"
 	"github.com/syncloop/syncloop/rules"
 )
 
@@ -64,92 +62,21 @@ func managerDigest(manager, prefix string) (uint64, bool) {
 	return d, err == nil
 }
 
-// patchWatch is the informer of a mode: patch resource: the objects it may
-// patch, with the patch managers' managedFields. res is nil for a watch an
-// earlier version of the rule had: kept only to release what it patched.
-type patchWatch struct {
-	res     *rules.Resource
-	key     dynamic.WatchKey
-	mapping *meta.RESTMapping
-	sub     *dynamic.Subscription
-}
-
-// patchWatchKey narrows a patch resource's watch to what its template says
-// literally: the namespace, and the name. Patched objects carry no label
-// of syncloop's to select them by.
-func (c *controller) patchWatchKey(res *rules.Resource, m *meta.RESTMapping) dynamic.WatchKey {
-	return c.narrowWatch(m, res.LiteralNamespace, res.LiteralName, "")
-}
-
-// subscribePatches starts (or shares) the patch informers; an event on a
-// patched object queues the triggers that want to patch it.
-func (c *controller) subscribePatches(ctx context.Context) error {
-	keys := map[dynamic.WatchKey]bool{}
-	for _, pw := range c.patches {
-		keys[pw.key] = true
-		changed := func(objs ...any) {
-			if pw.res != nil {
-				c.patchChanged(pw.res.Index, objs...)
-			}
-		}
-		sub, err := c.e.registry.Subscribe(ctx, pw.key, cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { changed(obj) },
-			UpdateFunc: func(old, obj any) { changed(obj) },
-			DeleteFunc: func(obj any) { c.forget(obj); changed(obj) },
-		})
-		if err != nil && pw.res == nil {
-			continue // best effort, as for retired child kinds
-		}
-		if err != nil {
-			return err
-		}
-		pw.sub = sub
-	}
-	return nil
-}
-
-// patchChanged queues the triggers whose resource number i patches obj —
-// unless the event is the echo of syncloop's own last apply of it.
-func (c *controller) patchChanged(i int, objs ...any) {
-	for _, obj := range objs {
-		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = d.Obj
-		}
-		u, ok := obj.(*unstructured.Unstructured)
-		if !ok {
-			continue
-		}
-		if c.writes.isOwnVersion(refOf(u), u.GetResourceVersion()) {
-			continue
-		}
-		c.patchDeps.each(i, u.GetNamespace(), u.GetName(), labels.Set(nil), c.add)
-	}
-}
-
-func (c *controller) patchWatchOf(res *rules.Resource) *patchWatch {
-	for _, pw := range c.patches {
-		if pw.res == res {
-			return pw
-		}
-	}
-	panic(fmt.Sprintf("resource %q of rule %q has no patch watch", res.ID, c.rule.Name))
-}
-
 // applyPatch applies a patch child onto the object it names, if that
 // exists: otherwise the resource waits (the object's appearance queues the
 // trigger again). It never creates: the apply carries the cached
 // resourceVersion as a precondition. It returns the object as it now is
 // (when the rule reads it; otherwise what was applied), nil while it waits.
-func (c *controller) applyPatch(ctx context.Context, ch *changes, trigger *unstructured.Unstructured, key cache.ObjectName, child rules.Child) (map[string]any, error) {
+func (rc *reconciler) applyPatch(ctx context.Context, ch *changes, trigger *unstructured.Unstructured, key cache.ObjectName, child rules.Child) (map[string]any, error) {
 	res := child.Resource
-	pw := c.patchWatchOf(res)
+	pw := rc.w.patchWatchOf(res)
 	obj := child.Object
 	ref := refOf(obj)
-	if c.e.ns != "" && ref.namespace != c.e.ns && pw.mapping.Scope.Name() == meta.RESTScopeNameNamespace {
-		return nil, fmt.Errorf("resource %q: %s %s is outside namespace %q, to which syncloop is limited (--watch-namespace)", child.ResourceID, ref.gvk.Kind, cacheKey(ref), c.e.ns)
+	if ns := rc.w.ns; ns != "" && ref.namespace != ns && namespaced(pw.mapping) {
+		return nil, fmt.Errorf("resource %q: %s %s is outside namespace %q, to which syncloop is limited (--watch-namespace)", child.ResourceID, ref.gvk.Kind, cacheKey(ref), ns)
 	}
 	// Recorded before the cache is read: an event after the read finds it.
-	c.patchDeps.addKey(key, depKey{lookup: res.Index, namespace: ref.namespace, name: ref.name}, nil)
+	rc.patches.addKey(key, depKey{lookup: res.Index, namespace: ref.namespace, name: ref.name}, nil)
 	cachedObj, found, err := pw.sub.Indexer().GetByKey(cacheKey(ref))
 	if err != nil {
 		return nil, err
@@ -159,39 +86,17 @@ func (c *controller) applyPatch(ctx context.Context, ch *changes, trigger *unstr
 		return nil, nil
 	}
 	cached := cachedObj.(*unstructured.Unstructured)
-	manager := patchManager(c.rule, key)
+	manager := patchManager(rc.rule, key)
 	if patchUpToDate(cached, obj, manager) {
-		c.e.metrics.Write(c.rule.Name, "unchanged")
+		rc.metrics.Write(rc.rule.Name, "unchanged")
 		return cached.Object, nil
 	}
 	obj.SetResourceVersion(cached.GetResourceVersion()) // never a create
-	if c.e.plan != nil {
-		out, err := c.e.writer.Apply(ctx, pw.mapping, obj, manager, c.rule.ForceConflicts)
-		if err != nil {
-			return nil, fmt.Errorf("resource %q: patching %s %s: %w", child.ResourceID, ref.gvk.Kind, cacheKey(ref), err)
-		}
-		if diff := diffObjects(groupKind(ref), cached.Object, out.Object, obj.Object); diff != "" {
-			c.e.plan.Plan(Action{Action: ActionUpdate, Rule: c.rule.Name, Trigger: rules.RefOf(trigger), Object: rules.RefOf(obj), Diff: diff})
-		}
-		return out.Object, nil
-	}
-	live := obj.Object // stands for the object when the rule does not read it
-	var rv string
-	if c.rule.ReadsLive(res) {
-		out, err := c.e.writer.Apply(ctx, pw.mapping, obj, manager, c.rule.ForceConflicts)
-		if err == nil {
-			live, rv = out.Object, out.GetResourceVersion()
-		}
-	} else {
-		rv, err = c.e.writer.ApplyVersion(ctx, pw.mapping, obj, manager, c.rule.ForceConflicts)
-	}
+	live, err := rc.out.apply(ctx, &write{kind: writePatch, mapping: pw.mapping, obj: obj, manager: manager, force: rc.rule.ForceConflicts,
+		readsLive: rc.rule.ReadsLive(res), before: cached, action: ActionUpdate, trigger: rules.RefOf(trigger), key: key, ch: ch})
 	if err != nil {
 		return nil, fmt.Errorf("resource %q: patching %s %s: %w", child.ResourceID, ref.gvk.Kind, cacheKey(ref), err)
 	}
-	c.writes.remember(ref, rv)
-	c.e.metrics.Write(c.rule.Name, "update")
-	klog.FromContext(ctx).V(2).Info("Patched object", "kind", ref.gvk.Kind, "object", klog.KObj(obj))
-	ch.applied = append(ch.applied, fmt.Sprintf("Patched %s %s", ref.gvk.Kind, cacheKey(ref)))
 	return live, nil
 }
 
@@ -243,10 +148,10 @@ func setsPath(desired map[string]any, p fieldpath.Path) bool {
 
 // patchedBy lists the objects in the patch caches that manager owns fields
 // of, once each.
-func (c *controller) patchedBy(manager string) []*unstructured.Unstructured {
+func (rc *reconciler) patchedBy(manager string) []*unstructured.Unstructured {
 	seen := map[childRef]bool{}
 	var out []*unstructured.Unstructured
-	for _, pw := range c.patches {
+	for _, pw := range rc.w.patches {
 		if pw.sub == nil {
 			continue
 		}
@@ -262,52 +167,34 @@ func (c *controller) patchedBy(manager string) []*unstructured.Unstructured {
 	return out
 }
 
-// mappingOf returns the mapping of a patch watch for obj's kind.
-func (c *controller) patchMappingOf(obj *unstructured.Unstructured) *meta.RESTMapping {
-	for _, pw := range c.patches {
-		if pw.mapping.GroupVersionKind == obj.GroupVersionKind() {
-			return pw.mapping
-		}
-	}
-	return nil
-}
-
 // releasePatches releases the fields trigger key's manager owns on every
 // object not in desired (all of them when desired is nil — unless the rule
 // orphans). Released objects stay: only fields that manager alone owned
 // disappear.
-func (c *controller) releasePatches(ctx context.Context, ch *changes, triggerRef rules.ObjectRef, key cache.ObjectName, desired map[childRef]bool, keepKinds []schema.GroupVersionKind) error {
-	if len(c.patches) == 0 || (desired == nil && c.rule.DeletionPolicy == rules.DeletionOrphan && !c.anyDeletes()) {
+func (rc *reconciler) releasePatches(ctx context.Context, ch *changes, triggerRef rules.ObjectRef, key cache.ObjectName, desired map[childRef]bool, keepKinds []schema.GroupVersionKind) error {
+	if len(rc.w.patches) == 0 || (desired == nil && rc.rule.DeletionPolicy == rules.DeletionOrphan && !rc.anyDeletes()) {
 		return nil
 	}
+	manager := patchManager(rc.rule, key)
 	var errs []error
-	for _, obj := range c.patchedBy(patchManager(c.rule, key)) {
-		if desired[refOf(obj)] || slices.Contains(keepKinds, refOf(obj).gvk) {
+	for _, obj := range rc.patchedBy(manager) {
+		gvk := refOf(obj).gvk
+		if desired[refOf(obj)] || slices.Contains(keepKinds, gvk) || (desired == nil && rc.orphansKind(gvk)) {
 			continue
 		}
-		if desired == nil && c.orphansKind(refOf(obj).gvk) {
-			continue
-		}
-		if err := c.release(ctx, ch, triggerRef, obj, patchManager(c.rule, key)); err != nil {
+		if err := rc.releaseFields(ctx, ch, triggerRef, obj, manager); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// keepPatchKeys adds to keys what the trigger already depends on through
-// the patch resource res, which waits: its object's appearance or change
-// still queues the trigger.
-func (c *controller) keepPatchKeys(key cache.ObjectName, res *rules.Resource, keys map[depKey]bool) {
-	c.patchDeps.keysOf(key, res.Index, keys)
-}
-
 // orphansKind reports whether a trigger that is gone (or whose when is
 // false) leaves the fields patched into objects of kind gvk: every patch
 // resource of that kind has deletionPolicy Orphan.
-func (c *controller) orphansKind(gvk schema.GroupVersionKind) bool {
+func (rc *reconciler) orphansKind(gvk schema.GroupVersionKind) bool {
 	found := false
-	for _, res := range c.rule.Resources {
+	for _, res := range rc.rule.Resources {
 		if res.Mode == rules.ModePatch && res.GVK == gvk {
 			if res.DeletionPolicy != rules.DeletionOrphan {
 				return false
@@ -315,13 +202,13 @@ func (c *controller) orphansKind(gvk schema.GroupVersionKind) bool {
 			found = true
 		}
 	}
-	return found || c.rule.DeletionPolicy == rules.DeletionOrphan
+	return found || rc.rule.DeletionPolicy == rules.DeletionOrphan
 }
 
 // anyDeletes reports whether some resource of the rule deletes (or
 // releases) when its trigger is gone.
-func (c *controller) anyDeletes() bool {
-	for _, res := range c.rule.Resources {
+func (rc *reconciler) anyDeletes() bool {
+	for _, res := range rc.rule.Resources {
 		if res.DeletionPolicy == rules.DeletionDelete {
 			return true
 		}
@@ -329,11 +216,11 @@ func (c *controller) anyDeletes() bool {
 	return false
 }
 
-// release applies an empty configuration to obj with manager, so that the
-// fields only it owned disappear; the resourceVersion precondition makes
-// sure the object is not recreated.
-func (c *controller) release(ctx context.Context, ch *changes, triggerRef rules.ObjectRef, obj *unstructured.Unstructured, manager string) error {
-	m := c.patchMappingOf(obj)
+// releaseFields applies an empty configuration to obj with manager, so
+// that the fields only it owned disappear; the resourceVersion
+// precondition makes sure the object is not recreated.
+func (rc *reconciler) releaseFields(ctx context.Context, ch *changes, triggerRef rules.ObjectRef, obj *unstructured.Unstructured, manager string) error {
+	m := rc.w.patchMappingOf(obj.GroupVersionKind())
 	if m == nil {
 		return nil
 	}
@@ -342,103 +229,47 @@ func (c *controller) release(ctx context.Context, ch *changes, triggerRef rules.
 	empty.SetName(obj.GetName())
 	empty.SetNamespace(obj.GetNamespace())
 	empty.SetResourceVersion(obj.GetResourceVersion())
-	if c.e.plan != nil {
-		out, err := c.e.writer.Apply(ctx, m, empty, manager, false)
-		if err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("releasing the fields of %s %s: %w", ref.gvk.Kind, cacheKey(ref), err)
-		}
-		if err == nil {
-			if diff := diffObjects(groupKind(ref), obj.Object, out.Object, obj.Object); diff != "" {
-				c.e.plan.Plan(Action{Action: ActionUpdate, Rule: c.rule.Name, Trigger: triggerRef, Object: rules.RefOf(obj), Diff: diff})
-			}
-		}
-		return nil
-	}
-	rv, err := c.e.writer.ApplyVersion(ctx, m, empty, manager, false)
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
+	_, err := rc.out.apply(ctx, &write{kind: writeRelease, mapping: m, obj: empty, manager: manager,
+		before: obj, action: ActionUpdate, trigger: triggerRef, ch: ch})
+	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("releasing the fields of %s %s: %w", ref.gvk.Kind, cacheKey(ref), err)
 	}
-	c.writes.remember(ref, rv)
-	c.e.metrics.Write(c.rule.Name, "update")
-	klog.FromContext(ctx).V(2).Info("Released the fields of an object", "kind", ref.gvk.Kind, "object", klog.KObj(obj))
-	ch.pruned = append(ch.pruned, fmt.Sprintf("Released %s %s", ref.gvk.Kind, cacheKey(ref)))
 	return nil
 }
 
-// sweepPatches releases what the patch managers of triggers that no
-// longer exist own: triggers deleted while syncloop was down.
-func (c *controller) sweepPatches(ctx context.Context) {
-	if len(c.patches) == 0 || c.rule.DeletionPolicy == rules.DeletionOrphan {
-		return
+// goneManagers are the patch managers of this rule's triggers that are
+// not in the cache: triggers deleted while syncloop was down, whose
+// fields the sweep releases. None when the rule orphans.
+func (rc *reconciler) goneManagers() []string {
+	if len(rc.w.patches) == 0 || rc.rule.DeletionPolicy == rules.DeletionOrphan {
+		return nil
 	}
 	live := map[string]bool{}
-	for _, k := range c.trigger.Indexer().ListKeys() {
+	for _, k := range rc.w.trigger.Indexer().ListKeys() {
 		if name, err := cache.ParseObjectName(k); err == nil {
-			live[patchManager(c.rule, name)] = true
+			live[patchManager(rc.rule, name)] = true
 		}
 	}
-	prefix := patchManagerPrefix(c.rule)
-	done := map[string]bool{}
-	for _, pw := range c.patches {
+	prefix := patchManagerPrefix(rc.rule)
+	var out []string
+	for _, pw := range rc.w.patches {
 		if pw.sub == nil {
 			continue
 		}
 		for _, manager := range pw.sub.Indexer().ListIndexFuncValues(patchIndex) {
-			if !strings.HasPrefix(manager, prefix) || live[manager] || done[manager] {
-				continue
-			}
-			done[manager] = true
-			if err := c.releaseGone(ctx, manager, prefix); err != nil {
-				klog.FromContext(ctx).Error(err, "Releasing the fields of a trigger that is gone")
+			if strings.HasPrefix(manager, prefix) && !live[manager] && !slices.Contains(out, manager) {
+				out = append(out, manager)
 			}
 		}
 	}
+	return out
 }
 
-// releaseGone releases what manager, of a trigger that is gone, patched —
-// if this replica owns that trigger (sharding), as work on it that a
-// handover waits for.
-func (c *controller) releaseGone(ctx context.Context, manager, prefix string) error {
-	d, ok := managerDigest(manager, prefix)
-	if !ok {
-		return nil
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	if !c.begin(d, cancel) {
-		return nil // another replica's to release
-	}
-	defer c.end(d)
+// releaseAll releases the fields manager owns on every object it patched.
+func (rc *reconciler) releaseAll(ctx context.Context, manager string) error {
 	var errs []error
-	for _, obj := range c.patchedBy(manager) {
-		errs = append(errs, c.release(ctx, &changes{}, rules.ObjectRef{}, obj, manager))
+	for _, obj := range rc.patchedBy(manager) {
+		errs = append(errs, rc.releaseFields(ctx, &changes{}, rules.ObjectRef{}, obj, manager))
 	}
 	return errors.Join(errs...)
-}
-
-// afterRetiredPatches queues every trigger once the patch watches of the
-// rule's earlier versions have synced (the rule does not wait for them: a
-// kind may be gone): each reconcile then releases what its trigger patched
-// through a resource the rule no longer has.
-func (c *controller) afterRetiredPatches(ctx context.Context) {
-	n := 0
-	for _, pw := range c.patches {
-		if pw.res == nil && pw.sub != nil {
-			if !pw.sub.WaitForSync(ctx) {
-				return
-			}
-			n++
-		}
-	}
-	if n == 0 || !c.trigger.WaitForSync(ctx) {
-		return
-	}
-	for _, k := range c.trigger.Indexer().ListKeys() {
-		if name, err := cache.ParseObjectName(k); err == nil {
-			c.add(name)
-		}
-	}
 }

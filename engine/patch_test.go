@@ -49,7 +49,7 @@ spec:
 func TestPatchMode(t *testing.T) {
 	h := newHarness(t)
 	h.start(h.loadRules(patchRule))
-	c := h.controller("mark")
+	c := h.loop("mark")
 	namespaceLabel := func() string {
 		ns, err := h.cs.CoreV1().Namespaces().Get(context.Background(), h.ns, metav1.GetOptions{})
 		if err != nil {
@@ -86,11 +86,11 @@ func TestPatchMode(t *testing.T) {
 		return cm.Data["last"] == "a" && cm.Data["theirs"] == "2"
 	})
 
-	// Steady state: reconciles write nothing — once the controller's cache
+	// Steady state: reconciles write nothing — once the loop's cache
 	// holds the repaired object (the API server may answer first).
 	h.eventually("idle, the cache caught up", func() bool {
 		live, _ := h.configMap(h.ns, "target")
-		cached, ok, _ := c.patchWatchOf(c.rule.Resources[0]).sub.Indexer().GetByKey(h.ns + "/target")
+		cached, ok, _ := c.watches.patchWatchOf(c.rule.Resources[0]).sub.Indexer().GetByKey(h.ns + "/target")
 		return c.idle() && ok && cached.(*unstructured.Unstructured).GetResourceVersion() == live.ResourceVersion
 	})
 	h.counter.Reset()

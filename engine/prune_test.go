@@ -74,13 +74,16 @@ func TestPruneProperty(t *testing.T) {
 		}
 
 		client := dynamicfake.NewSimpleDynamicClient(runtime.NewScheme(), objs...)
-		c := &controller{
-			e:        &Engine{writer: &dynamic.Writer{Client: &dynamic.Client{Dynamic: client}}, metrics: noMetrics{}},
-			rule:     &rules.Rule{Name: rule},
-			children: map[schema.GroupVersionKind]*childKind{gvk: {mapping: mapping}},
-			writes:   newOwnWrites(),
+		// The reconciler needs no informer: the children are given.
+		writes := newOwnWrites()
+		rc := &reconciler{
+			rule:   &rules.Rule{Name: rule},
+			w:      &watches{children: map[schema.GroupVersionKind]*childKind{gvk: {mapping: mapping}}},
+			out:    &liveWriter{rule: rule, client: &dynamic.Writer{Client: &dynamic.Client{Dynamic: client}}, writes: writes, metrics: noMetrics{}},
+			writes: writes,
+			deps:   newLookupIndex(),
 		}
-		if err := c.prune(t.Context(), &changes{}, rules.ObjectRef{}, owner, existing, desired, nil); err != nil {
+		if err := rc.prune(t.Context(), &changes{}, rules.ObjectRef{}, owner, existing, desired, nil); err != nil {
 			t.Fatalf("seed %d: %v", seed, err)
 		}
 
@@ -172,7 +175,7 @@ func TestPruneLeavesLookAlikes(t *testing.T) {
 		}
 		return true
 	})
-	c := h.controller("copy")
+	c := h.loop("copy")
 	h.eventually("two resyncs and sweeps", func() bool { n := c.resyncs.Load(); return n >= 2 && c.idle() })
 	for name := range lookAlikes {
 		if _, ok := h.configMap(h.ns, name); !ok {
@@ -220,7 +223,7 @@ func TestEmptyRuleSetPrunesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.updates <- empty
-	h.eventually("every controller to stop", func() bool { return len(h.engine.States()) == 0 })
+	h.eventually("every loop to stop", func() bool { return len(h.engine.States()) == 0 })
 	h.updates <- nil // a nil set, too, is no rules
 	h.eventually("every informer to stop", func() bool { return h.engine.Informers() == 0 })
 	if deletes := h.counter.Requests(func(r testenv.Request) bool { return r.Method == "DELETE" }); len(deletes) != 0 {

@@ -88,7 +88,7 @@ func TestHotReload(t *testing.T) {
 		_, s := h.configMap(h.ns, "t-steady")
 		return ok && s && c.Data["value"] == "v1"
 	})
-	steadyCtl, steadyQueue := h.controller("steady"), h.controller("steady").queue
+	steadyCtl, steadyQueue := h.loop("steady"), h.loop("steady").queue
 	informers := h.engine.Informers()
 
 	// A changed rule takes effect while running.
@@ -97,8 +97,8 @@ func TestHotReload(t *testing.T) {
 		c, _ := h.configMap(h.ns, "t-changing")
 		return c != nil && c.Data["value"] == "v2"
 	})
-	if h.controller("steady") != steadyCtl || h.controller("steady").queue != steadyQueue {
-		t.Error("the unchanged rule's controller or queue was recreated by a reload")
+	if h.loop("steady") != steadyCtl || h.loop("steady").queue != steadyQueue {
+		t.Error("the unchanged rule's loop or queue was recreated by a reload")
 	}
 	if n := h.engine.Informers(); n != informers {
 		t.Errorf("informers %d → %d across a reload that changed a template only", informers, n)
@@ -116,10 +116,10 @@ func TestHotReload(t *testing.T) {
 	if err := os.Remove(changing); err != nil {
 		t.Fatal(err)
 	}
-	h.eventually("the removed rule's controller to stop", func() bool {
+	h.eventually("the removed rule's loop to stop", func() bool {
 		h.engine.mu.Lock()
 		defer h.engine.mu.Unlock()
-		_, running := h.engine.controllers["changing"]
+		_, running := h.engine.loops["changing"]
 		return !running
 	})
 	h.createCM("w", map[string]string{"a": "1", "b": "1"}, nil)
@@ -132,7 +132,7 @@ func TestHotReload(t *testing.T) {
 			t.Errorf("removing a rule deleted its child %s", name)
 		}
 	}
-	if h.controller("steady") != steadyCtl {
+	if h.loop("steady") != steadyCtl {
 		t.Error("the unchanged rule was restarted when another rule was removed")
 	}
 }
@@ -219,11 +219,11 @@ func TestRetiredKindPruned(t *testing.T) {
 		c, ok := h.configMap(h.ns, "t-retire")
 		return ok && c.Data["value"] == "v2" && c.UID == cm.UID
 	})
-	if kinds := h.controller("retire").retired; len(kinds) != 1 || kinds[0].Kind != "ServiceAccount" {
+	if kinds := h.loop("retire").watches.retired; len(kinds) != 1 || kinds[0].Kind != "ServiceAccount" {
 		t.Errorf("retired kinds %v, want ServiceAccount", kinds)
 	}
 	h.engine.Apply(t.Context(), h.loadRules(labelRule("retire", "retire", "v3")))
-	if kinds := h.controller("retire").retired; len(kinds) != 1 || kinds[0].Kind != "ServiceAccount" {
+	if kinds := h.loop("retire").watches.retired; len(kinds) != 1 || kinds[0].Kind != "ServiceAccount" {
 		t.Errorf("after a further change, retired kinds %v, want ServiceAccount still", kinds)
 	}
 	h.eventually("the running rule", func() bool { return h.engine.Ready() })

@@ -76,7 +76,7 @@ func TestRequestCounts(t *testing.T) {
 		l, _ := h.cs.CoreV1().ConfigMaps(h.ns).List(t.Context(), metav1.ListOptions{LabelSelector: rules.LabelRule + "=copy"})
 		return len(l.Items) == n
 	})
-	c := h.controller("copy")
+	c := h.loop("copy")
 	// idle, not only an empty queue: a reconcile still in flight may have
 	// an apply whose answer (and its count) is on its way.
 	h.eventually("the rule idle", c.idle)
@@ -162,12 +162,12 @@ spec:
 	h.limitNS = h.ns // a Role: the engine stays in the namespace
 	h.counter.Reset()
 	h.startWith(set, false)
-	h.eventually("the rule's controller", func() bool { return len(h.engine.States()) == 1 })
-	c := h.controller("copy")
+	h.eventually("the rule's loop", func() bool { return len(h.engine.States()) == 1 })
+	c := h.loop("copy")
 	h.eventually("the children's events reconciled while the triggers cannot list", func() bool {
 		return c.reconciles.Load() >= n && c.idle()
 	})
-	if c.trigger.HasSynced() {
+	if c.watches.trigger.HasSynced() {
 		t.Fatal("the triggers synced although Secrets may not be listed: the test does not hold the window open")
 	}
 	role.Rules = append(role.Rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"list", "watch"}})

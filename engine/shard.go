@@ -76,17 +76,17 @@ func (e *Engine) SetShard(ctx context.Context, s Shard) {
 		e.shards = e.shards[1:]
 	}
 	e.shardMu.Unlock()
-	// Apply holds mu while it stops controllers: once it is ours, no
-	// controller outside the map is still reconciling.
+	// Apply holds mu while it stops loops: once it is ours, no loop
+	// outside the map is still reconciling.
 	e.mu.Lock()
-	controllers := make([]*controller, 0, len(e.controllers))
-	for _, c := range e.controllers {
-		controllers = append(controllers, c)
+	loops := make([]*ruleLoop, 0, len(e.loops))
+	for _, l := range e.loops {
+		loops = append(loops, l)
 	}
 	e.mu.Unlock()
-	for _, c := range controllers {
+	for _, l := range loops {
 		select {
-		case c.reshard <- struct{}{}:
+		case l.reshard <- struct{}{}:
 		default: // one pending is enough: it reads the newest shard
 		}
 	}
@@ -95,8 +95,8 @@ func (e *Engine) SetShard(ctx context.Context, s Shard) {
 	defer tick.Stop()
 	for {
 		lost := 0
-		for _, c := range controllers {
-			lost += c.workingLost(s, time.Now().After(deadline))
+		for _, l := range loops {
+			lost += l.workingLost(s, time.Now().After(deadline))
 		}
 		if lost == 0 {
 			return
@@ -116,9 +116,9 @@ func (e *Engine) Owned() map[string]int {
 	s := e.currentShard()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	out := make(map[string]int, len(e.controllers))
-	for name, c := range e.controllers {
-		sub := c.triggerSub.Load()
+	out := make(map[string]int, len(e.loops))
+	for name, l := range e.loops {
+		sub := l.triggerSub.Load()
 		if sub == nil {
 			out[name] = 0
 			continue
@@ -164,21 +164,21 @@ func (e *Engine) ownedSince(rule string, d uint64) time.Time {
 // mayLag reports whether this replica's child caches may lack a write the
 // previous owner of trigger key made: it gained the trigger less than
 // handoverVerify ago, or its informers synced less than that after it did.
-func (c *controller) mayLag(key cache.ObjectName) bool {
-	since := c.e.ownedSince(c.rule.Name, TriggerDigest(key))
+func (l *ruleLoop) mayLag(key cache.ObjectName) bool {
+	since := l.e.ownedSince(l.rule.Name, TriggerDigest(key))
 	if since.IsZero() {
 		return false
 	}
-	c.mu.Lock()
-	synced := c.syncedAt
-	c.mu.Unlock()
+	l.mu.Lock()
+	synced := l.syncedAt
+	l.mu.Unlock()
 	return time.Since(since) < handoverVerify || (synced.After(since) && time.Since(synced) < handoverVerify)
 }
 
 // add queues trigger key if this replica owns it.
-func (c *controller) add(key cache.ObjectName) {
-	if c.e.owns(c.rule.Name, key) {
-		c.queue.Add(key)
+func (l *ruleLoop) add(key cache.ObjectName) {
+	if l.e.owns(l.rule.Name, key) {
+		l.queue.Add(key)
 	}
 }
 
@@ -186,35 +186,35 @@ func (c *controller) add(key cache.ObjectName) {
 // cancel to stop its requests, if this replica owns it; the check and the
 // mark are one step for SetShard, which waits for the work on the triggers
 // it takes away.
-func (c *controller) begin(d uint64, cancel context.CancelFunc) bool {
-	c.e.shardMu.RLock()
-	defer c.e.shardMu.RUnlock()
-	if s := c.e.shard; s != nil && !s.Owns(c.rule.Name, d) {
+func (l *ruleLoop) begin(d uint64, cancel context.CancelFunc) bool {
+	l.e.shardMu.RLock()
+	defer l.e.shardMu.RUnlock()
+	if s := l.e.shard; s != nil && !s.Owns(l.rule.Name, d) {
 		return false
 	}
-	c.mu.Lock()
-	c.working[d] = cancel
-	c.mu.Unlock()
+	l.mu.Lock()
+	l.working[d] = cancel
+	l.mu.Unlock()
 	return true
 }
 
-func (c *controller) end(d uint64) {
-	c.mu.Lock()
-	delete(c.working, d)
-	c.mu.Unlock()
+func (l *ruleLoop) end(d uint64) {
+	l.mu.Lock()
+	delete(l.working, d)
+	l.mu.Unlock()
 }
 
 // workingLost counts the triggers worked on that s does not own,
 // cancelling their requests when cancel is true.
-func (c *controller) workingLost(s Shard, cancel bool) int {
+func (l *ruleLoop) workingLost(s Shard, cancel bool) int {
 	if s == nil {
 		return 0
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	n := 0
-	for d, stop := range c.working {
-		if !s.Owns(c.rule.Name, d) {
+	for d, stop := range l.working {
+		if !s.Owns(l.rule.Name, d) {
 			n++
 			if cancel {
 				stop()
@@ -237,25 +237,25 @@ const handoverVerify = 10 * time.Second
 
 // resharded queues the triggers the engine's shard owns that the one
 // before did not, and sweeps for orphans among them. It runs on the
-// controller's goroutine.
-func (c *controller) resharded(ctx context.Context) {
-	s := c.e.currentShard()
-	before := c.shardSeen
-	c.shardSeen = s
+// loop's goroutine.
+func (l *ruleLoop) resharded(ctx context.Context) {
+	s := l.e.currentShard()
+	before := l.shardSeen
+	l.shardSeen = s
 	n := 0
-	for _, k := range c.trigger.Indexer().ListKeys() {
+	for _, k := range l.watches.trigger.Indexer().ListKeys() {
 		key, err := cache.ParseObjectName(k)
 		if err != nil {
 			continue
 		}
 		d := TriggerDigest(key)
-		if (s == nil || s.Owns(c.rule.Name, d)) && before != nil && !before.Owns(c.rule.Name, d) {
-			c.queue.Add(key)
+		if (s == nil || s.Owns(l.rule.Name, d)) && before != nil && !before.Owns(l.rule.Name, d) {
+			l.queue.Add(key)
 			n++
 		}
 	}
 	klog.FromContext(ctx).V(1).Info("Shard changed: queued the triggers gained", "count", n)
 	// Orphans of the triggers gained: children of triggers deleted while
 	// another replica owned them.
-	c.sweep(ctx)
+	l.sweep(ctx)
 }

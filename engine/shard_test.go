@@ -88,7 +88,7 @@ func TestShard(t *testing.T) {
 		}
 	}
 	h.eventually("the owned triggers' children", has(even))
-	c := h.controller("copy")
+	c := h.loop("copy")
 	h.eventually("the engine to be idle", c.idle)
 	for _, n := range odd {
 		if _, ok := h.configMap(h.ns, n+"-copy"); ok {
@@ -231,12 +231,12 @@ func TestHandoverVerifies(t *testing.T) {
 	holding.Store(true)
 	first.createCM("t", map[string]string{"copy": "yes"}, map[string]string{"k": "v"})
 	first.eventually("the first replica's child", func() bool { _, ok := first.configMap(first.ns, "t-copy"); return ok })
-	first.eventually("the first replica to be idle", first.controller("copy").idle)
+	first.eventually("the first replica to be idle", first.loop("copy").idle)
 
 	first.engine.SetShard(t.Context(), noShard)
 	second.counter.Reset()
 	second.engine.SetShard(t.Context(), allShard)
-	c := second.controller("copy")
+	c := second.loop("copy")
 	second.eventually("the second replica to reconcile the trigger it gained", func() bool { return c.reconciles.Load() > 0 && c.idle() })
 	var gets int
 	for _, r := range second.counter.Requests(func(r testenv.Request) bool { return strings.HasSuffix(r.Path, "/t-copy") }) {

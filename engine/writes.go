@@ -7,7 +7,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// ownWrites is what a rule's controller remembers of its own writes, so
+// ownWrites is what a rule remembers of its own writes, so
 // that their echoes cost nothing and nothing is written or deleted twice:
 // the version each of its applies returned, the applies under way (with the
 // last event seen meanwhile), the deletes the cache has not shown yet, and

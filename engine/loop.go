@@ -1,0 +1,563 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/syncloop/syncloop/dynamic"
+	"github.com/syncloop/syncloop/rules"
+	"github.com/syncloop/syncloop/rules/expr"
+)
+
+// A rule's loop is in one of these states (RuleState.State).
+const (
+	// StateWaiting: a kind of the rule is not served (yet).
+	StateWaiting = "waiting"
+	// StateSyncing: the rule's informers are listing, or cannot (the
+	// detail says why: RBAC, an unreachable API server).
+	StateSyncing = "syncing"
+	// StateRunning: the rule reconciles.
+	StateRunning = "running"
+	// StateFailed: the rule cannot run as written here (a cluster-scoped
+	// kind under --watch-namespace); changing the rule restarts it.
+	StateFailed = "failed"
+)
+
+// childrenSelector selects every object an installation of syncloop
+// manages (the default installation's children carry no installation
+// label): child informers are shared by the installation's rules, one per
+// kind, and never see another installation's children.
+func childrenSelector(installation string) string {
+	if installation == "" {
+		return rules.LabelManagedBy + "=" + rules.ManagedByValue + ",!" + rules.LabelInstallation
+	}
+	return rules.LabelManagedBy + "=" + rules.ManagedByValue + "," + rules.LabelInstallation + "=" + installation
+}
+
+// ruleLoop is one rule's control loop: it resolves and watches the rule's
+// kinds, turns events into trigger keys on a rate-limited workqueue, runs
+// the rule's workers over it, resyncs and sweeps for orphans, and keeps to
+// the triggers its replica's shard owns. What one trigger's reconcile does
+// is the reconciler's (reconcile.go); the loop only decides when.
+type ruleLoop struct {
+	e      *Engine
+	rule   *rules.Rule
+	queue  workqueue.TypedRateLimitingInterface[cache.ObjectName]
+	cancel context.CancelFunc
+	done   chan struct{} // closed when run has returned
+
+	watches *watches    // resolved and subscribed by run before any worker starts
+	rc      *reconciler // reconciles one trigger
+
+	loopCounters
+
+	mu       sync.Mutex // guards state, detail, syncedAt and working
+	state    string
+	detail   string
+	syncedAt time.Time // when the informers the workers need had synced
+	// working are the triggers being reconciled or released, by key
+	// digest, each with the cancel of its requests (see SetShard).
+	working map[uint64]context.CancelFunc
+
+	// Sharding: reshard signals a new shard (SetShard); shardSeen is the
+	// shard the loop last queued triggers for (run's goroutine only).
+	reshard   chan struct{}
+	shardSeen Shard
+}
+
+// loopCounters count what a loop did, for tests and diagnostics.
+type loopCounters struct {
+	resyncs    atomic.Int64 // resync passes done
+	reconciles atomic.Int64 // reconciles finished
+	inFlight   atomic.Int64 // reconciles under way
+	// triggerSub is the trigger informer once subscribed, for Owned.
+	triggerSub atomic.Pointer[dynamic.Subscription]
+}
+
+// newRuleLoop makes the loop of rule r. retired are kinds an earlier
+// version of the rule made and r does not: their children are pruned.
+// retiredPatches are the patch watches of earlier versions: what they
+// patched and r does not is released.
+func newRuleLoop(e *Engine, r *rules.Rule, retired []schema.GroupVersionKind, retiredPatches []*patchWatch) *ruleLoop {
+	limiter := workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](r.RateLimit.BaseDelay, r.RateLimit.MaxDelay),
+		&workqueue.TypedBucketRateLimiter[cache.ObjectName]{Limiter: rate.NewLimiter(rate.Limit(r.RateLimit.QPS), r.RateLimit.Burst)},
+	)
+	l := &ruleLoop{
+		e:    e,
+		rule: r,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(limiter,
+			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: r.Name, MetricsProvider: e.queues}),
+		done:    make(chan struct{}),
+		watches: &watches{rule: r, ns: e.ns, retired: retired, retiredPatches: retiredPatches},
+		working: map[uint64]context.CancelFunc{},
+		reshard: make(chan struct{}, 1),
+		state:   StateWaiting,
+	}
+	writes := newOwnWrites()
+	l.rc = &reconciler{
+		rule:    r,
+		w:       l.watches,
+		mapper:  e.mapper,
+		client:  e.client,
+		out:     e.writers(r, writes, l.add),
+		writes:  writes,
+		deps:    newLookupIndex(),
+		patches: newLookupIndex(),
+		metrics: e.metrics,
+		mayLag:  l.mayLag,
+	}
+	return l
+}
+
+func (l *ruleLoop) start(ctx context.Context) {
+	ctx, l.cancel = context.WithCancel(ctx)
+	go func() {
+		defer close(l.done)
+		l.run(ctx)
+	}()
+}
+
+// stop cancels the loop and waits until it has drained and stopped.
+func (l *ruleLoop) stop() {
+	l.cancel()
+	<-l.done
+}
+
+func (l *ruleLoop) setState(state, detail string) {
+	l.mu.Lock()
+	l.state, l.detail = state, detail
+	l.mu.Unlock()
+}
+
+func (l *ruleLoop) getState() (string, string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.state, l.detail
+}
+
+// run is the loop's life: resolve kinds (waiting while one is not served),
+// subscribe to informers, wait for those the workers need to sync, work
+// while the triggers list, sweep for orphans once they have, then resync,
+// follow shard changes and work until ctx ends, and drain.
+func (l *ruleLoop) run(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	defer l.watches.unsubscribe()
+	defer l.queue.ShutDown()
+	l.shardSeen = l.e.currentShard()
+	if !l.prepare(ctx) || !l.waitForSync(ctx, l.watches.needed()) {
+		return
+	}
+	l.mu.Lock()
+	l.syncedAt = time.Now()
+	l.mu.Unlock()
+
+	// Workers get a context that outlives ctx by the drain timeout, so
+	// that in-flight reconciles finish on shutdown. They start before the
+	// triggers have listed: each is reconciled as it arrives (a reconcile
+	// whose trigger has not arrived yet does nothing).
+	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	var wg sync.WaitGroup
+	for range l.rule.Workers {
+		wg.Go(func() {
+			for l.processNext(workCtx) {
+			}
+		})
+	}
+	go l.afterRetiredPatches(ctx)
+	if l.waitForSync(ctx, []*dynamic.Subscription{l.watches.trigger}) {
+		l.sweep(ctx) // children whose trigger went away while syncloop was down
+		l.setState(StateRunning, "")
+		logger.Info("Rule running", "workers", l.rule.Workers)
+	}
+
+	var tick <-chan time.Time
+	if l.rule.ResyncPeriod > 0 {
+		t := time.NewTicker(l.rule.ResyncPeriod)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-tick:
+			l.resync(ctx)
+			continue
+		case <-l.reshard:
+			l.resharded(ctx)
+			continue
+		case <-ctx.Done():
+		}
+		break
+	}
+	logger.V(1).Info("Rule stopping: draining its queue")
+	timer := time.AfterFunc(l.e.drain, cancelWork)
+	defer timer.Stop()
+	l.queue.ShutDownWithDrain()
+	wg.Wait()
+}
+
+// prepare resolves the rule's kinds, checks them against the engine's
+// namespace and subscribes to the informers; false when the rule cannot
+// run (its state says why) or ctx ended.
+func (l *ruleLoop) prepare(ctx context.Context) bool {
+	logger := klog.FromContext(ctx)
+	waiting := func(err error) {
+		l.setState(StateWaiting, err.Error())
+		logger.Info("Rule waiting for a kind the API server does not serve", "err", err)
+	}
+	if !l.watches.resolve(ctx, l.e.mapper, waiting) {
+		return false
+	}
+	if err := l.watches.checkNamespace(); err != nil {
+		logger.Error(err, "Rule cannot run")
+		l.setState(StateFailed, err.Error())
+		return false
+	}
+	l.setState(StateSyncing, "")
+	if err := l.watches.subscribe(ctx, l.e.registry, l.handlers()); err != nil {
+		logger.Error(err, "Cannot watch")
+		l.setState(StateWaiting, err.Error())
+		return false
+	}
+	l.triggerSub.Store(l.watches.trigger)
+	return true
+}
+
+// waitForSync waits until the informers of subs have synced, and reports
+// false if ctx ends first. While one has not, the rule's detail says why —
+// a list or watch the API server refused (missing RBAC) or could not
+// answer — and each new reason is logged once; the informers retry with
+// backoff meanwhile.
+func (l *ruleLoop) waitForSync(ctx context.Context, subs []*dynamic.Subscription) bool {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	logged := ""
+	for _, s := range subs {
+		for !s.HasSynced() {
+			select {
+			case <-s.Synced():
+			case <-ctx.Done():
+				return false
+			case <-tick.C:
+				detail, failing := syncDetail(subs)
+				l.setState(StateSyncing, detail)
+				if failing && detail != logged {
+					logged = detail
+					klog.FromContext(ctx).Error(nil, "Rule cannot start: its informers cannot sync", "reason", detail)
+				}
+			}
+		}
+	}
+	return true
+}
+
+// syncDetail says why subs have not all synced, and whether because a
+// list or watch fails.
+func syncDetail(subs []*dynamic.Subscription) (detail string, failing bool) {
+	for _, s := range subs {
+		if s.HasSynced() {
+			continue
+		}
+		if err := s.LastError(); err != nil {
+			return fmt.Sprintf("cannot list and watch %s: %v", s.Key(), err), true
+		}
+		detail = "listing " + s.Key().String()
+	}
+	return detail, false
+}
+
+// handlers turn the informers' events into trigger keys.
+func (l *ruleLoop) handlers() handlers {
+	return handlers{
+		trigger: cache.ResourceEventHandlerFuncs{
+			AddFunc: func(obj any) {
+				if l.wants(obj) {
+					l.enqueue(obj)
+				}
+			},
+			UpdateFunc: func(old, obj any) {
+				// Old or new: a trigger that stops matching is reconciled
+				// once more, and its children pruned.
+				if l.wants(old) || l.wants(obj) {
+					l.enqueue(obj)
+				}
+			},
+			DeleteFunc: l.enqueue,
+		},
+		child: cache.ResourceEventHandlerFuncs{
+			AddFunc:    l.childChanged,
+			UpdateFunc: func(_, obj any) { l.childChanged(obj) },
+			DeleteFunc: func(obj any) {
+				l.forget(obj)
+				l.enqueueOwner(obj)
+			},
+		},
+		lookup: func(lw *lookupWatch) cache.ResourceEventHandler {
+			changed := func(objs ...any) { l.rc.deps.queue(lw.index, objs, l.add) }
+			return cache.ResourceEventHandlerFuncs{
+				AddFunc:    func(obj any) { changed(obj) },
+				UpdateFunc: func(old, obj any) { changed(old, obj) },
+				DeleteFunc: func(obj any) { changed(obj) },
+			}
+		},
+		patch: func(pw *patchWatch) cache.ResourceEventHandler {
+			changed := func(obj any) {
+				if pw.res != nil {
+					l.patchChanged(pw.res.Index, obj)
+				}
+			}
+			return cache.ResourceEventHandlerFuncs{
+				AddFunc:    changed,
+				UpdateFunc: func(_, obj any) { changed(obj) },
+				DeleteFunc: func(obj any) { l.forget(obj); changed(obj) },
+			}
+		},
+	}
+}
+
+// wants evaluates the rule's `when` for an event's object. An evaluation
+// error counts as wanted: the reconcile reports it.
+func (l *ruleLoop) wants(obj any) bool {
+	if l.rule.When == nil {
+		return true
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return true
+	}
+	ok, err := l.rule.When.EvalBool(context.Background(), &expr.Activation{Object: u.Object, Rule: l.rule.Name})
+	return ok || err != nil
+}
+
+func (l *ruleLoop) enqueue(obj any) {
+	key, err := cache.ObjectToName(unwrap(obj))
+	if err != nil {
+		return
+	}
+	l.add(key)
+}
+
+// unwrap is the object of a delete event's tombstone, else obj.
+func unwrap(obj any) any {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		return d.Obj
+	}
+	return obj
+}
+
+// enqueueOwner queues the trigger of a child of this rule (drift repair: an
+// edited or deleted child is reconciled back).
+func (l *ruleLoop) enqueueOwner(obj any) {
+	m, err := meta.Accessor(unwrap(obj))
+	if err != nil || m.GetLabels()[rules.LabelRule] != l.rule.Name {
+		return
+	}
+	if key, ok := l.ownTrigger(m.GetAnnotations()[rules.AnnotationOwner]); ok {
+		l.add(key)
+	}
+}
+
+// childChanged queues the trigger of a child that was added or updated —
+// unless the event is the echo of syncloop's own last apply of it (the
+// version that apply returned), which changes nothing the reconcile that
+// made it did not already see: a cold start then costs one reconcile per
+// trigger, not two. An event that arrives while syncloop's own apply of
+// the child is still returning is held (ownWrites.echo): the apply's end
+// queues the trigger if it was not the echo.
+func (l *ruleLoop) childChanged(obj any) {
+	if u, ok := obj.(*unstructured.Unstructured); ok && l.rc.writes.echo(refOf(u), u.GetResourceVersion()) {
+		return
+	}
+	l.enqueueOwner(obj)
+}
+
+// patchChanged queues the triggers whose resource number i patches obj —
+// unless the event is the echo of syncloop's own last apply of it.
+func (l *ruleLoop) patchChanged(i int, obj any) {
+	u, ok := unwrap(obj).(*unstructured.Unstructured)
+	if !ok || l.rc.writes.isOwnVersion(refOf(u), u.GetResourceVersion()) {
+		return
+	}
+	l.rc.patches.each(i, u.GetNamespace(), u.GetName(), nil, l.add)
+}
+
+// forget drops what is remembered of a written object that is gone.
+func (l *ruleLoop) forget(obj any) {
+	if u, ok := unwrap(obj).(*unstructured.Unstructured); ok {
+		l.rc.writes.gone(refOf(u))
+	}
+}
+
+// ownTrigger parses a child's owner annotation and reports whether the
+// trigger it names is one this rule watches: its kind, and its namespace
+// when the watch is limited to one. A child whose trigger this rule cannot
+// see — another syncloop's, a same-named rule watching elsewhere — is never
+// this rule's to repair or prune.
+func (l *ruleLoop) ownTrigger(owner string) (cache.ObjectName, bool) {
+	t, ok := rules.ParseTrigger(owner)
+	w := l.rule.Watch
+	if !ok || t.APIVersion != w.APIVersion || t.Kind != w.Kind {
+		return cache.ObjectName{}, false
+	}
+	key := cache.ObjectName{Namespace: t.Namespace, Name: t.Name}
+	if ns := l.watches.watchNamespace(); ns != "" && namespaced(l.watches.triggerMapping) && key.Namespace != ns {
+		return cache.ObjectName{}, false
+	}
+	return key, true
+}
+
+// resync re-checks every trigger and sweeps for orphans.
+func (l *ruleLoop) resync(ctx context.Context) {
+	l.addAll()
+	l.sweep(ctx)
+	l.resyncs.Add(1)
+}
+
+// addAll queues every cached trigger.
+func (l *ruleLoop) addAll() {
+	for _, k := range l.watches.trigger.Indexer().ListKeys() {
+		if key, err := cache.ParseObjectName(k); err == nil {
+			l.add(key)
+		}
+	}
+}
+
+// sweep queues the trigger of every child of this rule whose trigger is
+// not in the cache (or is another object of the same name): its reconcile
+// prunes the child. This is how a trigger deleted while syncloop was down
+// is cleaned up. What the patches of such triggers hold is released.
+func (l *ruleLoop) sweep(ctx context.Context) {
+	n := 0
+	triggers := l.watches.trigger.Indexer()
+	for _, ck := range l.watches.children {
+		if ck.sub == nil {
+			continue
+		}
+		objs, err := ck.sub.Indexer().ByIndex(ruleIndex, l.rule.Name)
+		if err != nil {
+			continue
+		}
+		for _, o := range objs {
+			m, err := meta.Accessor(o)
+			if err != nil {
+				continue
+			}
+			key, ok := l.ownTrigger(m.GetAnnotations()[rules.AnnotationOwner])
+			if !ok {
+				continue
+			}
+			t, exists, _ := triggers.GetByKey(key.String())
+			if !exists || string(t.(*unstructured.Unstructured).GetUID()) != m.GetLabels()[rules.LabelOwnerUID] {
+				l.add(key)
+				n++
+			}
+		}
+	}
+	if n > 0 {
+		klog.FromContext(ctx).V(1).Info("Queued triggers of orphaned children", "count", n)
+	}
+	l.sweepPatches(ctx)
+}
+
+// sweepPatches releases what the patch managers of triggers that no
+// longer exist own: triggers deleted while syncloop was down. Each is
+// released by the replica that owns its trigger (sharding), as work on it
+// that a handover waits for.
+func (l *ruleLoop) sweepPatches(ctx context.Context) {
+	for _, manager := range l.rc.goneManagers() {
+		d, ok := managerDigest(manager, patchManagerPrefix(l.rule))
+		if !ok {
+			continue
+		}
+		ctx, cancel := context.WithCancel(ctx)
+		if l.begin(d, cancel) {
+			if err := l.rc.releaseAll(ctx, manager); err != nil {
+				klog.FromContext(ctx).Error(err, "Releasing the fields of a trigger that is gone")
+			}
+			l.end(d)
+		}
+		cancel()
+	}
+}
+
+// afterRetiredPatches queues every trigger once the patch watches of the
+// rule's earlier versions have synced (the rule does not wait for them: a
+// kind may be gone): each reconcile then releases what its trigger patched
+// through a resource the rule no longer has.
+func (l *ruleLoop) afterRetiredPatches(ctx context.Context) {
+	n := 0
+	for _, pw := range l.watches.patches {
+		if pw.res == nil && pw.sub != nil {
+			if !pw.sub.WaitForSync(ctx) {
+				return
+			}
+			n++
+		}
+	}
+	if n > 0 && l.watches.trigger.WaitForSync(ctx) {
+		l.addAll()
+	}
+}
+
+// idle reports whether nothing is queued or being reconciled.
+func (l *ruleLoop) idle() bool { return l.queue.Len() == 0 && l.inFlight.Load() == 0 }
+
+// processNext is the textbook worker step: Get, defer Done, reconcile,
+// Forget on success, AddRateLimited on error.
+func (l *ruleLoop) processNext(ctx context.Context) bool {
+	key, shutdown := l.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer l.queue.Done(key)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if !l.e.held() {
+		l.queue.AddAfter(key, holdWait)
+		return true
+	}
+	d := TriggerDigest(key)
+	if !l.begin(d, cancel) {
+		// Queued before this replica's shard lost it: its new owner
+		// reconciles it.
+		l.queue.Forget(key)
+		return true
+	}
+	defer l.end(d)
+	l.inFlight.Add(1)
+	defer l.inFlight.Add(-1)
+	start := time.Now()
+	logger := klog.FromContext(ctx).WithValues("trigger", key.String())
+	err := l.rc.reconcile(klog.NewContext(ctx, logger), key)
+	result := "success"
+	if err != nil {
+		result = "error"
+	}
+	l.e.metrics.ReconcileDone(l.rule.Name, result, time.Since(start))
+	l.reconciles.Add(1)
+	switch {
+	case err == nil, !l.rc.out.retry(key, err):
+		l.queue.Forget(key)
+	case l.rule.MaxRetries > 0 && l.queue.NumRequeues(key) >= l.rule.MaxRetries-1:
+		logger.Error(err, "Giving up on trigger after retries", "retries", l.rule.MaxRetries)
+		l.queue.Forget(key)
+	default:
+		logger.Error(err, "Reconcile failed, retrying with backoff")
+		if l.e.owns(l.rule.Name, key) {
+			l.queue.AddRateLimited(key)
+		}
+	}
+	return true
+}

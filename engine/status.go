@@ -1,0 +1,79 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/syncloop/syncloop/rules"
+)
+
+// writeStatus server-side applies the rule's status and the Ready
+// condition to the trigger's status subresource, unless the trigger's
+// status already holds them. rd is nil when rendering failed, failure the
+// error of a reconcile that failed: the condition then says
+// ReconcileFailed and the rule's status fields keep the values they have.
+func (rc *reconciler) writeStatus(ctx context.Context, trigger *unstructured.Unstructured, rd *rules.Rendered, failure error) error {
+	var rendered map[string]any
+	var cond rules.Condition
+	var statusErr error // the rule's status failed to render: still an error once the condition says so
+	if rd != nil {
+		if rd.Skipped {
+			return nil
+		}
+		if rendered, statusErr = rd.Status(ctx); statusErr != nil {
+			failure = errors.Join(failure, statusErr)
+		}
+		cond = rd.Readiness()
+	}
+	if failure != nil {
+		cond = rules.Failed(failure)
+	}
+	// desired is the status to write over current.
+	desired := func(current map[string]any) map[string]any {
+		status := maps.Clone(rendered)
+		if status == nil { // failed, or waits for a lookup: keep the fields the rule writes as they are
+			status = map[string]any{}
+			for _, k := range rc.rule.Status.Keys() {
+				if v, ok := current[k]; ok && k != "conditions" {
+					status[k] = v
+				}
+			}
+		}
+		status["conditions"] = cond.Conditions(current["conditions"], status["conditions"], trigger.GetGeneration(), time.Now())
+		return status
+	}
+	current, _ := trigger.Object["status"].(map[string]any)
+	status := desired(current)
+	if holds(current, status) {
+		return statusErr
+	}
+	if rc.mayLag(cache.ObjectName{Namespace: trigger.GetNamespace(), Name: trigger.GetName()}) {
+		// Just handed over: the previous owner may have written this
+		// status a moment ago (see handoverVerify).
+		if live, err := rc.client.Get(ctx, rc.w.triggerMapping, trigger.GetNamespace(), trigger.GetName()); err == nil {
+			current, _ = live.Object["status"].(map[string]any)
+			if status = desired(current); holds(current, status) {
+				return statusErr
+			}
+		}
+	}
+	patch := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": trigger.GetAPIVersion(),
+		"kind":       trigger.GetKind(),
+		"metadata":   map[string]any{"name": trigger.GetName(), "namespace": trigger.GetNamespace()},
+		"status":     status,
+	}}
+	if trigger.GetNamespace() == "" {
+		delete(patch.Object["metadata"].(map[string]any), "namespace")
+	}
+	if err := rc.out.status(ctx, rc.w.triggerMapping, trigger, patch, rc.rule.FieldManager()); err != nil {
+		return errors.Join(statusErr, fmt.Errorf("writing status: %w", err))
+	}
+	return statusErr
+}

@@ -1,0 +1,347 @@
+package engine
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/syncloop/syncloop/dynamic"
+	"github.com/syncloop/syncloop/rules"
+)
+
+// watches are one rule's kinds as the API server serves them and the
+// shared informers its reconciles read: the trigger's, one per child kind,
+// one per lookup, one per patch resource. The rule's loop resolves and
+// subscribes them before any worker starts; afterwards they are read-only,
+// and the reconciler reads them without a lock.
+type watches struct {
+	rule *rules.Rule
+	ns   string // the engine's namespace (Options.Namespace); "" all
+
+	triggerMapping *meta.RESTMapping
+	trigger        *dynamic.Subscription
+	children       map[schema.GroupVersionKind]*childKind
+	lookups        []*lookupWatch // one per rule lookup
+	patches        []*patchWatch  // one per mode: patch resource, then the retired
+
+	// What earlier versions of the rule made and this one does not: their
+	// children are pruned, what they patched is released (see newRuleLoop).
+	retired        []schema.GroupVersionKind
+	retiredPatches []*patchWatch
+}
+
+// childKind is one kind of child: how to reach it and its shared informer.
+type childKind struct {
+	mapping *meta.RESTMapping
+	sub     *dynamic.Subscription
+	// retired: the rule made this kind before it changed and makes it no
+	// more. Its children are watched only to be pruned, best effort: the
+	// rule neither waits for the kind nor for its informer.
+	retired bool
+}
+
+// lookupWatch is one of a rule's lookups: how to reach its kind and the
+// shared informer its objects are read from.
+type lookupWatch struct {
+	index   int // in rule.Lookups
+	mapping *meta.RESTMapping
+	sub     *dynamic.Subscription
+}
+
+// patchWatch is the informer of a mode: patch resource: the objects it may
+// patch, with the patch managers' managedFields. res is nil for a watch an
+// earlier version of the rule had: kept only to release what it patched.
+type patchWatch struct {
+	res     *rules.Resource
+	key     dynamic.WatchKey
+	mapping *meta.RESTMapping
+	sub     *dynamic.Subscription
+}
+
+// resolve maps the trigger kind and every child, lookup and patch kind,
+// retrying with backoff while one is not served (a CRD not installed yet);
+// waiting is told why each time. It returns false when ctx ends first.
+func (w *watches) resolve(ctx context.Context, mapper *dynamic.Mapper, waiting func(error)) bool {
+	kinds := []schema.GroupVersionKind{w.rule.Watch.GVK}
+	for _, r := range w.rule.Resources {
+		kinds = append(kinds, r.GVK)
+	}
+	for _, l := range w.rule.Lookups {
+		kinds = append(kinds, l.GVK)
+	}
+	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 1 << 30, Cap: 30 * time.Second}
+	for {
+		mappings, missing := map[schema.GroupVersionKind]*meta.RESTMapping{}, error(nil)
+		for _, gvk := range kinds {
+			m, err := mapper.Mapping(ctx, gvk)
+			if err != nil {
+				missing = fmt.Errorf("kind %s: %w", gvk, err)
+				break
+			}
+			mappings[gvk] = m
+		}
+		if missing == nil {
+			w.mapped(ctx, mapper, mappings)
+			return true
+		}
+		waiting(missing)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(backoff.Step()):
+		}
+	}
+}
+
+// mapped sets the watches from the mappings of every kind of the rule.
+func (w *watches) mapped(ctx context.Context, mapper *dynamic.Mapper, mappings map[schema.GroupVersionKind]*meta.RESTMapping) {
+	w.triggerMapping = mappings[w.rule.Watch.GVK]
+	w.children = map[schema.GroupVersionKind]*childKind{}
+	current := map[dynamic.WatchKey]bool{}
+	for _, res := range w.rule.Resources {
+		m := mappings[res.GVK]
+		if res.Mode != rules.ModePatch {
+			w.children[res.GVK] = &childKind{mapping: m}
+			continue
+		}
+		pw := &patchWatch{res: res, mapping: m, key: w.narrow(m, res.LiteralNamespace, res.LiteralName, "")}
+		current[pw.key] = true
+		w.patches = append(w.patches, pw)
+	}
+	for _, old := range w.retiredPatches {
+		if !current[old.key] {
+			current[old.key] = true
+			w.patches = append(w.patches, &patchWatch{key: old.key, mapping: old.mapping})
+		}
+	}
+	for i, l := range w.rule.Lookups {
+		w.lookups = append(w.lookups, &lookupWatch{index: i, mapping: mappings[l.GVK]})
+	}
+	for _, gvk := range w.retired {
+		if m, err := mapper.Mapping(ctx, gvk); err == nil && w.children[gvk] == nil {
+			w.children[gvk] = &childKind{mapping: m, retired: true}
+		}
+	}
+}
+
+// watchNamespace is the namespace the rule's triggers are watched in: the
+// rule's own, else the engine's (empty: all).
+func (w *watches) watchNamespace() string {
+	return cmp.Or(w.rule.Watch.Namespace, w.ns)
+}
+
+// namespaced reports whether m's kind is namespaced.
+func namespaced(m *meta.RESTMapping) bool { return m.Scope.Name() == meta.RESTScopeNameNamespace }
+
+// checkNamespace reports why the rule cannot run in the engine's namespace,
+// if the engine is limited to one.
+func (w *watches) checkNamespace() error {
+	ns := w.ns
+	if ns == "" {
+		return nil
+	}
+	limited := fmt.Sprintf("but syncloop is limited to namespace %q (--watch-namespace)", ns)
+	watch := w.rule.Watch
+	switch {
+	case !namespaced(w.triggerMapping):
+		return fmt.Errorf("it watches %s, which is cluster-scoped, %s", watch.Kind, limited)
+	case watch.Namespace != "" && watch.Namespace != ns:
+		return fmt.Errorf("it watches namespace %q, %s", watch.Namespace, limited)
+	}
+	for gvk, ck := range w.children {
+		if !ck.retired && !namespaced(ck.mapping) {
+			return fmt.Errorf("its children include %s, which is cluster-scoped, %s", gvk.Kind, limited)
+		}
+	}
+	for _, pw := range w.patches {
+		switch {
+		case pw.res == nil:
+		case !namespaced(pw.mapping):
+			return fmt.Errorf("resource %q patches %s, which is cluster-scoped, %s", pw.res.ID, pw.res.Kind, limited)
+		case pw.res.LiteralNamespace != "" && pw.res.LiteralNamespace != ns:
+			return fmt.Errorf("resource %q patches namespace %q, %s", pw.res.ID, pw.res.LiteralNamespace, limited)
+		}
+	}
+	for _, lw := range w.lookups {
+		l := w.rule.Lookups[lw.index]
+		switch {
+		case !namespaced(lw.mapping):
+			return fmt.Errorf("lookup %q reads %s, which is cluster-scoped, %s", l.ID, l.Kind, limited)
+		case l.Namespace.IsLiteral() && l.Namespace.Literal != "" && l.Namespace.Literal != ns:
+			return fmt.Errorf("lookup %q reads namespace %q, %s", l.ID, l.Namespace.Literal, limited)
+		}
+	}
+	return nil
+}
+
+// narrow is the watch of m's objects narrowed to what is literal: a
+// namespace (else the engine's, if it is limited to one), a name (as the
+// field selector metadata.name=<name>) and a label selector; "" leaves
+// each open. Patched objects carry no label of syncloop's to select them
+// by, and a lookup's source none either: what the rule names literally is
+// all the API server can be told.
+func (w *watches) narrow(m *meta.RESTMapping, namespace, name, selector string) dynamic.WatchKey {
+	key := dynamic.WatchKey{GVR: m.Resource, LabelSelector: selector}
+	if namespaced(m) {
+		key.Namespace = cmp.Or(namespace, w.ns)
+	}
+	if name != "" {
+		key.FieldSelector = "metadata.name=" + name
+	}
+	return key
+}
+
+// triggerKey is the informer of the rule's triggers.
+func (w *watches) triggerKey() dynamic.WatchKey {
+	watch := w.rule.Watch
+	key := dynamic.WatchKey{GVR: w.triggerMapping.Resource, LabelSelector: watch.LabelSelector.String(), FieldSelector: watch.FieldSelector.String()}
+	if namespaced(w.triggerMapping) {
+		key.Namespace = w.watchNamespace()
+	}
+	return key
+}
+
+// childKey is the informer of one child kind: every child of the
+// installation (childrenSelector), shared by its rules.
+func (w *watches) childKey(ck *childKind) dynamic.WatchKey {
+	return dynamic.WatchKey{GVR: ck.mapping.Resource, Namespace: w.ns, LabelSelector: childrenSelector(w.rule.Installation)}
+}
+
+// lookupKey is the informer a lookup reads from: what is the same for
+// every trigger — a literal namespace, name and selector — is sent to the
+// API server; a templated one is not, and the cache holds the kind
+// wherever syncloop may read it.
+func (w *watches) lookupKey(lw *lookupWatch) dynamic.WatchKey {
+	l := w.rule.Lookups[lw.index]
+	var namespace, name, selector string
+	if l.Namespace.IsLiteral() {
+		namespace = l.Namespace.Literal
+	}
+	if !l.List() && l.Name.IsLiteral() {
+		name = l.Name.Literal
+	}
+	if l.LabelSelector.IsLiteral() && l.LabelSelector.Literal != "" {
+		if sel, err := labels.Parse(l.LabelSelector.Literal); err == nil {
+			selector = sel.String()
+		}
+	}
+	return w.narrow(lw.mapping, namespace, name, selector)
+}
+
+// handlers are the loop's event handlers, one set per kind of informer.
+type handlers struct {
+	trigger, child cache.ResourceEventHandler
+	lookup         func(lw *lookupWatch) cache.ResourceEventHandler
+	patch          func(pw *patchWatch) cache.ResourceEventHandler
+}
+
+// subscribe starts (or shares) every informer of the rule. An informer of
+// a retired kind or patch watch that cannot start is skipped: best effort.
+func (w *watches) subscribe(ctx context.Context, registry *dynamic.Registry, h handlers) error {
+	sub, err := registry.Subscribe(ctx, w.triggerKey(), h.trigger)
+	if err != nil {
+		return err
+	}
+	w.trigger = sub
+	for _, ck := range w.children {
+		sub, err := registry.Subscribe(ctx, w.childKey(ck), h.child)
+		switch {
+		case err != nil && ck.retired:
+			continue
+		case err != nil:
+			return err
+		}
+		ck.sub = sub
+	}
+	for _, lw := range w.lookups {
+		sub, err := registry.Subscribe(ctx, w.lookupKey(lw), h.lookup(lw))
+		if err != nil {
+			return err
+		}
+		lw.sub = sub
+	}
+	for _, pw := range w.patches {
+		sub, err := registry.Subscribe(ctx, pw.key, h.patch(pw))
+		switch {
+		case err != nil && pw.res == nil:
+			continue
+		case err != nil:
+			return err
+		}
+		pw.sub = sub
+	}
+	return nil
+}
+
+// needed are the informers a worker needs synced before it reconciles:
+// the children's (a reconcile needs every existing child to decide what
+// to write and prune), the lookups' (a lookup read from a cache still
+// listing would find nothing, and a rule's children could be pruned for
+// it) and the patch resources'. Not the trigger's: a cold start does not
+// wait for the whole list; nor the retired ones, whose kind may be gone.
+func (w *watches) needed() []*dynamic.Subscription {
+	var out []*dynamic.Subscription
+	for _, ck := range w.children {
+		if !ck.retired {
+			out = append(out, ck.sub)
+		}
+	}
+	for _, lw := range w.lookups {
+		out = append(out, lw.sub)
+	}
+	for _, pw := range w.patches {
+		if pw.res != nil {
+			out = append(out, pw.sub)
+		}
+	}
+	return out
+}
+
+// unsubscribe stops sharing every informer subscribed.
+func (w *watches) unsubscribe() {
+	var subs []*dynamic.Subscription
+	if w.trigger != nil {
+		subs = append(subs, w.trigger)
+	}
+	for _, ck := range w.children {
+		subs = append(subs, ck.sub)
+	}
+	for _, lw := range w.lookups {
+		subs = append(subs, lw.sub)
+	}
+	for _, pw := range w.patches {
+		subs = append(subs, pw.sub)
+	}
+	for _, s := range subs {
+		if s != nil {
+			s.Stop()
+		}
+	}
+}
+
+// patchWatchOf is the watch of patch resource res.
+func (w *watches) patchWatchOf(res *rules.Resource) *patchWatch {
+	for _, pw := range w.patches {
+		if pw.res == res {
+			return pw
+		}
+	}
+	panic(fmt.Sprintf("resource %q of rule %q has no patch watch", res.ID, w.rule.Name))
+}
+
+// patchMappingOf is the mapping of a patch watch of obj's kind; nil if none.
+func (w *watches) patchMappingOf(gvk schema.GroupVersionKind) *meta.RESTMapping {
+	for _, pw := range w.patches {
+		if pw.mapping.GroupVersionKind == gvk {
+			return pw.mapping
+		}
+	}
+	return nil
+}

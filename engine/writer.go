@@ -1,0 +1,307 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/syncloop/syncloop/dynamic"
+	"github.com/syncloop/syncloop/rules"
+)
+
+// A writer makes the writes of one rule's reconciles and accounts for
+// them, so that the reconcile has one path whether it runs or plans.
+// liveWriter sends them, remembers its own (ownWrites: their echoes cost
+// nothing), counts them and emits Events; planWriter sends each as a
+// dry-run request (nothing is persisted) and records what it would change
+// as an Action of the plan.
+type writer interface {
+	// apply server-side applies one object and returns it as it now is
+	// (w.readsLive), otherwise what it applied.
+	apply(ctx context.Context, w *write) (map[string]any, error)
+	// delete deletes child, with its UID as the precondition; a child
+	// gone or replaced meanwhile is not an error.
+	delete(ctx context.Context, m *meta.RESTMapping, trigger rules.ObjectRef, child *unstructured.Unstructured, ch *changes) error
+	// status applies patch to trigger's status subresource.
+	status(ctx context.Context, m *meta.RESTMapping, trigger, patch *unstructured.Unstructured, manager string) error
+	// wait notes a resource left unapplied until one it reads is ready.
+	wait(trigger *unstructured.Unstructured, st *rules.ResourceState)
+	// conflict notes a child left unapplied: an object syncloop may not
+	// take over holds its name.
+	conflict(trigger *unstructured.Unstructured, ce *rules.ConflictError)
+	// failed notes that err failed trigger's reconcile.
+	failed(trigger *unstructured.Unstructured, err error)
+	// reconciled notes what one reconcile of trigger changed.
+	reconciled(trigger *unstructured.Unstructured, ch *changes)
+	// retry reports whether a reconcile of key that failed with err is
+	// retried with backoff.
+	retry(key cache.ObjectName, err error) bool
+	// dryRun reports whether nothing is persisted (rules.DryRunner).
+	dryRun() bool
+}
+
+// What a write is.
+const (
+	writeChild   = iota // a child syncloop owns
+	writePatch          // a patch onto an object syncloop does not own
+	writeRelease        // a patch's fields given up (an empty apply)
+)
+
+// write is one server-side apply a reconcile makes.
+type write struct {
+	kind      int // writeChild, writePatch or writeRelease
+	mapping   *meta.RESTMapping
+	obj       *unstructured.Unstructured // what is applied
+	manager   string
+	force     bool
+	readsLive bool // the rule reads the object as it now is: decode the answer whole
+	// before is the object as the reconcile found it; nil: a create.
+	before *unstructured.Unstructured
+	// action is create, update or adopt (syncloop_apply_total's action).
+	action  string
+	trigger rules.ObjectRef
+	key     cache.ObjectName // the trigger's
+	ch      *changes
+}
+
+// ref is the object the write is to.
+func (w *write) ref() childRef { return refOf(w.obj) }
+
+// liveWriter is the writer of a running syncloop.
+type liveWriter struct {
+	rule     string
+	client   *dynamic.Writer
+	writes   *ownWrites
+	requeue  func(cache.ObjectName) // queues a trigger (an event missed during its apply)
+	metrics  Metrics
+	recorder record.EventRecorder // nil: no Events
+	events   EventMode
+}
+
+func (lw *liveWriter) apply(ctx context.Context, w *write) (map[string]any, error) {
+	ref := w.ref()
+	if w.kind == writeChild {
+		lw.writes.applying(ref)
+	}
+	// The answer is decoded whole only when the rule reads the object;
+	// otherwise the applied object stands for it.
+	live, rv := w.obj.Object, ""
+	var err error
+	if w.readsLive {
+		out, aerr := lw.client.Apply(ctx, w.mapping, w.obj, w.manager, w.force)
+		if err = aerr; err == nil {
+			live, rv = out.Object, out.GetResourceVersion()
+		}
+	} else {
+		rv, err = lw.client.ApplyVersion(ctx, w.mapping, w.obj, w.manager, w.force)
+	}
+	if w.kind == writeChild && lw.writes.applyDone(ref, rv) {
+		lw.requeue(w.key)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if w.kind != writeChild {
+		lw.writes.remember(ref, rv)
+	}
+	lw.metrics.Write(lw.rule, w.action)
+	logger, what := klog.FromContext(ctx), cacheKey(ref)
+	switch w.kind {
+	case writeChild:
+		logger.V(2).Info("Applied child", "action", w.action, "kind", ref.gvk.Kind, "child", klog.KObj(w.obj))
+		done := map[string]string{ActionCreate: "Created", ActionUpdate: "Updated", ActionAdopt: "Adopted"}[w.action]
+		w.ch.applied = append(w.ch.applied, fmt.Sprintf("%s %s %s", done, ref.gvk.Kind, what))
+		if w.action == ActionAdopt {
+			logger.Info("Adopted an object syncloop did not create", "kind", ref.gvk.Kind, "object", klog.KObj(w.obj))
+		}
+	case writePatch:
+		logger.V(2).Info("Patched object", "kind", ref.gvk.Kind, "object", klog.KObj(w.obj))
+		w.ch.applied = append(w.ch.applied, fmt.Sprintf("Patched %s %s", ref.gvk.Kind, what))
+	case writeRelease:
+		logger.V(2).Info("Released the fields of an object", "kind", ref.gvk.Kind, "object", klog.KObj(w.obj))
+		w.ch.pruned = append(w.ch.pruned, fmt.Sprintf("Released %s %s", ref.gvk.Kind, what))
+	}
+	return live, nil
+}
+
+func (lw *liveWriter) delete(ctx context.Context, m *meta.RESTMapping, _ rules.ObjectRef, child *unstructured.Unstructured, ch *changes) error {
+	ref := refOf(child)
+	if !lw.writes.deleting(ref, child.GetUID()) {
+		return nil // deleted already; the cache has not shown it
+	}
+	if err := lw.client.Delete(ctx, m, ref.namespace, ref.name, child.GetUID()); err != nil {
+		lw.writes.deleteFailed(ref)
+		if goneAlready(err) {
+			return nil
+		}
+		return err
+	}
+	lw.writes.deleteDone(ref)
+	lw.metrics.Write(lw.rule, ActionDelete)
+	klog.FromContext(ctx).V(2).Info("Pruned child", "kind", ref.gvk.Kind, "child", klog.KObj(child))
+	ch.pruned = append(ch.pruned, fmt.Sprintf("Deleted %s %s", ref.gvk.Kind, cacheKey(ref)))
+	return nil
+}
+
+// goneAlready reports whether the answer to a delete says its object was
+// gone already, or replaced by another (the UID precondition failed):
+// nothing to prune.
+func goneAlready(err error) bool { return apierrors.IsNotFound(err) || apierrors.IsConflict(err) }
+
+func (lw *liveWriter) status(ctx context.Context, m *meta.RESTMapping, _, patch *unstructured.Unstructured, manager string) error {
+	if _, err := lw.client.ApplyStatus(ctx, m, patch, manager, true); err != nil {
+		return err
+	}
+	lw.metrics.Write(lw.rule, ActionStatus)
+	return nil
+}
+
+func (lw *liveWriter) wait(*unstructured.Unstructured, *rules.ResourceState) {
+	lw.metrics.Write(lw.rule, ActionWait)
+}
+
+func (lw *liveWriter) conflict(trigger *unstructured.Unstructured, ce *rules.ConflictError) {
+	lw.metrics.Write(lw.rule, ActionConflict)
+	lw.event(trigger, corev1.EventTypeWarning, rules.ReasonChildConflict, ce.Error())
+}
+
+// failed emits a Failed Warning Event. A 429 is not a failure: the server
+// asked syncloop to slow down, and the trigger is retried.
+func (lw *liveWriter) failed(trigger *unstructured.Unstructured, err error) {
+	if !apierrors.IsTooManyRequests(err) {
+		lw.event(trigger, corev1.EventTypeWarning, "Failed", err.Error())
+	}
+}
+
+// maxListed is how many writes one Normal Event names.
+const maxListed = 5
+
+// reconciled emits, with EventsAll, one Normal Event listing what the
+// reconcile changed; nothing when it changed nothing.
+func (lw *liveWriter) reconciled(trigger *unstructured.Unstructured, ch *changes) {
+	if lw.events != EventsAll {
+		return
+	}
+	all := append(append([]string{}, ch.applied...), ch.pruned...)
+	if len(all) == 0 {
+		return
+	}
+	reason := "Applied"
+	if len(ch.applied) == 0 {
+		reason = "Pruned"
+	}
+	msg := strings.Join(all[:min(len(all), maxListed)], ", ")
+	if len(all) > maxListed {
+		msg += fmt.Sprintf(" and %d more", len(all)-maxListed)
+	}
+	lw.event(trigger, corev1.EventTypeNormal, reason, msg)
+}
+
+func (lw *liveWriter) event(obj *unstructured.Unstructured, eventType, reason, msg string) {
+	if lw.recorder != nil && obj != nil {
+		lw.recorder.Event(obj, eventType, reason, msg)
+	}
+}
+
+func (lw *liveWriter) retry(cache.ObjectName, error) bool { return true }
+func (lw *liveWriter) dryRun() bool                       { return false }
+
+// changes are the writes of one reconcile, for its Normal Event.
+type changes struct {
+	applied []string // "Created ConfigMap ns/name", "Updated …"
+	pruned  []string // "Deleted ConfigMap ns/name"
+}
+
+// planWriter is the writer of a dry run: every request is a server-side
+// dry run (dryRun=All: defaulting and admission apply, nothing is
+// persisted), and what it would change is an Action for the Planner. It
+// emits no Event and remembers no write: none was made.
+type planWriter struct {
+	rule   string
+	client *dynamic.Writer // DryRun set
+	plan   Planner
+	// once: a trigger that fails is reported and not retried (PlanOnce).
+	once bool
+}
+
+func (pw *planWriter) apply(ctx context.Context, w *write) (map[string]any, error) {
+	out, err := pw.client.Apply(ctx, w.mapping, w.obj, w.manager, w.force)
+	if err != nil {
+		return nil, err
+	}
+	a := Action{Action: w.action, Rule: pw.rule, Trigger: w.trigger, Object: rules.RefOf(w.obj)}
+	if w.before != nil {
+		// The fields syncloop manages: those applied, or for a release
+		// those the object had.
+		shape := w.obj.Object
+		if w.kind == writeRelease {
+			shape = w.before.Object
+		}
+		a.Diff = diffObjects(groupKind(w.ref()), w.before.Object, out.Object, shape)
+	}
+	if w.before == nil || a.Diff != "" {
+		pw.plan.Plan(a)
+	}
+	return out.Object, nil
+}
+
+func (pw *planWriter) delete(ctx context.Context, m *meta.RESTMapping, trigger rules.ObjectRef, child *unstructured.Unstructured, _ *changes) error {
+	err := pw.client.Delete(ctx, m, child.GetNamespace(), child.GetName(), child.GetUID())
+	switch {
+	case goneAlready(err):
+		return nil
+	case err != nil:
+		return err
+	}
+	pw.plan.Plan(Action{Action: ActionDelete, Rule: pw.rule, Trigger: trigger, Object: rules.RefOf(child)})
+	return nil
+}
+
+func (pw *planWriter) status(ctx context.Context, m *meta.RESTMapping, trigger, patch *unstructured.Unstructured, manager string) error {
+	out, err := pw.client.ApplyStatus(ctx, m, patch, manager, true)
+	if err != nil {
+		return err
+	}
+	shape := map[string]any{"status": patch.Object["status"]}
+	if diff := diffObjects(groupKind(refOf(trigger)), trigger.Object, out.Object, shape); diff != "" {
+		ref := rules.RefOf(trigger)
+		pw.plan.Plan(Action{Action: ActionStatus, Rule: pw.rule, Trigger: ref, Object: ref, Diff: diff})
+	}
+	return nil
+}
+
+// wait plans a resource that would wait, its object named as far as the
+// template is literal.
+func (pw *planWriter) wait(trigger *unstructured.Unstructured, st *rules.ResourceState) {
+	res := st.Resource
+	pw.plan.Plan(Action{Action: ActionWait, Rule: pw.rule, Trigger: rules.RefOf(trigger), Resource: res.ID,
+		Object: rules.ObjectRef{APIVersion: res.APIVersion, Kind: res.Kind, Namespace: res.LiteralNamespace, Name: res.LiteralName},
+		Reason: st.Why})
+}
+
+func (pw *planWriter) conflict(trigger *unstructured.Unstructured, ce *rules.ConflictError) {
+	pw.plan.Plan(Action{Action: ActionConflict, Rule: pw.rule, Trigger: rules.RefOf(trigger), Object: ce.Object,
+		Resource: ce.Resource, Reason: ce.Error()})
+}
+
+func (pw *planWriter) failed(*unstructured.Unstructured, error)        {}
+func (pw *planWriter) reconciled(*unstructured.Unstructured, *changes) {}
+
+// retry reports the failure to the Planner — a conflict is a line of the
+// plan already — and retries unless the plan is of one pass.
+func (pw *planWriter) retry(key cache.ObjectName, err error) bool {
+	if !rules.OnlyConflicts(err) {
+		pw.plan.Failed(pw.rule, key.String(), err)
+	}
+	return !pw.once
+}
+
+func (pw *planWriter) dryRun() bool { return true }
