@@ -86,22 +86,21 @@ func (f *clusterFlags) namespace() string {
 	return ns
 }
 
+// runFlags are the flags of run.
+type runFlags struct {
+	rf                     ruleFlags
+	cf                     clusterFlags
+	probeAddr, metricsAddr string
+	drainPeriod            time.Duration
+	dryRun                 bool
+	output, events         string
+	leaderElect, sharding  bool
+	leaseNS, leaseID       string
+	identity               string
+}
+
 func newRunCommand() *cobra.Command {
-	var (
-		rf          ruleFlags
-		cf          clusterFlags
-		probeAddr   string
-		metricsAddr string
-		drainPeriod time.Duration
-		dryRun      bool
-		output      string
-		events      string
-		leaderElect bool
-		sharding    bool
-		leaseNS     string
-		leaseID     string
-		identity    string
-	)
+	var f runFlags
 	cmd := &cobra.Command{
 		Use:   "run -f PATH...",
 		Short: "Run the controller: reconcile every rule against the cluster until stopped",
@@ -114,70 +113,84 @@ syncloop_rules_reload_total{result="error"}, /readyz) and keeps its last good
 version in force; at start, files that fail are left out and reported.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if output != "text" && output != "json" {
-				return fmt.Errorf("--output must be text or json, not %q", output)
-			}
-			if leaderElect && sharding {
-				return errors.New("--leader-elect and --sharding are exclusive: one replica works, or all share the work")
-			}
-			eventMode, err := engine.ParseEventMode(events)
+			o, err := f.options(cmd)
 			if err != nil {
-				return fmt.Errorf("--%w", err)
-			}
-			cfg, err := cf.restConfig()
-			if err != nil {
-				return fmt.Errorf("loading the client configuration: %w", err)
-			}
-			if leaseNS == "" {
-				leaseNS = cf.namespace()
-			}
-			if err := rules.ValidateInstallation(rf.installation); err != nil {
-				return fmt.Errorf("--%w", err)
-			}
-			if rf.installation != "" && !cmd.Flags().Changed("leader-elect-id") {
-				leaseID += "-" + rf.installation // installations elect their leaders apart
-			}
-			var mode manager.Mode
-			switch {
-			case leaderElect:
-				mode = &manager.LeaderElection{Namespace: leaseNS, Name: leaseID, Identity: identity}
-			case sharding:
-				mode = &manager.Sharding{Namespace: leaseNS, Group: leaseID, Identity: identity}
+				return err
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return manager.Run(ctx, manager.Options{
-				Config:       cfg,
-				Rules:        rf.paths,
-				CostLimit:    rf.costLimit,
-				Installation: rf.installation,
-				Namespace:    cf.watchNamespace,
-				MetricsAddr:  metricsAddr,
-				ProbeAddr:    probeAddr,
-				DrainTimeout: drainPeriod,
-				Events:       eventMode,
-				DryRun:       dryRun,
-				PlanJSON:     output == "json",
-				Stdout:       cmd.OutOrStdout(),
-				Stderr:       cmd.ErrOrStderr(),
-				Mode:         mode,
-			})
+			return manager.Run(ctx, o)
 		},
 	}
-	rf.register(cmd)
-	rf.registerInstallation(cmd)
-	cf.register(cmd)
-	cmd.Flags().StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address of /metrics (0 turns it off)")
-	cmd.Flags().StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (0 turns them off)")
-	cmd.Flags().DurationVar(&drainPeriod, "drain-timeout", 30*time.Second, "on shutdown, how long in-flight reconciles may take before their requests are cancelled")
-	cmd.Flags().StringVar(&events, "events", string(engine.EventsWarnings), "Events on triggers: warnings (a Failed Event for each failure) or all (also one Normal Event for each reconcile that changed something)")
-	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the actions syncloop would take (computed with server-side dry-run requests) instead of taking them")
-	cmd.Flags().StringVarP(&output, "output", "o", "text", "with --dry-run, the plan format: text or json (one object per line)")
-	cmd.Flags().BoolVar(&leaderElect, "leader-elect", false, "run rules only while holding a coordination.k8s.io Lease, so that replicas stand by")
-	cmd.Flags().BoolVar(&sharding, "sharding", false, "share the triggers with the other replicas run this way, each holding a coordination.k8s.io Lease of its own (<leader-elect-id>-shard-<identity>)")
-	cmd.Flags().StringVar(&leaseNS, "leader-elect-namespace", "", "namespace of the Leases of --leader-elect and --sharding (default: the pod's, or the kubeconfig context's)")
-	cmd.Flags().StringVar(&leaseID, "leader-elect-id", "syncloop", "name of the leader Lease; with --sharding, the group's name (default with --installation: syncloop-<installation>)")
-	cmd.Flags().StringVar(&identity, "leader-elect-identity", "", "this replica's identity (default: hostname_uuid; with --sharding, the host name, which is the pod's name)")
-	_ = cmd.Flags().MarkHidden("leader-elect-identity")
+	f.register(cmd)
 	return cmd
+}
+
+func (f *runFlags) register(cmd *cobra.Command) {
+	f.rf.register(cmd)
+	f.rf.registerInstallation(cmd)
+	f.cf.register(cmd)
+	cmd.Flags().StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "address of /metrics (0 turns it off)")
+	cmd.Flags().StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (0 turns them off)")
+	cmd.Flags().DurationVar(&f.drainPeriod, "drain-timeout", 30*time.Second, "on shutdown, how long in-flight reconciles may take before their requests are cancelled")
+	cmd.Flags().StringVar(&f.events, "events", string(engine.EventsWarnings), "Events on triggers: warnings (a Failed Event for each failure) or all (also one Normal Event for each reconcile that changed something)")
+	cmd.Flags().BoolVar(&f.dryRun, "dry-run", false, "print the actions syncloop would take (computed with server-side dry-run requests) instead of taking them")
+	cmd.Flags().StringVarP(&f.output, "output", "o", "text", "with --dry-run, the plan format: text or json (one object per line)")
+	cmd.Flags().BoolVar(&f.leaderElect, "leader-elect", false, "run rules only while holding a coordination.k8s.io Lease, so that replicas stand by")
+	cmd.Flags().BoolVar(&f.sharding, "sharding", false, "share the triggers with the other replicas run this way, each holding a coordination.k8s.io Lease of its own (<leader-elect-id>-shard-<identity>)")
+	cmd.Flags().StringVar(&f.leaseNS, "leader-elect-namespace", "", "namespace of the Leases of --leader-elect and --sharding (default: the pod's, or the kubeconfig context's)")
+	cmd.Flags().StringVar(&f.leaseID, "leader-elect-id", "syncloop", "name of the leader Lease; with --sharding, the group's name (default with --installation: syncloop-<installation>)")
+	cmd.Flags().StringVar(&f.identity, "leader-elect-identity", "", "this replica's identity (default: hostname_uuid; with --sharding, the host name, which is the pod's name)")
+	_ = cmd.Flags().MarkHidden("leader-elect-identity")
+}
+
+// options turns the flags into the manager's options.
+func (f *runFlags) options(cmd *cobra.Command) (manager.Options, error) {
+	if f.output != "text" && f.output != "json" {
+		return manager.Options{}, fmt.Errorf("--output must be text or json, not %q", f.output)
+	}
+	if f.leaderElect && f.sharding {
+		return manager.Options{}, errors.New("--leader-elect and --sharding are exclusive: one replica works, or all share the work")
+	}
+	eventMode, err := engine.ParseEventMode(f.events)
+	if err != nil {
+		return manager.Options{}, fmt.Errorf("--%w", err)
+	}
+	cfg, err := f.cf.restConfig()
+	if err != nil {
+		return manager.Options{}, fmt.Errorf("loading the client configuration: %w", err)
+	}
+	if err := rules.ValidateInstallation(f.rf.installation); err != nil {
+		return manager.Options{}, fmt.Errorf("--%w", err)
+	}
+	leaseNS, leaseID := f.leaseNS, f.leaseID
+	if leaseNS == "" {
+		leaseNS = f.cf.namespace()
+	}
+	if f.rf.installation != "" && !cmd.Flags().Changed("leader-elect-id") {
+		leaseID += "-" + f.rf.installation // installations elect their leaders apart
+	}
+	var mode manager.Mode
+	switch {
+	case f.leaderElect:
+		mode = &manager.LeaderElection{Namespace: leaseNS, Name: leaseID, Identity: f.identity}
+	case f.sharding:
+		mode = &manager.Sharding{Namespace: leaseNS, Group: leaseID, Identity: f.identity}
+	}
+	return manager.Options{
+		Config:       cfg,
+		Rules:        f.rf.paths,
+		CostLimit:    f.rf.costLimit,
+		Installation: f.rf.installation,
+		Namespace:    f.cf.watchNamespace,
+		MetricsAddr:  f.metricsAddr,
+		ProbeAddr:    f.probeAddr,
+		DrainTimeout: f.drainPeriod,
+		Events:       eventMode,
+		DryRun:       f.dryRun,
+		PlanJSON:     f.output == "json",
+		Stdout:       cmd.OutOrStdout(),
+		Stderr:       cmd.ErrOrStderr(),
+		Mode:         mode,
+	}, nil
 }

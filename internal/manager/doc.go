@@ -1,11 +1,17 @@
-// Package manager assembles a running syncloop: API clients, metrics, health
-// probes, the rule files and their reload, CRD watching, Events, and the
-// engine, run in one of three modes — Single, LeaderElection (one replica
-// works, the others stand by) or Sharding (replicas share the triggers, on
-// Leases). The modes are interchangeable wrappers around the engine, in the
-// manner of controller-runtime's manager and its runnables.
+// Package manager assembles a running syncloop: newProcess builds every
+// piece — API clients, metrics, the rule files with their loader and
+// reload (rulefiles.go), Events, the mode, the engine, the listeners of
+// /metrics and the probes — and start starts them in order: Events and
+// servers, the CRD watch and the first load of the rule files, their
+// watcher, then the mode, which runs the engine. The modes — Single,
+// LeaderElection (one replica works, the others stand by) or Sharding
+// (replicas share the triggers) — are interchangeable wrappers around the
+// engine, in the manner of controller-runtime's manager and its
+// runnables; a mode is given what it needs (runner), not the process.
 //
 // It owns the process's wiring and nothing of what a rule does (package
-// rules) or how a rule is reconciled (package engine). Command-line flags
-// are not its business either: package main turns them into Options.
+// rules), how a rule is reconciled (package engine) or how shard members
+// agree on who has which trigger (package internal/shard). Command-line
+// flags are not its business either: package main turns them into
+// Options.
 package manager

@@ -16,19 +16,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
-	"github.com/syncloop/syncloop/dynamic"
 	"github.com/syncloop/syncloop/engine"
 	"github.com/syncloop/syncloop/internal/metrics"
 	"github.com/syncloop/syncloop/rules"
-	"github.com/syncloop/syncloop/rules/expr"
-	"github.com/syncloop/syncloop/rules/reload"
 )
 
 // Options say what a running syncloop does; package main fills them from
@@ -65,50 +61,34 @@ type Options struct {
 	Mode Mode
 }
 
-// A Mode runs the engine the way one replica of an installation does.
-// Single, LeaderElection and Sharding are the modes.
-type Mode interface {
-	// configure adjusts the engine's options before the engine is made.
-	configure(p *process, o *engine.Options) error
-	// run runs the engine (p.runEngine) as the mode allows until ctx ends,
-	// and returns once it has stopped.
-	run(ctx context.Context, p *process) error
-	// status is the mode's part of /readyz.
-	status() modeStatus
-}
-
-// modeStatus is what a mode says in /readyz.
-type modeStatus struct {
-	line    string // shown first; "" none
-	standby bool   // the engine does not run here: ready without it
-	ready   bool   // false: not ready, whatever the engine says
-}
-
-// process is one running syncloop: what the modes and probes reach.
+// process is one running syncloop, built whole by newProcess before
+// anything runs, then started in order by start.
 type process struct {
 	opts    Options
-	logger  klog.Logger
 	clients *Clients
 	metrics *metrics.Metrics
 	reg     *prometheus.Registry
 	engine  *engine.Engine
-	files   *fileErrors
-	current *currentSet
-	updates chan *rules.Set // the newest set not yet applied by the engine
-}
-
-// runEngine runs the engine on the rules in force, and on each new set,
-// until ctx ends.
-func (p *process) runEngine(ctx context.Context) {
-	if err := p.engine.Run(ctx, p.current.get(), p.updates); err != nil {
-		p.logger.Error(err, "Engine stopped")
-	}
+	events  record.EventBroadcaster
+	servers []*server // /metrics and the probes: listening, not serving yet
+	rules   *ruleFiles
 }
 
 // Run runs syncloop until ctx ends: then it stops taking work, lets
 // in-flight reconciles finish, stops its informers and returns nil. It
 // returns an error when it cannot start.
 func Run(ctx context.Context, o Options) error {
+	p, err := newProcess(ctx, o)
+	if err != nil {
+		return err
+	}
+	return p.start(klog.NewContext(ctx, klog.FromContext(ctx)))
+}
+
+// newProcess builds every piece of a running syncloop — clients, metrics,
+// the rule files and their loader, Events, the mode, the engine, the
+// servers' listeners — and starts none: an error here means nothing ran.
+func newProcess(ctx context.Context, o Options) (*process, error) {
 	if o.Mode == nil {
 		o.Mode = Single{}
 	}
@@ -119,15 +99,7 @@ func Run(ctx context.Context, o Options) error {
 		o.Stderr = io.Discard
 	}
 	setGCPercent()
-	loader, err := rules.NewLoader(expr.Options{CostLimit: o.CostLimit})
-	if err != nil {
-		return err
-	}
-	if err := loader.SetInstallation(o.Installation); err != nil {
-		return err
-	}
-	p := &process{opts: o, files: &fileErrors{}, current: &currentSet{}, updates: make(chan *rules.Set, 1)}
-	p.reg = prometheus.NewRegistry()
+	p := &process{opts: o, reg: prometheus.NewRegistry()}
 	p.metrics = metrics.New(p.reg, func() int { return p.engine.Informers() }, func() map[string]bool {
 		ready := map[string]bool{}
 		for _, s := range p.engine.States() {
@@ -135,87 +107,18 @@ func Run(ctx context.Context, o Options) error {
 		}
 		return ready
 	})
+	var err error
 	if p.clients, err = NewClients(o.Config, p.metrics); err != nil {
-		return err
+		return nil, err
 	}
-	p.logger = klog.FromContext(ctx)
-	ctx = klog.NewContext(ctx, p.logger)
-	logger := p.logger
-
-	// The rules in force: every file that loads; a broken file is reported
-	// and, while syncloop runs, keeps its last good version. Rules are typed
-	// by the cluster's schemas and checked again when a CRD of a group they
-	// use changes.
-	openAPI, served, mapper := p.clients.OpenAPI, p.clients.Schemas, p.clients.Mapper
-	loader.UseSchemas(served)
-	loader.UseScopes(mapper)
-	src := reload.NewSource(loader, o.Rules)
-	watcher := reload.NewWatcher(src, 0)
-	// published waits, up to timeout, until the API server publishes
-	// group's schemas anew: it does so a moment after a CRD changes.
-	published := func(group string, timeout time.Duration) bool {
-		return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-			tags, err := openAPI.Tags(group)
-			return err == nil && served.Stale(group, tags), nil
-		}) == nil
+	if p.rules, err = newRuleFiles(o, p.clients, p.metrics); err != nil {
+		return nil, err
 	}
-	recheck := func(group string) {
-		go func() {
-			published(group, 30*time.Second)
-			served.Forget(group)
-			logger.Info("CustomResourceDefinition changed: checking the rules that use it again", "group", group)
-			watcher.Recheck()
-		}()
-	}
-	var installed sync.Map // groups of the CRDs there at start
-	dynamic.WatchCRDs(ctx, p.clients.Metadata, 5*time.Second, func(group string, initial bool) {
-		switch set := p.current.get(); {
-		case initial:
-			installed.Store(group, true)
-		case set != nil && usesGroup(set, group):
-			recheck(group)
-		default:
-			served.Forget(group)
-		}
-	})
-	loaded := src.Load()
-	// A CRD created just before syncloop started may not have its schema
-	// published yet. The rules that use it are loaded again once it is —
-	// before anything starts, so that they start once, typed, instead of
-	// restarting (and reporting not ready) a moment after start. Should it
-	// take longer, they start untyped and are checked again when it comes.
-	var unpublished []string
-	installed.Range(func(group, _ any) bool {
-		if usesGroup(loaded.Set, group.(string)) && served.Missing(group.(string)) {
-			unpublished = append(unpublished, group.(string))
-		}
-		return true
-	})
-	if len(unpublished) > 0 {
-		deadline := time.Now().Add(startSchemaWait)
-		for _, group := range unpublished {
-			if !published(group, time.Until(deadline)) {
-				recheck(group)
-				continue
-			}
-			served.Forget(group)
-		}
-		src.Invalidate()
-		loaded = src.Load()
-	}
-	p.files.report(logger, loaded.Errors)
-	logWarnings(logger, loaded.Set)
-
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: p.clients.Core.CoreV1().Events("")})
-	defer broadcaster.Shutdown()
-	p.metrics.RulesLoaded(loaded.Set.Len())
-	p.metrics.Reloaded(len(loaded.Errors) > 0)
-	restRequests.Store(p.metrics)
+	p.events = record.NewBroadcaster(record.WithContext(ctx))
 	eo := engine.Options{
 		Client:       p.clients.Dynamic,
-		Mapper:       mapper,
-		Recorder:     broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "syncloop"}),
+		Mapper:       p.clients.Mapper,
+		Recorder:     p.events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "syncloop"}),
 		Metrics:      p.metrics,
 		QueueMetrics: p.metrics.Workqueue(),
 		DrainTimeout: o.DrainTimeout,
@@ -224,56 +127,78 @@ func Run(ctx context.Context, o Options) error {
 	}
 	if o.DryRun {
 		eo.Plan = engine.NewPlanPrinter(o.Stdout, o.Stderr, o.PlanJSON, true)
-		logger.Info("Dry run: every write is a server-side dry run, printed as a plan; nothing is persisted")
 	}
-	if err := o.Mode.configure(p, &eo); err != nil {
-		return err
+	if err := o.Mode.configure(&eo); err != nil {
+		return nil, err
 	}
 	p.engine = engine.New(eo)
+	if err := p.listen(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
 
+// listen opens the listeners of /metrics and the probes ("" or "0": off).
+func (p *process) listen() error {
+	o := p.opts
 	if o.MetricsAddr != "" && o.MetricsAddr != "0" {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(p.reg, promhttp.HandlerOpts{Registry: p.reg}))
-		srv, err := serve(ctx, o.MetricsAddr, "metrics", mux)
+		srv, err := listen(o.MetricsAddr, "metrics", mux)
 		if err != nil {
 			return err
 		}
-		defer srv.Close()
+		p.servers = append(p.servers, srv)
 	}
 	if o.ProbeAddr != "" && o.ProbeAddr != "0" {
-		srv, err := serve(ctx, o.ProbeAddr, "health probes", probes(p.engine, p.files, o.Mode))
+		srv, err := listen(o.ProbeAddr, "health probes", probes(p.engine, p.rules.files, o.Mode))
 		if err != nil {
+			p.closeServers()
 			return err
 		}
-		defer srv.Close()
+		p.servers = append(p.servers, srv)
 	}
-	// Hot reload: the newest set waits in updates for the engine; a standby
-	// keeps the set current for when it starts leading.
-	p.current.put(loaded.Set)
-	watchDone := make(chan struct{})
-	go func() {
-		defer close(watchDone)
-		err := watcher.Run(ctx, func(st reload.Status) {
-			p.files.report(logger, st.Errors)
-			logWarnings(logger, st.Set)
-			p.metrics.Reloaded(len(st.Errors) > 0)
-			p.metrics.RulesLoaded(st.Set.Len())
-			logger.Info("Rule files reloaded", "rules", st.Set.Len(), "fileErrors", len(st.Errors))
-			p.current.put(st.Set)
-			select {
-			case <-p.updates: // superseded
-			default:
-			}
-			p.updates <- st.Set
-		})
-		if err != nil {
-			logger.Error(err, "Rule files are no longer watched: changes need a restart")
-		}
-	}()
+	return nil
+}
 
-	logger.Info("Starting", "rules", loaded.Set.Len(), "host", p.clients.Config.Host, "installation", o.Installation)
-	err = o.Mode.run(ctx, p)
-	<-watchDone
+func (p *process) closeServers() {
+	for _, s := range p.servers {
+		s.Close()
+	}
+}
+
+// start runs the process until ctx ends, starting its pieces in order:
+// Events and the servers; the CRD watch, which the first load of the rule
+// files waits on (schemas of CRDs just created); the rule files' watcher;
+// then the mode, which runs the engine. Each stops after those started
+// after it.
+func (p *process) start(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	p.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: p.clients.Core.CoreV1().Events("")})
+	defer p.events.Shutdown()
+	for _, s := range p.servers {
+		s.serve(ctx)
+	}
+	defer p.closeServers()
+	restRequests.Store(p.metrics)
+	if p.opts.DryRun {
+		logger.Info("Dry run: every write is a server-side dry run, printed as a plan; nothing is persisted")
+	}
+
+	set := p.rules.load(ctx)
+	watched := p.rules.watch(ctx)
+	logger.Info("Starting", "rules", set.Len(), "host", p.clients.Config.Host, "installation", p.opts.Installation)
+	err := p.opts.Mode.run(ctx, &runner{
+		engine: func(ctx context.Context) {
+			if err := p.engine.Run(ctx, p.rules.current.get(), p.rules.updates); err != nil {
+				logger.Error(err, "Engine stopped")
+			}
+		},
+		shards: p.engine,
+		core:   p.clients.Core,
+		reg:    p.reg,
+	})
+	<-watched
 	if err != nil {
 		return err
 	}
@@ -311,19 +236,35 @@ func (c *currentSet) put(s *rules.Set) { c.mu.Lock(); c.set = s; c.mu.Unlock() }
 
 func (c *currentSet) get() *rules.Set { c.mu.Lock(); defer c.mu.Unlock(); return c.set }
 
-// serve serves h on addr until the returned server is closed.
-func serve(ctx context.Context, addr, what string, h http.Handler) (*http.Server, error) {
+// server is an HTTP server on a listener of its own.
+type server struct {
+	what string
+	ln   net.Listener
+	srv  *http.Server
+}
+
+// listen listens on addr for h; nothing is served until serve.
+func listen(addr, what string, h http.Handler) (*server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	return &server{what: what, ln: ln, srv: &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}}, nil
+}
+
+// serve serves until the server is closed.
+func (s *server) serve(ctx context.Context) {
 	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			klog.FromContext(ctx).Error(err, "Server failed", "server", what)
+		if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			klog.FromContext(ctx).Error(err, "Server failed", "server", s.what)
 		}
 	}()
-	return srv, nil
+}
+
+// Close stops serving; a server never served closes its listener.
+func (s *server) Close() {
+	s.srv.Close()
+	s.ln.Close()
 }
 
 // usesGroup reports whether a rule of set reads or writes a kind of group.

@@ -53,7 +53,8 @@ func TestProbesReportFileErrors(t *testing.T) {
 }
 
 // TestProbesShardState: a sharded replica's /readyz starts with its shard
-// state, and it is not ready while it joins or hands over.
+// state, and it is not ready while it joins or hands over (the member's
+// states are shard.TestMemberStatus's).
 func TestProbesShardState(t *testing.T) {
 	eng := engine.New(engine.Options{})
 	set, err := rules.NewSet()
@@ -61,8 +62,8 @@ func TestProbesShardState(t *testing.T) {
 		t.Fatal(err)
 	}
 	eng.Apply(t.Context(), set)
-	s := &Sharding{Namespace: "ns", Group: "g", member: "a", lease: "g-shard-a"}
-	probe := httptest.NewServer(probes(eng, &fileErrors{}, s))
+	mode := &statusMode{}
+	probe := httptest.NewServer(probes(eng, &fileErrors{}, mode))
 	defer probe.Close()
 	get := func() (int, string) {
 		resp, err := http.Get(probe.URL + "/readyz")
@@ -74,18 +75,25 @@ func TestProbesShardState(t *testing.T) {
 		return resp.StatusCode, string(b)
 	}
 	for _, tc := range []struct {
-		members, published string
-		code               int
-		line               string
+		status modeStatus
+		code   int
 	}{
-		{"a,b", "", http.StatusServiceUnavailable, "shard: joining group g as a (Lease ns/g-shard-a)"},
-		{"a,b,c", "a,b", http.StatusServiceUnavailable, "shard: member a of group g, handing over: members [a,b,c], working under [a,b]"},
-		{"a,b", "a,b", http.StatusOK, "shard: member a of group g, members [a,b]"},
+		{modeStatus{line: "shard: joining group g as a (Lease ns/g-shard-a)"}, http.StatusServiceUnavailable},
+		{modeStatus{line: "shard: member a of group g, handing over: members [a,b,c], working under [a,b]"}, http.StatusServiceUnavailable},
+		{modeStatus{line: "shard: member a of group g, members [a,b]", ready: true}, http.StatusOK},
 	} {
-		s.members, s.published = parseView(tc.members), parseView(tc.published)
+		mode.st = tc.status
 		code, body := get()
-		if code != tc.code || !strings.HasPrefix(body, tc.line+"\n") {
-			t.Errorf("members %s, published %q: /readyz = %d %q, want %d starting %q", tc.members, tc.published, code, body, tc.code, tc.line)
+		if code != tc.code || !strings.HasPrefix(body, tc.status.line+"\n") {
+			t.Errorf("/readyz = %d %q, want %d starting %q", code, body, tc.code, tc.status.line)
 		}
 	}
 }
+
+// statusMode is a Mode whose status is st.
+type statusMode struct {
+	Single
+	st modeStatus
+}
+
+func (m *statusMode) status() modeStatus { return m.st }

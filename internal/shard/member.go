@@ -1,4 +1,4 @@
-package manager
+package shard
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	typedcoordinationv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
 	"k8s.io/client-go/tools/cache"
@@ -29,36 +30,62 @@ import (
 
 // The labels and annotations of shard Leases.
 const (
-	// LabelShardGroup names the group a shard Lease belongs to.
-	LabelShardGroup = rules.Group + "/shard-group"
-	// AnnotationShardView is the view a member works under: the members'
+	// LabelGroup names the group a shard Lease belongs to.
+	LabelGroup = rules.Group + "/shard-group"
+	// AnnotationView is the view a member works under: the members'
 	// names, sorted, comma-separated. A member without it (joining) works
 	// on nothing.
-	AnnotationShardView = rules.Group + "/shard-view"
+	AnnotationView = rules.Group + "/shard-view"
 )
 
-// Sharding runs the engine on this replica's share of the triggers: the
-// replicas of one group share them, each holding a Lease of its own in
-// Namespace. The protocol is in docs/how-it-works.md ("Sharding").
-type Sharding struct {
+// Lease timings are client-go's usual ones (its leader election's): a
+// member that stops renewing is replaced within LeaseDuration; one that
+// cannot renew for RenewDeadline stops working first; renewals and retries
+// come every RetryPeriod.
+const (
+	LeaseDuration = 15 * time.Second
+	RenewDeadline = 10 * time.Second
+	RetryPeriod   = 2 * time.Second
+)
+
+// Config names one member of a shard group.
+type Config struct {
+	// Namespace holds the group's Leases.
 	Namespace string
 	// Group names the group; the Leases are <Group>-shard-<member>.
 	Group string
 	// Identity names this member; "" is the host name (a pod's name).
 	// Characters a Lease's name cannot have become '-'.
 	Identity string
+	// Lost is called, once the member has logged why, when it can no
+	// longer be sure that no other one writes what it would (its Lease
+	// was taken, or not renewed in time): it must end the process at once
+	// (the manager exits).
+	Lost func()
+}
 
-	member string // Identity as a name
-	lease  string // the Lease's name
-	holder string // holderIdentity: member and a UUID, one per process
-	p      *process
-	m      *metrics.Shard
+// Target is what a member gives its triggers to: the engine.
+type Target interface {
+	// SetShard makes s the triggers worked on, and returns once the
+	// reconciles of those s takes away have finished.
+	SetShard(ctx context.Context, s engine.Shard)
+}
+
+// Member is one replica's membership of a shard group.
+type Member struct {
+	namespace, group string
+	member           string // Identity as a name
+	lease            string // the Lease's name
+	holder           string // holderIdentity: member and a UUID, one per process
+	lost             func()
+	target           Target
+	m                *metrics.Shard
 
 	mu        sync.Mutex
 	members   *view     // the group's Leases, as last seen
 	published *view     // this member's view as the cache shows it
 	pending   *view     // the view being written, until the cache shows it
-	assigned  string    // the assignment last given to the engine
+	assigned  string    // the assignment last given to the target
 	lastSeen  time.Time // of this member's Lease in the cache
 }
 
@@ -73,44 +100,58 @@ func memberName(identity string) string {
 	return n
 }
 
-func (s *Sharding) configure(p *process, o *engine.Options) error {
-	if s.Identity == "" {
+// New makes the member c names; nothing runs until Run.
+func New(c Config) (*Member, error) {
+	if c.Identity == "" {
 		host, err := os.Hostname()
 		if err != nil {
-			return fmt.Errorf("sharding: this replica needs an identity: %w", err)
+			return nil, fmt.Errorf("sharding: this replica needs an identity: %w", err)
 		}
-		s.Identity = host
+		c.Identity = host
 	}
-	s.member = memberName(s.Identity)
-	s.lease = s.Group + "-shard-" + s.member
+	s := &Member{namespace: c.Namespace, group: c.Group, member: memberName(c.Identity), lost: c.Lost}
+	s.lease = s.group + "-shard-" + s.member
 	if len(s.lease) > 253 {
-		return fmt.Errorf("sharding: Lease name %q is longer than 253 characters", s.lease)
+		return nil, fmt.Errorf("sharding: Lease name %q is longer than 253 characters", s.lease)
 	}
 	s.holder = s.member + "_" + string(uuid.NewUUID())
-	s.p = p
-	s.m = metrics.NewShard(p.reg, func() map[string]int { return p.engine.Owned() })
-	o.Shard = newAssignment(s.member, nil, nil) // nothing until it has joined
-	s.assigned = o.Shard.(*assignment).String()
-	return nil
+	s.assigned = newAssignment(s.member, nil, nil).String()
+	return s, nil
 }
 
-func (s *Sharding) status() modeStatus {
+// Initial is the shard a member has before it has joined: no trigger.
+func (s *Member) Initial() engine.Shard { return newAssignment(s.member, nil, nil) }
+
+// lose logs why this member lost its Lease and calls Config.Lost.
+func (s *Member) lose(logger klog.Logger, msg string, keysAndValues ...any) {
+	logger.Error(nil, msg, keysAndValues...)
+	s.lost()
+}
+
+// Status says where the member is, and whether it is ready: not while it
+// joins or hands over.
+func (s *Member) Status() (line string, ready bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
 	case s.published == nil:
-		return modeStatus{line: fmt.Sprintf("shard: joining group %s as %s (Lease %s/%s)", s.Group, s.member, s.Namespace, s.lease)}
+		return fmt.Sprintf("shard: joining group %s as %s (Lease %s/%s)", s.group, s.member, s.namespace, s.lease), false
 	case !s.published.equal(s.members):
-		return modeStatus{line: fmt.Sprintf("shard: member %s of group %s, handing over: members [%s], working under [%s]", s.member, s.Group, s.members, s.published)}
+		return fmt.Sprintf("shard: member %s of group %s, handing over: members [%s], working under [%s]", s.member, s.group, s.members, s.published), false
 	}
-	return modeStatus{line: fmt.Sprintf("shard: member %s of group %s, members [%s]", s.member, s.Group, s.published), ready: true}
+	return fmt.Sprintf("shard: member %s of group %s, members [%s]", s.member, s.group, s.published), true
 }
 
-func (s *Sharding) run(ctx context.Context, p *process) error {
-	logger := klog.FromContext(ctx).WithValues("lease", s.Namespace+"/"+s.lease)
-	engineCtx := ctx
+// Run joins the group, runs work (the engine, which returns drained once
+// ctx ends) while following the group's Leases and giving target this
+// member's triggers, and leaves: the Lease goes, and the others take this
+// member's triggers at once. m counts members and handovers.
+func (s *Member) Run(ctx context.Context, core kubernetes.Interface, target Target, m *metrics.Shard, work func(context.Context)) error {
+	s.target, s.m = target, m
+	logger := klog.FromContext(ctx).WithValues("lease", s.namespace+"/"+s.lease)
+	workCtx := ctx
 	ctx = klog.NewContext(ctx, logger)
-	client := p.clients.Core.CoordinationV1().Leases(s.Namespace)
+	client := core.CoordinationV1().Leases(s.namespace)
 	mine, err := s.join(ctx, client)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -118,54 +159,29 @@ func (s *Sharding) run(ctx context.Context, p *process) error {
 		}
 		return fmt.Errorf("sharding: %w", err)
 	}
-	logger.Info("Joined the shard group", "group", s.Group, "member", s.member)
+	logger.Info("Joined the shard group", "group", s.group, "member", s.member)
 
-	// The group's Leases, watched. The renewals and the coordinator run on
-	// a context that outlives ctx until the engine has drained.
+	// The renewals and the coordinator run on a context that outlives ctx
+	// until the work has drained.
 	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()
-	factory := informers.NewSharedInformerFactoryWithOptions(p.clients.Core, 0, informers.WithNamespace(s.Namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.LabelSelector = labels.SelectorFromSet(labels.Set{LabelShardGroup: s.Group}).String()
-		}))
-	inf := factory.Coordination().V1().Leases()
-	changed := make(chan struct{}, 1)
-	kick := func() {
-		select {
-		case changed <- struct{}{}:
-		default:
-		}
-	}
-	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { kick() },
-		UpdateFunc: func(any, any) { kick() },
-		DeleteFunc: func(any) { kick() },
-	}); err != nil {
+	group, err := s.watchGroup(bg, core)
+	if err != nil {
 		return err
 	}
-	factory.Start(bg.Done())
-	defer factory.Shutdown()
-
+	defer group.factory.Shutdown()
 	r := &renewer{client: client, lease: mine, renewed: time.Now(), start: time.Now()}
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		s.renew(bg, r)
-	}()
-	go func() {
-		defer wg.Done()
-		if !cache.WaitForCacheSync(bg.Done(), inf.Informer().HasSynced) {
-			return
+	wg.Go(func() { s.renew(bg, r) })
+	wg.Go(func() {
+		if cache.WaitForCacheSync(bg.Done(), group.synced) {
+			s.coordinate(bg, group.lister, r, group.changed)
 		}
-		s.coordinate(bg, inf.Lister(), r, changed)
-	}()
+	})
 
-	p.runEngine(engineCtx) // returns drained
+	work(workCtx) // returns drained
 	stop()
 	wg.Wait()
-	// Leaving: everything drained, the Lease goes and the others take
-	// this member's triggers at once.
 	leaveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if err := r.delete(leaveCtx); err != nil && !apierrors.IsNotFound(err) {
@@ -176,18 +192,51 @@ func (s *Sharding) run(ctx context.Context, p *process) error {
 	return nil
 }
 
+// groupWatch is the informer of the group's Leases.
+type groupWatch struct {
+	factory informers.SharedInformerFactory
+	lister  coordinationlisters.LeaseLister
+	synced  cache.InformerSynced
+	changed chan struct{} // has an element whenever a Lease changed
+}
+
+// watchGroup starts the informer of the group's Leases, until ctx ends.
+func (s *Member) watchGroup(ctx context.Context, core kubernetes.Interface) (*groupWatch, error) {
+	factory := informers.NewSharedInformerFactoryWithOptions(core, 0, informers.WithNamespace(s.namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = labels.SelectorFromSet(labels.Set{LabelGroup: s.group}).String()
+		}))
+	inf := factory.Coordination().V1().Leases()
+	g := &groupWatch{factory: factory, lister: inf.Lister(), synced: inf.Informer().HasSynced, changed: make(chan struct{}, 1)}
+	kick := func() {
+		select {
+		case g.changed <- struct{}{}:
+		default:
+		}
+	}
+	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { kick() },
+		UpdateFunc: func(any, any) { kick() },
+		DeleteFunc: func(any) { kick() },
+	}); err != nil {
+		return nil, err
+	}
+	factory.Start(ctx.Done())
+	return g, nil
+}
+
 // join creates this member's Lease, with no view: it works on nothing
 // until it has published one. A Lease of the same name held by another
 // process (this pod's container before a restart, or a replica given the
 // same identity) is waited out: it is removed once it has expired.
-func (s *Sharding) join(ctx context.Context, client typedcoordinationv1.LeaseInterface) (*coordinationv1.Lease, error) {
+func (s *Member) join(ctx context.Context, client typedcoordinationv1.LeaseInterface) (*coordinationv1.Lease, error) {
 	logger := klog.FromContext(ctx)
 	var seenRV string
 	var seenAt time.Time
 	for {
 		now := metav1.NewMicroTime(time.Now())
 		l := &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: s.lease, Namespace: s.Namespace, Labels: map[string]string{LabelShardGroup: s.Group}},
+			ObjectMeta: metav1.ObjectMeta{Name: s.lease, Namespace: s.namespace, Labels: map[string]string{LabelGroup: s.group}},
 			Spec: coordinationv1.LeaseSpec{
 				HolderIdentity:       &s.holder,
 				LeaseDurationSeconds: ptr.To(int32(LeaseDuration / time.Second)),
@@ -255,7 +304,7 @@ func (r *renewer) write(ctx context.Context) error {
 		l.Annotations = map[string]string{}
 	}
 	if r.view != nil {
-		l.Annotations[AnnotationShardView] = r.view.String()
+		l.Annotations[AnnotationView] = r.view.String()
 	}
 	wctx, cancel := context.WithTimeout(ctx, RenewDeadline)
 	defer cancel()
@@ -298,7 +347,7 @@ func (r *renewer) delete(ctx context.Context) error {
 // cannot renew for RenewDeadline, or whose Lease is gone (the others took
 // it for expired), ends the process: the others take its triggers once the
 // Lease expires, and it must not write by then.
-func (s *Sharding) renew(ctx context.Context, r *renewer) {
+func (s *Member) renew(ctx context.Context, r *renewer) {
 	logger := klog.FromContext(ctx)
 	t := time.NewTicker(RetryPeriod)
 	defer t.Stop()
@@ -314,13 +363,13 @@ func (s *Sharding) renew(ctx context.Context, r *renewer) {
 		case ctx.Err() != nil:
 			return
 		case apierrors.IsNotFound(err), apierrors.IsConflict(err):
-			exitNow(logger, "This member's Lease was removed or taken: exiting so that no write follows", "err", err)
+			s.lose(logger, "This member's Lease was removed or taken: exiting so that no write follows", "err", err)
 		default:
 			r.mu.Lock()
 			since := time.Since(r.renewed)
 			r.mu.Unlock()
 			if since > RenewDeadline {
-				exitNow(logger, "Could not renew this member's Lease: exiting so that no write follows", "err", err, "since", since)
+				s.lose(logger, "Could not renew this member's Lease: exiting so that no write follows", "err", err, "since", since)
 			}
 			logger.Error(err, "Renewing this member's Lease failed: retrying")
 		}
@@ -331,7 +380,7 @@ func (s *Sharding) renew(ctx context.Context, r *renewer) {
 // Leases of members that stopped renewing, hands over triggers when the
 // members change, and keeps the engine's assignment in line with the views
 // the members have published.
-func (s *Sharding) coordinate(ctx context.Context, lister coordinationlisters.LeaseLister, r *renewer, changed <-chan struct{}) {
+func (s *Member) coordinate(ctx context.Context, lister coordinationlisters.LeaseLister, r *renewer, changed <-chan struct{}) {
 	t := time.NewTicker(RetryPeriod / 2)
 	defer t.Stop()
 	seen := map[string]observed{} // other members' Leases: last change seen
@@ -353,61 +402,29 @@ type observed struct {
 	at time.Time
 }
 
-func (s *Sharding) step(ctx context.Context, lister coordinationlisters.LeaseLister, r *renewer, seen map[string]observed) {
+// step is one look at the group's Leases: expired ones are removed, and
+// when the members differ from the view this member published, it hands
+// over and publishes them; the target gets the assignment of the views.
+func (s *Member) step(ctx context.Context, lister coordinationlisters.LeaseLister, r *renewer, seen map[string]observed) {
 	logger := klog.FromContext(ctx)
 	leases, err := lister.List(labels.Everything())
 	if err != nil {
 		return
 	}
-	now := time.Now()
-	var names []string
-	others := map[string]*view{}
-	var own *coordinationv1.Lease
-	present := map[string]bool{}
-	for _, l := range leases {
-		name, ok := strings.CutPrefix(l.Name, s.Group+"-shard-")
-		if !ok {
-			continue
-		}
-		present[l.Name] = true
-		names = append(names, name)
-		if l.Name == s.lease {
-			own = l
-			continue
-		}
-		others[name] = parseView(l.Annotations[AnnotationShardView])
-		o, ok := seen[l.Name]
-		if !ok || o.rv != l.ResourceVersion {
-			seen[l.Name] = observed{rv: l.ResourceVersion, at: now}
-		} else if now.Sub(o.at) > leaseDurationOf(l) {
-			// Expired: removed with the version seen as precondition, so
-			// that a renewal since then keeps it. The members drop it when
-			// they see it gone.
-			logger.Info("A member's Lease expired: removing it, its triggers are taken over", "member", name, "holder", ptr.Deref(l.Spec.HolderIdentity, ""))
-			if err := deleteLease(ctx, r.client, l); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-				logger.Error(err, "Cannot remove an expired Lease")
-			}
-			delete(seen, l.Name)
-		}
-	}
-	for name := range seen {
-		if !present[name] {
-			delete(seen, name)
-		}
-	}
+	names, others, own := s.observe(ctx, leases, r, seen)
 	s.mu.Lock()
 	lastSeen := s.lastSeen
 	s.mu.Unlock()
 	if own == nil {
 		if !lastSeen.IsZero() {
-			exitNow(logger, "This member's Lease was removed (the others took it for expired): exiting so that no write follows")
+			s.lose(logger, "This member's Lease was removed (the others took it for expired): exiting so that no write follows")
 		}
 		return // not in the cache yet
 	}
 	members := newView(names)
-	published := parseView(own.Annotations[AnnotationShardView])
+	published := parseView(own.Annotations[AnnotationView])
 	s.mu.Lock()
-	s.lastSeen = now
+	s.lastSeen = time.Now()
 	s.members = members
 	s.published = published
 	pending := s.pending
@@ -445,9 +462,53 @@ func (s *Sharding) step(ctx context.Context, lister coordinationlisters.LeaseLis
 	s.assign(ctx, newAssignment(s.member, mine, others).while(r.current))
 }
 
-// assign gives a to the engine if it differs from the last one; SetShard
+// observe reads the group's Leases: the members' names, the views the
+// others published, and this member's Lease (nil while the cache lacks
+// it). A Lease that has not changed for its duration, on this replica's
+// clock, has expired: it is removed, with the version seen as
+// precondition, so that a renewal since then keeps it; the members drop it
+// when they see it gone.
+func (s *Member) observe(ctx context.Context, leases []*coordinationv1.Lease, r *renewer, seen map[string]observed) ([]string, map[string]*view, *coordinationv1.Lease) {
+	logger := klog.FromContext(ctx)
+	now := time.Now()
+	var names []string
+	others := map[string]*view{}
+	var own *coordinationv1.Lease
+	present := map[string]bool{}
+	for _, l := range leases {
+		name, ok := strings.CutPrefix(l.Name, s.group+"-shard-")
+		if !ok {
+			continue
+		}
+		present[l.Name] = true
+		names = append(names, name)
+		if l.Name == s.lease {
+			own = l
+			continue
+		}
+		others[name] = parseView(l.Annotations[AnnotationView])
+		o, ok := seen[l.Name]
+		if !ok || o.rv != l.ResourceVersion {
+			seen[l.Name] = observed{rv: l.ResourceVersion, at: now}
+		} else if now.Sub(o.at) > leaseDurationOf(l) {
+			logger.Info("A member's Lease expired: removing it, its triggers are taken over", "member", name, "holder", ptr.Deref(l.Spec.HolderIdentity, ""))
+			if err := deleteLease(ctx, r.client, l); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				logger.Error(err, "Cannot remove an expired Lease")
+			}
+			delete(seen, l.Name)
+		}
+	}
+	for name := range seen {
+		if !present[name] {
+			delete(seen, name)
+		}
+	}
+	return names, others, own
+}
+
+// assign gives a to the target if it differs from the last one; SetShard
 // returns once the reconciles of triggers a takes away have finished.
-func (s *Sharding) assign(ctx context.Context, a *assignment) {
+func (s *Member) assign(ctx context.Context, a *assignment) {
 	key := a.String()
 	s.mu.Lock()
 	same := key == s.assigned
@@ -456,7 +517,7 @@ func (s *Sharding) assign(ctx context.Context, a *assignment) {
 		return
 	}
 	klog.FromContext(ctx).V(2).Info("Shard assignment", "assignment", key)
-	s.p.engine.SetShard(ctx, a)
+	s.target.SetShard(ctx, a)
 	s.mu.Lock()
 	s.assigned = key
 	s.mu.Unlock()

@@ -1,0 +1,150 @@
+package manager
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2"
+
+	"github.com/syncloop/syncloop/dynamic"
+	"github.com/syncloop/syncloop/internal/metrics"
+	"github.com/syncloop/syncloop/rules"
+	"github.com/syncloop/syncloop/rules/expr"
+	"github.com/syncloop/syncloop/rules/reload"
+)
+
+// ruleFiles are the rules in force: every file that loads; a broken file
+// is reported and, while syncloop runs, keeps its last good version. Rules
+// are typed by the cluster's schemas and checked again when a CRD of a
+// group they use changes. The newest set waits in updates for the engine;
+// a standby keeps current for when it starts leading.
+type ruleFiles struct {
+	src       *reload.Source
+	watcher   *reload.Watcher
+	clients   *Clients
+	metrics   *metrics.Metrics
+	files     *fileErrors
+	current   *currentSet
+	updates   chan *rules.Set // the newest set not yet applied by the engine
+	installed sync.Map        // groups of the CRDs there at start
+}
+
+func newRuleFiles(o Options, c *Clients, m *metrics.Metrics) (*ruleFiles, error) {
+	loader, err := rules.NewLoader(expr.Options{CostLimit: o.CostLimit})
+	if err != nil {
+		return nil, err
+	}
+	if err := loader.SetInstallation(o.Installation); err != nil {
+		return nil, err
+	}
+	loader.UseSchemas(c.Schemas)
+	loader.UseScopes(c.Mapper)
+	src := reload.NewSource(loader, o.Rules)
+	return &ruleFiles{src: src, watcher: reload.NewWatcher(src, 0), clients: c, metrics: m,
+		files: &fileErrors{}, current: &currentSet{}, updates: make(chan *rules.Set, 1)}, nil
+}
+
+// load starts watching CRDs, loads the rule files — after the schemas of
+// CRDs created just before, if they come soon — reports what did not load,
+// and puts the set in force.
+func (f *ruleFiles) load(ctx context.Context) *rules.Set {
+	logger := klog.FromContext(ctx)
+	served := f.clients.Schemas
+	dynamic.WatchCRDs(ctx, f.clients.Metadata, 5*time.Second, func(group string, initial bool) {
+		switch set := f.current.get(); {
+		case initial:
+			f.installed.Store(group, true)
+		case set != nil && usesGroup(set, group):
+			f.recheck(ctx, group)
+		default:
+			served.Forget(group)
+		}
+	})
+	loaded := f.src.Load()
+	if f.awaitSchemas(ctx, loaded.Set) {
+		f.src.Invalidate()
+		loaded = f.src.Load()
+	}
+	f.files.report(logger, loaded.Errors)
+	logWarnings(logger, loaded.Set)
+	f.metrics.RulesLoaded(loaded.Set.Len())
+	f.metrics.Reloaded(len(loaded.Errors) > 0)
+	f.current.put(loaded.Set)
+	return loaded.Set
+}
+
+// awaitSchemas waits, up to startSchemaWait, for the schemas of the CRDs
+// set uses that the API server has not published yet: a CRD created just
+// before syncloop started. It reports whether it waited: the rules are
+// then loaded again, before anything starts, so that they start once,
+// typed, instead of restarting (and reporting not ready) a moment after
+// start. A schema that takes longer is checked again when it comes.
+func (f *ruleFiles) awaitSchemas(ctx context.Context, set *rules.Set) bool {
+	served := f.clients.Schemas
+	var unpublished []string
+	f.installed.Range(func(group, _ any) bool {
+		if usesGroup(set, group.(string)) && served.Missing(group.(string)) {
+			unpublished = append(unpublished, group.(string))
+		}
+		return true
+	})
+	deadline := time.Now().Add(startSchemaWait)
+	for _, group := range unpublished {
+		if !f.published(ctx, group, time.Until(deadline)) {
+			f.recheck(ctx, group)
+			continue
+		}
+		served.Forget(group)
+	}
+	return len(unpublished) > 0
+}
+
+// published waits, up to timeout, until the API server publishes group's
+// schemas anew: it does so a moment after a CRD changes.
+func (f *ruleFiles) published(ctx context.Context, group string, timeout time.Duration) bool {
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		tags, err := f.clients.OpenAPI.Tags(group)
+		return err == nil && f.clients.Schemas.Stale(group, tags), nil
+	}) == nil
+}
+
+// recheck loads the rules that use group again once its schemas are
+// published (at most 30 seconds on).
+func (f *ruleFiles) recheck(ctx context.Context, group string) {
+	go func() {
+		f.published(ctx, group, 30*time.Second)
+		f.clients.Schemas.Forget(group)
+		klog.FromContext(ctx).Info("CustomResourceDefinition changed: checking the rules that use it again", "group", group)
+		f.watcher.Recheck()
+	}()
+}
+
+// watch follows the rule files until ctx ends (hot reload): each new set
+// is put in force and waits in updates for the engine. The channel is
+// closed once it has stopped.
+func (f *ruleFiles) watch(ctx context.Context) <-chan struct{} {
+	logger := klog.FromContext(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		err := f.watcher.Run(ctx, func(st reload.Status) {
+			f.files.report(logger, st.Errors)
+			logWarnings(logger, st.Set)
+			f.metrics.Reloaded(len(st.Errors) > 0)
+			f.metrics.RulesLoaded(st.Set.Len())
+			logger.Info("Rule files reloaded", "rules", st.Set.Len(), "fileErrors", len(st.Errors))
+			f.current.put(st.Set)
+			select {
+			case <-f.updates: // superseded
+			default:
+			}
+			f.updates <- st.Set
+		})
+		if err != nil {
+			logger.Error(err, "Rule files are no longer watched: changes need a restart")
+		}
+	}()
+	return done
+}
