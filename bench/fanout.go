@@ -13,7 +13,7 @@ import (
 	k8sdynamic "k8s.io/client-go/dynamic"
 
 	"github.com/syncloop/syncloop/internal/testenv"
-	"github.com/syncloop/syncloop/rules"
+	"github.com/syncloop/syncloop/rules/render"
 )
 
 // fanoutRule: every trigger's child copies a value from one source
@@ -126,10 +126,10 @@ func fanoutLimit(ctx context.Context, env *testenv.Env, w workload, n, workers i
 		return 0, err
 	}
 	defer l.close(ctx)
-	if _, err := l.apply(ctx, rules.OfflineObjects{fanoutSource(l.ns, "v1")}, workers); err != nil {
+	if _, err := l.apply(ctx, render.Objects{fanoutSource(l.ns, "v1")}, workers); err != nil {
 		return 0, err
 	}
-	return l.apply(ctx, rules.OfflineObjects{fanoutSource(l.ns, "v2")}, workers)
+	return l.apply(ctx, render.Objects{fanoutSource(l.ns, "v2")}, workers)
 }
 
 // reportFanout is the Markdown table of the fan-out phase.

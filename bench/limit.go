@@ -21,6 +21,7 @@ import (
 	"github.com/syncloop/syncloop/internal/testenv"
 	"github.com/syncloop/syncloop/rules"
 	"github.com/syncloop/syncloop/rules/expr"
+	"github.com/syncloop/syncloop/rules/render"
 )
 
 // workload is what a benchmark phase reconciles: one rule (NS stands for
@@ -140,7 +141,7 @@ func (w workload) newLimitLoop(ctx context.Context, env *testenv.Env, n int, pre
 
 // apply renders the rule's children (lookups read from lk) and times their
 // server-side applies from workers goroutines.
-func (l *limitLoop) apply(ctx context.Context, lk rules.Lookuper, workers int) (time.Duration, error) {
+func (l *limitLoop) apply(ctx context.Context, lk render.Lookuper, workers int) (time.Duration, error) {
 	children, gvrs, err := renderChildren(ctx, l.rule, l.triggers, l.mapper, lk)
 	if err != nil {
 		return 0, err
@@ -175,11 +176,11 @@ func (l *limitLoop) close(ctx context.Context) {
 
 // renderChildren renders rule's children of triggers as syncloop applies
 // them (with its applied-hash annotation), and their resources.
-func renderChildren(ctx context.Context, rule *rules.Rule, triggers []unstructured.Unstructured, mapper *dynamic.Mapper, lk rules.Lookuper) ([]*unstructured.Unstructured, []schema.GroupVersionResource, error) {
+func renderChildren(ctx context.Context, rule *rules.Rule, triggers []unstructured.Unstructured, mapper *dynamic.Mapper, lk render.Lookuper) ([]*unstructured.Unstructured, []schema.GroupVersionResource, error) {
 	var children []*unstructured.Unstructured
 	var gvrs []schema.GroupVersionResource
 	for i := range triggers {
-		rd, err := rule.Render(ctx, &triggers[i], mapper, lk, nil)
+		rd, err := render.Rule(ctx, rule, &triggers[i], mapper, lk, nil)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/syncloop/syncloop/internal/testenv"
 	"github.com/syncloop/syncloop/rules"
+	"github.com/syncloop/syncloop/rules/render"
 )
 
 // guardedRule makes three ConfigMaps per Widget: cfg, other, and dep, which
@@ -73,10 +74,10 @@ func TestNeverTakesOver(t *testing.T) {
 	h.start(h.loadRules(guardedRule))
 	h.createWidget("w", map[string]any{"size": int64(3)})
 
-	h.waitForEventWithin(30e9, rules.ReasonChildConflict, "w", `ConfigMap `+h.ns+`/w-cfg exists and is not syncloop's`)
+	h.waitForEventWithin(30e9, render.ReasonChildConflict, "w", `ConfigMap `+h.ns+`/w-cfg exists and is not syncloop's`)
 	h.eventually("Ready False with reason ChildConflict", func() bool {
 		c := readyCondition(h.widget("w"))
-		return c != nil && c["status"] == "False" && c["reason"] == rules.ReasonChildConflict
+		return c != nil && c["status"] == "False" && c["reason"] == render.ReasonChildConflict
 	})
 	h.eventually("the other child applied", func() bool { _, ok := h.configMap(h.ns, "w-other"); return ok })
 	if _, ok := h.configMap(h.ns, "w-dep"); ok {
@@ -173,7 +174,7 @@ spec:
 			return ok && cm.Labels[rules.LabelRule] == c.rule && cm.Data["by"] == c.rule && len(cm.OwnerReferences) == 1
 		})
 	}
-	h.waitForEventWithin(30e9, rules.ReasonChildConflict, "c", `is a child of rule "someone-else"`)
+	h.waitForEventWithin(30e9, render.ReasonChildConflict, "c", `is a child of rule "someone-else"`)
 	if cm, _ := h.configMap(h.ns, "c-copy"); cm.Labels[rules.LabelRule] != "someone-else" {
 		t.Errorf("another rule's child was adopted: labels %v", cm.Labels)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/syncloop/syncloop/internal/testenv"
 	"github.com/syncloop/syncloop/rules"
+	"github.com/syncloop/syncloop/rules/render"
 )
 
 var widgets = schema.GroupVersionResource{Group: "test.syncloop.dev", Version: "v1", Resource: "widgets"}
@@ -274,7 +275,7 @@ spec:
 		return ok && cm.Labels[rules.LabelRule] == "first"
 	})
 	h.createCM("b", map[string]string{"second": "1"}, nil)
-	h.waitForEventWithin(30*time.Second, rules.ReasonChildConflict, "b", `is a child of rule "first"`)
+	h.waitForEventWithin(30*time.Second, render.ReasonChildConflict, "b", `is a child of rule "first"`)
 	before, _ := h.configMap(h.ns, "shared")
 	c := h.loop("second")
 	r0 := c.resyncs.Load()

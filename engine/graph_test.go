@@ -16,6 +16,7 @@ import (
 
 	"github.com/syncloop/syncloop/internal/testenv"
 	"github.com/syncloop/syncloop/rules"
+	"github.com/syncloop/syncloop/rules/render"
 )
 
 // graphRule: addr reads the Service's allocated clusterIP; app reads gate,
@@ -94,7 +95,7 @@ func (h *harness) widget(name string) *unstructured.Unstructured {
 func readyCondition(obj *unstructured.Unstructured) map[string]any {
 	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
 	for _, c := range conds {
-		if m, ok := c.(map[string]any); ok && m["type"] == rules.ConditionReady {
+		if m, ok := c.(map[string]any); ok && m["type"] == render.ConditionReady {
 			return m
 		}
 	}
@@ -156,7 +157,7 @@ func TestGraph(t *testing.T) {
 	h.eventually("app, and Ready True", func() bool {
 		_, app := h.configMap(h.ns, "w-app")
 		c := readyCondition(widget())
-		return app && c != nil && c["status"] == "True" && c["reason"] == rules.ReasonAllResourcesReady
+		return app && c != nil && c["status"] == "True" && c["reason"] == render.ReasonAllResourcesReady
 	})
 	if st, _, _ := unstructured.NestedMap(widget().Object, "status"); st["gateReady"] != true {
 		t.Errorf("status %v: want gateReady true", st)
@@ -346,7 +347,7 @@ spec:
 	}
 	h.eventually("Ready False, ReconcileFailed", func() bool {
 		c := readyCondition(get())
-		return c != nil && c["status"] == "False" && c["reason"] == rules.ReasonReconcileFailed
+		return c != nil && c["status"] == "False" && c["reason"] == render.ReasonReconcileFailed
 	})
 	w := get()
 	c := readyCondition(w)

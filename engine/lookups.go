@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/syncloop/syncloop/rules"
+	"github.com/syncloop/syncloop/rules/render"
 )
 
 // cacheLookuper answers a reconcile's lookups from the informer caches and
@@ -20,11 +20,11 @@ import (
 type cacheLookuper struct {
 	rc      *reconciler
 	trigger cache.ObjectName
-	queries []rules.LookupQuery
+	queries []render.LookupQuery
 }
 
-// Lookup implements rules.Lookuper.
-func (lk *cacheLookuper) Lookup(_ context.Context, q rules.LookupQuery) ([]*unstructured.Unstructured, error) {
+// Lookup implements render.Lookuper.
+func (lk *cacheLookuper) Lookup(_ context.Context, q render.LookupQuery) ([]*unstructured.Unstructured, error) {
 	rc := lk.rc
 	if ns := rc.w.ns; ns != "" && q.Namespace != ns && (q.Namespace != "" || namespaced(rc.w.lookups[q.Lookup.Index].mapping)) {
 		where := "in all namespaces"
@@ -92,7 +92,7 @@ func newLookupIndex() *lookupIndex {
 		named: map[depKey]map[cache.ObjectName]bool{}, lists: map[int]map[depKey]*listDep{}}
 }
 
-func keyOf(q rules.LookupQuery) depKey {
+func keyOf(q render.LookupQuery) depKey {
 	k := depKey{lookup: q.Lookup.Index, namespace: q.Namespace, name: q.Name}
 	if q.Name == "" {
 		k.selector = q.Selector.String()
@@ -101,7 +101,7 @@ func keyOf(q rules.LookupQuery) depKey {
 }
 
 // add records that trigger reads q's answer.
-func (x *lookupIndex) add(trigger cache.ObjectName, q rules.LookupQuery) {
+func (x *lookupIndex) add(trigger cache.ObjectName, q render.LookupQuery) {
 	x.addKey(trigger, keyOf(q), q.Selector)
 }
 
@@ -141,7 +141,7 @@ func (x *lookupIndex) addKey(trigger cache.ObjectName, k depKey, sel labels.Sele
 }
 
 // set makes qs the whole of what trigger reads (none: it reads nothing).
-func (x *lookupIndex) set(trigger cache.ObjectName, qs []rules.LookupQuery) {
+func (x *lookupIndex) set(trigger cache.ObjectName, qs []render.LookupQuery) {
 	keep := make(map[depKey]bool, len(qs))
 	for _, q := range qs {
 		keep[keyOf(q)] = true

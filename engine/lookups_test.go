@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/syncloop/syncloop/rules"
+	"github.com/syncloop/syncloop/rules/render"
 )
 
 // pullRule copies the Secret "source" of the test's namespace for every
@@ -430,7 +431,7 @@ spec:
 	reason := func(want string) func() bool {
 		return func() bool { c := readyCondition(h.widget("w")); return c != nil && c["reason"] == want }
 	}
-	h.eventually("Ready False, WaitingForLookupDatabase", reason(rules.ReasonWaitingForLookup+"Database"))
+	h.eventually("Ready False, WaitingForLookupDatabase", reason(render.ReasonWaitingForLookup+"Database"))
 	h.eventually("the resource that does not read the lookup applied", func() bool { _, ok := h.configMap(h.ns, "w-other"); return ok })
 	if _, ok := h.configMap(h.ns, "w-conn"); ok {
 		t.Error("the resource that reads the absent lookup was applied")
@@ -446,14 +447,14 @@ spec:
 	h.eventually("the child and the status once the lookup's object exists", func() bool {
 		cm, ok := h.configMap(h.ns, "w-conn")
 		host, _, _ := unstructured.NestedString(h.widget("w").Object, "status", "host")
-		return ok && cm.Data["host"] == "db.example" && host == "db.example" && reason(rules.ReasonAllResourcesReady)()
+		return ok && cm.Data["host"] == "db.example" && host == "db.example" && reason(render.ReasonAllResourcesReady)()
 	})
 	conn, _ := h.configMap(h.ns, "w-conn")
 
 	if err := h.cs.CoreV1().ConfigMaps(h.ns).Delete(t.Context(), db.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	h.eventually("Ready False again", reason(rules.ReasonWaitingForLookup+"Database"))
+	h.eventually("Ready False again", reason(render.ReasonWaitingForLookup+"Database"))
 	c := h.loop("needs-db")
 	h.eventually("idle", c.idle)
 	if cm, ok := h.configMap(h.ns, "w-conn"); !ok || cm.UID != conn.UID {

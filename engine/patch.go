@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"github.com/syncloop/syncloop/rules"
+	"github.com/syncloop/syncloop/rules/render"
 )
 
 // Patches (mode: patch) are applied with one field manager per trigger,
@@ -67,7 +68,7 @@ func managerDigest(manager, prefix string) (uint64, bool) {
 // trigger again). It never creates: the apply carries the cached
 // resourceVersion as a precondition. It returns the object as it now is
 // (when the rule reads it; otherwise what was applied), nil while it waits.
-func (rc *reconciler) applyPatch(ctx context.Context, ch *changes, trigger *unstructured.Unstructured, key cache.ObjectName, child rules.Child) (map[string]any, error) {
+func (rc *reconciler) applyPatch(ctx context.Context, ch *changes, trigger *unstructured.Unstructured, key cache.ObjectName, child render.Child) (map[string]any, error) {
 	res := child.Resource
 	pw := rc.w.patchWatchOf(res)
 	obj := child.Object

@@ -32,7 +32,7 @@ const (
 	// create (adopt: true, or the object's syncloop.dev/adopt annotation).
 	ActionAdopt = "adopt"
 	// ActionConflict is a child that would not be applied: an object
-	// syncloop may not take over holds its name (rules.ConflictError).
+	// syncloop may not take over holds its name (render.ConflictError).
 	ActionConflict = "conflict"
 )
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/syncloop/syncloop/dynamic"
 	"github.com/syncloop/syncloop/rules"
+	"github.com/syncloop/syncloop/rules/render"
 )
 
 // AnnotationAppliedHash holds a hash of the child as syncloop last applied
@@ -76,7 +77,7 @@ func (rc *reconciler) reconcile(ctx context.Context, key cache.ObjectName) error
 	lk := &cacheLookuper{rc: rc, trigger: key}
 	ap := &applier{rc: rc, ch: ch, trigger: trigger, key: key,
 		desired: map[childRef]bool{}, patched: map[childRef]bool{}, patchKeys: map[depKey]bool{}}
-	rd, err := rc.rule.Render(ctx, trigger, rc.mapper, lk, ap)
+	rd, err := render.Rule(ctx, rc.rule, trigger, rc.mapper, lk, ap)
 	// What the render read, even when it failed: a source created or
 	// fixed later queues the trigger again.
 	rc.deps.set(key, lk.queries)
@@ -147,11 +148,11 @@ type applier struct {
 	errs      []error
 }
 
-// DryRun implements rules.DryRunner.
+// DryRun implements render.DryRunner.
 func (a *applier) DryRun() bool { return a.rc.out.dryRun() }
 
-// Apply implements rules.Applier.
-func (a *applier) Apply(ctx context.Context, child rules.Child) (map[string]any, error) {
+// Apply implements render.Applier.
+func (a *applier) Apply(ctx context.Context, child render.Child) (map[string]any, error) {
 	rc := a.rc
 	ref := refOf(child.Object)
 	var out map[string]any
@@ -165,7 +166,7 @@ func (a *applier) Apply(ctx context.Context, child rules.Child) (map[string]any,
 		out, err = rc.applyChild(ctx, a.ch, a.trigger, child)
 	}
 	if err != nil {
-		if _, conflict := errors.AsType[*rules.ConflictError](err); !conflict { // reported with the render's conflicts
+		if _, conflict := errors.AsType[*render.ConflictError](err); !conflict { // reported with the render's conflicts
 			rc.out.failed(a.trigger, err)
 		}
 		a.errs = append(a.errs, err)
@@ -179,7 +180,7 @@ func (a *applier) Apply(ctx context.Context, child rules.Child) (map[string]any,
 // from the applier (a child that is what a lookup reads): every conflict
 // fails the reconcile, which is retried with backoff (an object may be
 // removed or annotated for adoption meanwhile).
-func (rc *reconciler) conflicts(trigger *unstructured.Unstructured, rd *rules.Rendered, errs []error) []error {
+func (rc *reconciler) conflicts(trigger *unstructured.Unstructured, rd *render.Rendered, errs []error) []error {
 	for _, ce := range rd.Conflicts {
 		if !slices.ContainsFunc(errs, func(err error) bool { return errors.Is(err, ce) }) {
 			errs = append(errs, ce)
@@ -219,7 +220,7 @@ const createOnlyVersion = "1"
 // Takeover) is left as it is: the child is a conflict. It returns the
 // child as it now is when the rule reads it (rules.Rule.ReadsLive),
 // otherwise what it applied.
-func (rc *reconciler) applyChild(ctx context.Context, ch *changes, trigger *unstructured.Unstructured, child rules.Child) (map[string]any, error) {
+func (rc *reconciler) applyChild(ctx context.Context, ch *changes, trigger *unstructured.Unstructured, child render.Child) (map[string]any, error) {
 	obj := child.Object
 	ref := refOf(obj)
 	if ns := rc.w.ns; ns != "" && ref.namespace != ns {
@@ -242,7 +243,7 @@ func (rc *reconciler) applyChild(ctx context.Context, ch *changes, trigger *unst
 	for {
 		action := ActionCreate
 		if existing != nil {
-			adopt, err := rc.rule.Takeover(child, rules.TriggerOf(trigger), existing)
+			adopt, err := render.Takeover(rc.rule, child, rules.TriggerOf(trigger), existing)
 			if err != nil {
 				rc.writes.conflict(key, ref, true)
 				return nil, err

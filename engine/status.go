@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/syncloop/syncloop/rules"
+	"github.com/syncloop/syncloop/rules/render"
 )
 
 // writeStatus server-side applies the rule's status and the Ready
@@ -18,9 +18,9 @@ import (
 // status already holds them. rd is nil when rendering failed, failure the
 // error of a reconcile that failed: the condition then says
 // ReconcileFailed and the rule's status fields keep the values they have.
-func (rc *reconciler) writeStatus(ctx context.Context, trigger *unstructured.Unstructured, rd *rules.Rendered, failure error) error {
+func (rc *reconciler) writeStatus(ctx context.Context, trigger *unstructured.Unstructured, rd *render.Rendered, failure error) error {
 	var rendered map[string]any
-	var cond rules.Condition
+	var cond render.Condition
 	var statusErr error // the rule's status failed to render: still an error once the condition says so
 	if rd != nil {
 		if rd.Skipped {
@@ -32,7 +32,7 @@ func (rc *reconciler) writeStatus(ctx context.Context, trigger *unstructured.Uns
 		cond = rd.Readiness()
 	}
 	if failure != nil {
-		cond = rules.Failed(failure)
+		cond = render.Failed(failure)
 	}
 	// desired is the status to write over current.
 	desired := func(current map[string]any) map[string]any {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/syncloop/syncloop/dynamic"
 	"github.com/syncloop/syncloop/rules"
+	"github.com/syncloop/syncloop/rules/render"
 )
 
 // A writer makes the writes of one rule's reconciles and accounts for
@@ -33,10 +34,10 @@ type writer interface {
 	// status applies patch to trigger's status subresource.
 	status(ctx context.Context, m *meta.RESTMapping, trigger, patch *unstructured.Unstructured, manager string) error
 	// wait notes a resource left unapplied until one it reads is ready.
-	wait(trigger *unstructured.Unstructured, st *rules.ResourceState)
+	wait(trigger *unstructured.Unstructured, st *render.ResourceState)
 	// conflict notes a child left unapplied: an object syncloop may not
 	// take over holds its name.
-	conflict(trigger *unstructured.Unstructured, ce *rules.ConflictError)
+	conflict(trigger *unstructured.Unstructured, ce *render.ConflictError)
 	// failed notes that err failed trigger's reconcile.
 	failed(trigger *unstructured.Unstructured, err error)
 	// reconciled notes what one reconcile of trigger changed.
@@ -44,7 +45,7 @@ type writer interface {
 	// retry reports whether a reconcile of key that failed with err is
 	// retried with backoff.
 	retry(key cache.ObjectName, err error) bool
-	// dryRun reports whether nothing is persisted (rules.DryRunner).
+	// dryRun reports whether nothing is persisted (render.DryRunner).
 	dryRun() bool
 }
 
@@ -164,13 +165,13 @@ func (lw *liveWriter) status(ctx context.Context, m *meta.RESTMapping, _, patch 
 	return nil
 }
 
-func (lw *liveWriter) wait(*unstructured.Unstructured, *rules.ResourceState) {
+func (lw *liveWriter) wait(*unstructured.Unstructured, *render.ResourceState) {
 	lw.metrics.Write(lw.rule, ActionWait)
 }
 
-func (lw *liveWriter) conflict(trigger *unstructured.Unstructured, ce *rules.ConflictError) {
+func (lw *liveWriter) conflict(trigger *unstructured.Unstructured, ce *render.ConflictError) {
 	lw.metrics.Write(lw.rule, ActionConflict)
-	lw.event(trigger, corev1.EventTypeWarning, rules.ReasonChildConflict, ce.Error())
+	lw.event(trigger, corev1.EventTypeWarning, render.ReasonChildConflict, ce.Error())
 }
 
 // failed emits a Failed Warning Event. A 429 is not a failure: the server
@@ -280,14 +281,14 @@ func (pw *planWriter) status(ctx context.Context, m *meta.RESTMapping, trigger, 
 
 // wait plans a resource that would wait, its object named as far as the
 // template is literal.
-func (pw *planWriter) wait(trigger *unstructured.Unstructured, st *rules.ResourceState) {
+func (pw *planWriter) wait(trigger *unstructured.Unstructured, st *render.ResourceState) {
 	res := st.Resource
 	pw.plan.Plan(Action{Action: ActionWait, Rule: pw.rule, Trigger: rules.RefOf(trigger), Resource: res.ID,
 		Object: rules.ObjectRef{APIVersion: res.APIVersion, Kind: res.Kind, Namespace: res.LiteralNamespace, Name: res.LiteralName},
 		Reason: st.Why})
 }
 
-func (pw *planWriter) conflict(trigger *unstructured.Unstructured, ce *rules.ConflictError) {
+func (pw *planWriter) conflict(trigger *unstructured.Unstructured, ce *render.ConflictError) {
 	pw.plan.Plan(Action{Action: ActionConflict, Rule: pw.rule, Trigger: rules.RefOf(trigger), Object: ce.Object,
 		Resource: ce.Resource, Reason: ce.Error()})
 }
@@ -298,7 +299,7 @@ func (pw *planWriter) reconciled(*unstructured.Unstructured, *changes) {}
 // retry reports the failure to the Planner — a conflict is a line of the
 // plan already — and retries unless the plan is of one pass.
 func (pw *planWriter) retry(key cache.ObjectName, err error) bool {
-	if !rules.OnlyConflicts(err) {
+	if !render.OnlyConflicts(err) {
 		pw.plan.Failed(pw.rule, key.String(), err)
 	}
 	return !pw.once

@@ -193,7 +193,7 @@ func (d *decoder) value(n *yaml.Node, path expr.Path, field string, pos position
 		return nil, false
 	}
 	if len(path) > maxDepth {
-		d.errorf(n, pathField(field, path[:maxDepth]), "nested more than %d levels deep", maxDepth)
+		d.errorf(n, PathField(field, path[:maxDepth]), "nested more than %d levels deep", maxDepth)
 		return nil, false
 	}
 	if d.at == nil {
@@ -203,7 +203,7 @@ func (d *decoder) value(n *yaml.Node, path expr.Path, field string, pos position
 	if n.Kind == yaml.AliasNode {
 		target := resolve(n)
 		if d.expanding[target] {
-			d.errorf(n, pathField(field, path), "alias *%s refers to a value that contains it", n.Value)
+			d.errorf(n, PathField(field, path), "alias *%s refers to a value that contains it", n.Value)
 			return nil, false
 		}
 		if d.expanding == nil {
@@ -215,35 +215,7 @@ func (d *decoder) value(n *yaml.Node, path expr.Path, field string, pos position
 	}
 	switch n.Kind {
 	case yaml.MappingNode:
-		m := make(map[string]any, len(n.Content)/2)
-		ok := true
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k := resolve(n.Content[i])
-			if k.Kind != yaml.ScalarNode {
-				d.errorf(k, pathField(field, path), "keys must be strings")
-				ok = false
-				continue
-			}
-			if k.Tag == "!!merge" || (k.Value == "<<" && k.Style == 0) {
-				d.errorf(k, pathField(field, path), "YAML merge keys (<<) are not supported")
-				ok = false
-				continue
-			}
-			if _, dup := m[k.Value]; dup {
-				d.errorf(k, pathField(field, path.With(k.Value)), "key given twice")
-				ok = false
-				continue
-			}
-			p := path.With(k.Value)
-			d.at[posKey(p, true)] = d.pos(k)
-			if strings.Contains(k.Value, "${") {
-				pos.add(p, true, d.pos(k), k)
-			}
-			v, vok := d.value(n.Content[i+1], p, field, pos)
-			ok = ok && vok
-			m[k.Value] = v
-		}
-		return m, ok
+		return d.mapping(n, path, field, pos)
 	case yaml.SequenceNode:
 		l := make([]any, 0, len(n.Content))
 		ok := true
@@ -254,36 +226,76 @@ func (d *decoder) value(n *yaml.Node, path expr.Path, field string, pos position
 		}
 		return l, ok
 	case yaml.ScalarNode:
-		switch n.ShortTag() {
-		case "!!null":
-			return nil, true
-		case "!!bool":
-			var b bool
-			if err := n.Decode(&b); err == nil {
-				return b, true
-			}
-		case "!!int":
-			var i int64
-			if err := n.Decode(&i); err == nil {
-				return i, true
-			}
-			d.errorf(n, pathField(field, path), "integer %s does not fit 64 bits", n.Value)
-			return nil, false
-		case "!!float":
-			var f float64
-			if err := n.Decode(&f); err == nil && !math.IsNaN(f) && !math.IsInf(f, 0) {
-				return f, true
-			}
-			d.errorf(n, pathField(field, path), "%s is not a JSON number", n.Value)
-			return nil, false
-		}
-		if strings.Contains(n.Value, "${") {
-			pos.add(path, false, d.pos(n), n)
-		}
-		return n.Value, true
+		return d.scalar(n, path, field, pos)
 	}
-	d.errorf(n, pathField(field, path), "unsupported YAML node")
+	d.errorf(n, PathField(field, path), "unsupported YAML node")
 	return nil, false
+}
+
+// mapping is value for a mapping node: string keys, once each, no merge
+// keys.
+func (d *decoder) mapping(n *yaml.Node, path expr.Path, field string, pos positions) (any, bool) {
+	m := make(map[string]any, len(n.Content)/2)
+	ok := true
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := resolve(n.Content[i])
+		if k.Kind != yaml.ScalarNode {
+			d.errorf(k, PathField(field, path), "keys must be strings")
+			ok = false
+			continue
+		}
+		if k.Tag == "!!merge" || (k.Value == "<<" && k.Style == 0) {
+			d.errorf(k, PathField(field, path), "YAML merge keys (<<) are not supported")
+			ok = false
+			continue
+		}
+		if _, dup := m[k.Value]; dup {
+			d.errorf(k, PathField(field, path.With(k.Value)), "key given twice")
+			ok = false
+			continue
+		}
+		p := path.With(k.Value)
+		d.at[posKey(p, true)] = d.pos(k)
+		if strings.Contains(k.Value, "${") {
+			pos.add(p, true, d.pos(k), k)
+		}
+		v, vok := d.value(n.Content[i+1], p, field, pos)
+		ok = ok && vok
+		m[k.Value] = v
+	}
+	return m, ok
+}
+
+// scalar is value for a scalar node: null, a bool, a 64-bit integer, a
+// JSON number or a string.
+func (d *decoder) scalar(n *yaml.Node, path expr.Path, field string, pos positions) (any, bool) {
+	switch n.ShortTag() {
+	case "!!null":
+		return nil, true
+	case "!!bool":
+		var b bool
+		if err := n.Decode(&b); err == nil {
+			return b, true
+		}
+	case "!!int":
+		var i int64
+		if err := n.Decode(&i); err == nil {
+			return i, true
+		}
+		d.errorf(n, PathField(field, path), "integer %s does not fit 64 bits", n.Value)
+		return nil, false
+	case "!!float":
+		var f float64
+		if err := n.Decode(&f); err == nil && !math.IsNaN(f) && !math.IsInf(f, 0) {
+			return f, true
+		}
+		d.errorf(n, PathField(field, path), "%s is not a JSON number", n.Value)
+		return nil, false
+	}
+	if strings.Contains(n.Value, "${") {
+		pos.add(path, false, d.pos(n), n)
+	}
+	return n.Value, true
 }
 
 // positions maps template paths to where their strings stand in the file,
@@ -306,9 +318,9 @@ func (ps positions) add(p expr.Path, key bool, pos Pos, n *yaml.Node) {
 	ps[posKey(p, key)] = scalarPos{pos: pos, node: n}
 }
 
-// pathField joins a schema field and a template path:
+// PathField joins a schema field and a template path:
 // spec.resources[0].template + metadata.name.
-func pathField(field string, p expr.Path) string {
+func PathField(field string, p expr.Path) string {
 	s := p.String()
 	if s == "" {
 		return field
@@ -316,10 +328,11 @@ func pathField(field string, p expr.Path) string {
 	if strings.HasPrefix(s, "[") {
 		return field + s
 	}
-	return join(field, s)
+	return JoinField(field, s)
 }
 
-func join(field, name string) string {
+// JoinField is field.name, or name alone at the top.
+func JoinField(field, name string) string {
 	if field == "" {
 		return name
 	}

@@ -1,4 +1,4 @@
-package rules
+package rules_test
 
 import (
 	"context"
@@ -8,10 +8,13 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/syncloop/syncloop/rules"
 	"github.com/syncloop/syncloop/rules/expr"
+	"github.com/syncloop/syncloop/rules/render"
 )
 
-// FuzzParse feeds arbitrary bytes to the rule decoder: it must return rules
+// FuzzParse (an external test: it renders with rules/render) feeds
+// arbitrary bytes to the rule decoder: it must return rules
 // or errors, never panic, and a rule it accepts must render without
 // panicking. Seeds: every example and test rule file.
 func FuzzParse(f *testing.F) {
@@ -24,10 +27,11 @@ func FuzzParse(f *testing.F) {
 		}
 		f.Add(data)
 	}
-	f.Add([]byte(head + watchNS + cm))
+	f.Add([]byte("apiVersion: syncloop.dev/v1alpha1\nkind: Rule\nmetadata:\n  name: r\nspec:\n  watch:\n    apiVersion: v1\n    kind: Namespace\n" +
+		"  resources:\n    - id: cm\n      template:\n        apiVersion: v1\n        kind: ConfigMap\n        metadata: {name: x, namespace: ns}\n"))
 	f.Add([]byte("a: &a [*a]"))
 	f.Add([]byte("---\n---\n- x\n"))
-	l, err := NewLoader(expr.Options{CostLimit: 10_000})
+	l, err := rules.NewLoader(expr.Options{CostLimit: 10_000})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -47,7 +51,7 @@ func FuzzParse(f *testing.F) {
 			if r.Name == "" || len(r.Hash) != 64 {
 				t.Fatalf("accepted rule without name or hash: %+v", r)
 			}
-			rd, err := r.Render(context.Background(), trigger, NewOfflineScope(nil), nil, nil)
+			rd, err := render.Rule(context.Background(), r, trigger, rules.NewOfflineScope(nil), nil, nil)
 			if err == nil {
 				_, _ = rd.Status(context.Background())
 			}

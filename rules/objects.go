@@ -103,3 +103,25 @@ func checkObject(o *unstructured.Unstructured) error {
 	}
 	return nil
 }
+
+// ObjectRef names an object in render and plan output.
+type ObjectRef struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Namespace  string `json:"namespace"`
+	Name       string `json:"name"`
+}
+
+// RefOf returns obj's reference.
+func RefOf(obj *unstructured.Unstructured) ObjectRef {
+	return ObjectRef{APIVersion: obj.GetAPIVersion(), Kind: obj.GetKind(), Namespace: obj.GetNamespace(), Name: obj.GetName()}
+}
+
+// String is "<apiVersion> <Kind> <namespace/name>", without what is empty.
+func (r ObjectRef) String() string {
+	name := r.NamespacedName()
+	if r.APIVersion == "" {
+		return r.Kind + " " + name
+	}
+	return r.APIVersion + " " + r.Kind + " " + name
+}

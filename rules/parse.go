@@ -214,41 +214,7 @@ func (d *decoder) decodeSpec(r *Rule, spec *yaml.Node, docVal any, pos positions
 	}
 	var varNames []string
 	if n, ok := f["variables"]; ok {
-		for i, vn := range d.seq(n, "spec.variables") {
-			field := fmt.Sprintf("spec.variables[%d]", i)
-			vf := d.fields(vn, field, RuleFormat.known("spec.variables")...)
-			if vf == nil {
-				continue
-			}
-			name, nameOK := "", false
-			if nn, ok := vf["name"]; !ok {
-				d.errorf(vn, field+".name", "required")
-			} else if name, nameOK = d.str(nn, field+".name"); nameOK {
-				switch {
-				case !celIdentifier.MatchString(name) || celReserved[name]:
-					d.errorf(nn, field+".name", "%q is not a CEL identifier (letters, digits, _; not a reserved word)", name)
-					nameOK = false
-				case contains(varNames, name):
-					d.errorf(nn, field+".name", "variable %q declared twice", name)
-					nameOK = false
-				}
-			}
-			en, ok := vf["expression"]
-			if !ok {
-				d.errorf(vn, field+".expression", "required")
-				continue
-			}
-			// A variable sees the variables declared before it.
-			e := d.expression(en, field+".expression", c, expr.Scope{Variables: varNames, Lookups: lookupIDs, Types: ruleTypes}, expr.AnyResult)
-			if nameOK {
-				varNames = append(varNames, name)
-				v := Variable{Name: name, Expr: e}
-				if e != nil {
-					v.Lookups = r.lookupsRead(e.LookupRefs(), e.VariableRefs())
-				}
-				r.Variables = append(r.Variables, v)
-			}
-		}
+		varNames = d.decodeVariables(r, n, c, expr.Scope{Lookups: lookupIDs, Types: ruleTypes})
 	}
 	if n, ok := f["when"]; ok {
 		// `when` is evaluated before the variables — it decides whether they
@@ -258,60 +224,130 @@ func (d *decoder) decodeSpec(r *Rule, spec *yaml.Node, docVal any, pos positions
 
 	var ids []string
 	errsBefore := len(d.errs)
+	scope := expr.Scope{Variables: varNames, Lookups: lookupIDs, Types: ruleTypes}
 	if n, ok := f["resources"]; ok {
-		// A resource may read any other as children.<id>: every id is
-		// declared to every resource, and the references become the graph.
-		all := nonNil(declaredIDs(docVal, "resources"))
-		for i, rn := range d.seq(n, "spec.resources") {
-			scope := expr.Scope{Variables: varNames, Lookups: lookupIDs, Children: all, Types: ruleTypes}
-			if res := d.decodeResource(i, rn, docVal, pos, c, scope, ids); res != nil {
-				r.Resources = append(r.Resources, res)
-				ids = append(ids, res.ID)
-			}
-		}
-		if len(d.errs) == errsBefore {
-			d.graph(r)
-		}
+		ids = d.decodeResources(r, n, docVal, pos, c, scope, errsBefore)
 	}
 	if n, ok := f["status"]; ok {
-		if resolve(n).Kind != yaml.MappingNode {
-			d.errorf(n, "spec.status", "must be a mapping, not %s", kindName(resolve(n)))
-		} else {
-			prefix := expr.Path{"spec", "status"}
-			r.Status = d.template(n, prefix, docVal, pos, c, expr.Scope{Variables: varNames, Lookups: lookupIDs, Children: nonNil(ids), Status: true, Types: ruleTypes})
-			if d.schemas != nil && r.Status != nil {
-				if s := d.schemas.Schema(r.Watch.GVK); s != nil {
-					if st, ok := s.Properties["status"]; ok {
-						d.checkSchema(&st, prefix, docVal, r.Status, r.Watch.Kind+" status", false)
-					}
-				}
-			}
-		}
+		scope.Children = nonNil(ids)
+		d.decodeStatus(r, n, docVal, pos, c, scope)
 	}
 	if _, hasRes := f["resources"]; !hasRes && r.Status == nil {
 		if _, hasStatus := f["status"]; !hasStatus {
 			d.errorf(spec, "spec", "a rule needs resources, status, or both")
 		}
 	}
-
 	if len(d.errs) == errsBefore {
 		d.checkScopes(r, docVal)
 		d.checkReadsOwnWrites(r, docVal)
-		for _, res := range r.Resources {
-			var lookups, variables []string
-			for _, e := range []*Expression{res.When, res.ForEach} {
-				if e != nil {
-					lookups, variables = append(lookups, e.LookupRefs()...), append(variables, e.VariableRefs()...)
-				}
-			}
-			lookups, variables = append(lookups, res.Template.LookupRefs()...), append(variables, res.Template.VariableRefs()...)
-			res.Lookups = r.lookupsRead(lookups, variables)
+		r.resolveLookupReads()
+	}
+	d.decodeRuleOptions(r, f)
+}
+
+// decodeVariables decodes spec.variables, each seeing scope and the
+// variables declared before it, and returns their names.
+func (d *decoder) decodeVariables(r *Rule, n *yaml.Node, c *expr.Compiler, scope expr.Scope) []string {
+	var varNames []string
+	for i, vn := range d.seq(n, "spec.variables") {
+		field := fmt.Sprintf("spec.variables[%d]", i)
+		vf := d.fields(vn, field, RuleFormat.known("spec.variables")...)
+		if vf == nil {
+			continue
 		}
-		if r.Status != nil {
-			r.statusLookups = r.lookupsRead(r.Status.LookupRefs(), r.Status.VariableRefs())
+		name, nameOK := "", false
+		if nn, ok := vf["name"]; !ok {
+			d.errorf(vn, field+".name", "required")
+		} else if name, nameOK = d.str(nn, field+".name"); nameOK {
+			switch {
+			case !celIdentifier.MatchString(name) || celReserved[name]:
+				d.errorf(nn, field+".name", "%q is not a CEL identifier (letters, digits, _; not a reserved word)", name)
+				nameOK = false
+			case contains(varNames, name):
+				d.errorf(nn, field+".name", "variable %q declared twice", name)
+				nameOK = false
+			}
+		}
+		en, ok := vf["expression"]
+		if !ok {
+			d.errorf(vn, field+".expression", "required")
+			continue
+		}
+		// A variable sees the variables declared before it.
+		scope.Variables = varNames
+		e := d.expression(en, field+".expression", c, scope, expr.AnyResult)
+		if nameOK {
+			varNames = append(varNames, name)
+			v := Variable{Name: name, Expr: e}
+			if e != nil {
+				v.Lookups = r.lookupsRead(e.LookupRefs(), e.VariableRefs())
+			}
+			r.Variables = append(r.Variables, v)
 		}
 	}
+	return varNames
+}
 
+// decodeResources decodes spec.resources and, if no error was found
+// since errsBefore, their graph; it returns the resources' ids. A
+// resource may read any other as children.<id>: every id is declared to
+// every resource, and the references become the graph.
+func (d *decoder) decodeResources(r *Rule, n *yaml.Node, docVal any, pos positions, c *expr.Compiler, scope expr.Scope, errsBefore int) []string {
+	var ids []string
+	scope.Children = nonNil(declaredIDs(docVal, "resources"))
+	for i, rn := range d.seq(n, "spec.resources") {
+		if res := d.decodeResource(i, rn, docVal, pos, c, scope, ids); res != nil {
+			r.Resources = append(r.Resources, res)
+			ids = append(ids, res.ID)
+		}
+	}
+	if len(d.errs) == errsBefore {
+		d.graph(r)
+	}
+	return ids
+}
+
+// decodeStatus decodes spec.status, checked against the trigger's status
+// schema when there is one.
+func (d *decoder) decodeStatus(r *Rule, n *yaml.Node, docVal any, pos positions, c *expr.Compiler, scope expr.Scope) {
+	if resolve(n).Kind != yaml.MappingNode {
+		d.errorf(n, "spec.status", "must be a mapping, not %s", kindName(resolve(n)))
+		return
+	}
+	prefix := expr.Path{"spec", "status"}
+	scope.Status = true
+	r.Status = d.template(n, prefix, docVal, pos, c, scope)
+	if d.schemas != nil && r.Status != nil {
+		if s := d.schemas.Schema(r.Watch.GVK); s != nil {
+			if st, ok := s.Properties["status"]; ok {
+				d.checkSchema(&st, prefix, docVal, r.Status, r.Watch.Kind+" status", false)
+			}
+		}
+	}
+}
+
+// resolveLookupReads notes which lookups each resource and the status
+// read, themselves or through variables.
+func (r *Rule) resolveLookupReads() {
+	for _, res := range r.Resources {
+		var lookups, variables []string
+		for _, e := range []*Expression{res.When, res.ForEach} {
+			if e != nil {
+				lookups, variables = append(lookups, e.LookupRefs()...), append(variables, e.VariableRefs()...)
+			}
+		}
+		lookups, variables = append(lookups, res.Template.LookupRefs()...), append(variables, res.Template.VariableRefs()...)
+		res.Lookups = r.lookupsRead(lookups, variables)
+	}
+	if r.Status != nil {
+		r.StatusLookups = r.lookupsRead(r.Status.LookupRefs(), r.Status.VariableRefs())
+	}
+}
+
+// decodeRuleOptions decodes how the rule runs, with their defaults:
+// deletionPolicy and adopt (which its resources inherit), forceConflicts,
+// workers, resyncPeriod, rateLimit and maxRetries.
+func (d *decoder) decodeRuleOptions(r *Rule, f map[string]*yaml.Node) {
 	r.DeletionPolicy = DeletionDelete
 	if n, ok := f["deletionPolicy"]; ok {
 		if v, ok := d.oneOf(n, "spec.deletionPolicy", string(DeletionDelete), string(DeletionOrphan)); ok {
@@ -496,23 +532,23 @@ func (d *decoder) decodeWatch(w *Watch, n *yaml.Node) {
 func (d *decoder) apiVersionKind(parent *yaml.Node, f map[string]*yaml.Node, field string) (string, string) {
 	var apiVersion, kind string
 	if n, ok := f["apiVersion"]; !ok {
-		d.errorf(parent, join(field, "apiVersion"), "required")
-	} else if v, ok := d.str(n, join(field, "apiVersion")); ok {
+		d.errorf(parent, JoinField(field, "apiVersion"), "required")
+	} else if v, ok := d.str(n, JoinField(field, "apiVersion")); ok {
 		if strings.Contains(v, "${") {
-			d.errorf(n, join(field, "apiVersion"), "must be literal (no ${}): the kinds a rule touches are known when it loads")
+			d.errorf(n, JoinField(field, "apiVersion"), "must be literal (no ${}): the kinds a rule touches are known when it loads")
 		} else if _, err := schema.ParseGroupVersion(v); err != nil || v == "" {
-			d.errorf(n, join(field, "apiVersion"), "%q is not a group/version", v)
+			d.errorf(n, JoinField(field, "apiVersion"), "%q is not a group/version", v)
 		} else {
 			apiVersion = v
 		}
 	}
 	if n, ok := f["kind"]; !ok {
-		d.errorf(parent, join(field, "kind"), "required")
-	} else if v, ok := d.str(n, join(field, "kind")); ok {
+		d.errorf(parent, JoinField(field, "kind"), "required")
+	} else if v, ok := d.str(n, JoinField(field, "kind")); ok {
 		if strings.Contains(v, "${") {
-			d.errorf(n, join(field, "kind"), "must be literal (no ${}): the kinds a rule touches are known when it loads")
+			d.errorf(n, JoinField(field, "kind"), "must be literal (no ${}): the kinds a rule touches are known when it loads")
 		} else if v == "" {
-			d.errorf(n, join(field, "kind"), "must not be empty")
+			d.errorf(n, JoinField(field, "kind"), "must not be empty")
 		} else {
 			kind = v
 		}
@@ -572,18 +608,36 @@ func (d *decoder) decodeResource(i int, n *yaml.Node, docVal any, pos positions,
 		res.GVK = gv.WithKind(res.Kind)
 	}
 	if nn, ok := f["readyWhen"]; ok {
-		// readyWhen judges the live child: self is of the template's kind.
-		self := expr.Scope{Self: true}
-		if res.Kind != "" {
-			self.SelfType = d.kindType(c, res.GVK)
-		}
-		for j, en := range d.seq(nn, field+".readyWhen") {
-			e := d.expression(en, fmt.Sprintf("%s.readyWhen[%d]", field, j), c, self, expr.BoolResult)
-			if e != nil {
-				res.ReadyWhen = append(res.ReadyWhen, e)
-			}
+		d.decodeReadyWhen(res, nn, field, c)
+	}
+	d.decodeTemplate(res, tn, tf, field, docVal, pos, c, scope, errsBefore)
+	if len(d.errs) > errsBefore {
+		return nil
+	}
+	return res
+}
+
+// decodeReadyWhen decodes a resource's readyWhen: it judges the live
+// child, so self is of the template's kind.
+func (d *decoder) decodeReadyWhen(res *Resource, n *yaml.Node, field string, c *expr.Compiler) {
+	self := expr.Scope{Self: true}
+	if res.Kind != "" {
+		self.SelfType = d.kindType(c, res.GVK)
+	}
+	for j, en := range d.seq(n, field+".readyWhen") {
+		e := d.expression(en, fmt.Sprintf("%s.readyWhen[%d]", field, j), c, self, expr.BoolResult)
+		if e != nil {
+			res.ReadyWhen = append(res.ReadyWhen, e)
 		}
 	}
+}
+
+// decodeTemplate decodes a resource's template (tn, its top fields tf),
+// checked against its kind's schema if nothing failed since errsBefore:
+// the references to other resources it holds, and its literal name and
+// namespace.
+func (d *decoder) decodeTemplate(res *Resource, tn *yaml.Node, tf map[string]*yaml.Node, field string, docVal any, pos positions, c *expr.Compiler, scope expr.Scope, errsBefore int) {
+	i := res.Index
 	d.checkMetadata(tn, tf, field+".template")
 	res.Template = d.template(tn, expr.Path{"spec", "resources", i, "template"}, docVal, pos, c, scope)
 	if d.schemas != nil && res.Template != nil && len(d.errs) == errsBefore {
@@ -592,7 +646,7 @@ func (d *decoder) decodeResource(i int, n *yaml.Node, docVal any, pos positions,
 	if res.Template != nil {
 		for _, ref := range res.Template.ChildRefs() {
 			full := append(expr.Path{"spec", "resources", i, "template"}, ref.Path...)
-			p := res.Template.posOf(ref.Path)
+			p := res.Template.PosOf(ref.Path)
 			if sp, ok := pos[posKey(full, false)]; ok {
 				p = refPos(d, sp.node, "children", ref.ID, p)
 			}
@@ -607,10 +661,6 @@ func (d *decoder) decodeResource(i int, n *yaml.Node, docVal any, pos positions,
 			*f.to = v
 		}
 	}
-	if len(d.errs) > errsBefore {
-		return nil
-	}
-	return res
 }
 
 // checkSchema reports what in the template at prefix the schema s of its
@@ -646,10 +696,10 @@ func (d *decoder) checkSchema(s *spec.Schema, prefix expr.Path, docVal any, t *T
 			}
 		}
 		if p.Warning {
-			d.warns = append(d.warns, &Error{Pos: at, Rule: d.rule, Field: pathField("", full), Msg: "warning: " + msg})
+			d.warns = append(d.warns, &Error{Pos: at, Rule: d.rule, Field: PathField("", full), Msg: "warning: " + msg})
 			continue
 		}
-		d.errorAt(at, pathField("", full), "%s", msg)
+		d.errorAt(at, PathField("", full), "%s", msg)
 	}
 }
 
@@ -771,14 +821,14 @@ func (d *decoder) expression(n *yaml.Node, field string, c *expr.Compiler, scope
 func (d *decoder) template(n *yaml.Node, prefix expr.Path, docVal any, pos positions, c *expr.Compiler, scope expr.Scope) *Template {
 	val := lookup(docVal, prefix)
 	t, errs := c.CompileTemplate(val, scope)
-	field := pathField("", prefix)
+	field := PathField("", prefix)
 	for _, e := range errs {
 		full := append(append(expr.Path(nil), prefix...), e.Path...)
 		p := d.pos(resolve(n))
 		if sp, ok := pos[posKey(full, e.Key)]; ok {
 			p = d.offsetPos(sp.node, e.Offset)
 		}
-		d.errorAt(p, pathField("", full), "%s", e.Msg)
+		d.errorAt(p, PathField("", full), "%s", e.Msg)
 	}
 	if errs != nil {
 		return nil

@@ -170,7 +170,7 @@ func (d *decoder) checkScopes(r *Rule, docVal any) {
 		}
 		md := expr.Path{"spec", "resources", res.Index, "template", "metadata"}
 		ns, _ := lookup(docVal, append(md, "namespace")).(string)
-		field := pathField("", append(md, "namespace"))
+		field := PathField("", append(md, "namespace"))
 		switch {
 		case !namespaced && ns != "":
 			d.errorAt(at(append(md, "namespace"), res.Pos), field, "%s is cluster-scoped: leave metadata.namespace out", res.Kind)
@@ -228,7 +228,7 @@ func (d *decoder) checkReadsOwnWrites(r *Rule, docVal any) {
 			if !found {
 				pos = res.Pos
 			}
-			d.errorAt(pos, pathField("", p), "resource %q writes %s %s, the object lookup %q reads: a rule never writes what it reads",
+			d.errorAt(pos, PathField("", p), "resource %q writes %s %s, the object lookup %q reads: a rule never writes what it reads",
 				res.ID, res.Kind, strings.TrimPrefix(resNS+"/"+res.LiteralName, "/"), l.ID)
 		}
 	}

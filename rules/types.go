@@ -66,10 +66,17 @@ type Rule struct {
 	byID  map[string]*Resource
 	// Status, when not nil, renders the trigger's .status.
 	Status *Template
-	// statusLookups are the lookup ids the status reads, itself or
+	// StatusLookups are the lookup ids the status reads, itself or
 	// through variables.
-	statusLookups []string
+	StatusLookups []string
 
+	RunOptions
+}
+
+// RunOptions say how a rule runs: the deletion policy its resources
+// inherit, whether its applies force conflicts, its workers, resync
+// period, workqueue rate limit and retries.
+type RunOptions struct {
 	DeletionPolicy DeletionPolicy
 	ForceConflicts bool
 	Workers        int
@@ -78,12 +85,18 @@ type Rule struct {
 	MaxRetries     int
 }
 
-// Watch selects the trigger objects.
-type Watch struct {
+// KindRef is a kind as a rule names it: apiVersion and kind as written,
+// and parsed.
+type KindRef struct {
 	APIVersion string
 	Kind       string
 	GVK        schema.GroupVersionKind
-	Namespace  string // empty: all namespaces
+}
+
+// Watch selects the trigger objects.
+type Watch struct {
+	KindRef
+	Namespace string // empty: all namespaces
 	// LabelSelector and FieldSelector are sent to the API server; their
 	// String forms are canonical, usable in comparable keys.
 	LabelSelector labels.Selector
@@ -93,10 +106,8 @@ type Watch struct {
 // Lookup is an object, or a list of objects, that a rule reads and does
 // not own: evaluated per trigger after `when`, before the variables.
 type Lookup struct {
-	ID         string
-	APIVersion string
-	Kind       string
-	GVK        schema.GroupVersionKind
+	ID string
+	KindRef
 	// Namespace is where the objects are; empty: the trigger's namespace
 	// for a lookup by name of a namespaced kind, all namespaces for a list.
 	Namespace Text
@@ -147,13 +158,11 @@ type Variable struct {
 
 // Resource is one desired child (or, with ForEach, a list of them).
 type Resource struct {
-	ID         string
-	APIVersion string
-	Kind       string
-	GVK        schema.GroupVersionKind
-	When       *Expression // nil: always
-	ForEach    *Expression // nil: one child
-	Template   *Template
+	ID string
+	KindRef
+	When     *Expression // nil: always
+	ForEach  *Expression // nil: one child
+	Template *Template
 	// Mode is ModeOwn (the default) or ModePatch.
 	Mode Mode
 	// LiteralName and LiteralNamespace are the template's metadata.name and
@@ -166,9 +175,18 @@ type Resource struct {
 	DeletionPolicy DeletionPolicy
 	// Adopt, the resource's own or else the rule's, lets syncloop take
 	// over an object under a child's name that carries no syncloop
-	// ownership (Rule.Takeover).
+	// ownership (render.Takeover).
 	Adopt    bool
 	adoptSet bool
+	ResourceGraph
+	// Index is the resource's position in spec.resources; Pos is where it
+	// was written.
+	Index int
+	Pos   Pos
+}
+
+// ResourceGraph is where a resource sits in its rule's graph.
+type ResourceGraph struct {
 	// Deps are the resources this one reads as children.<id> in its when,
 	// forEach or template, in spec order; Refs say where it reads them.
 	Deps []*Resource
@@ -178,11 +196,8 @@ type Resource struct {
 	// Lookups are the lookup ids the resource's when, forEach and
 	// template read, themselves or through variables.
 	Lookups []string
-	// Index is the resource's position in spec.resources, Rank its
-	// position in Rule.Order; Pos is where it was written.
-	Index int
-	Rank  int
-	Pos   Pos
+	// Rank is the resource's position in Rule.Order.
+	Rank int
 }
 
 // Resource returns the rule's resource with this id, or nil (a child whose
@@ -228,9 +243,9 @@ type Template struct {
 	positions map[string]Pos
 }
 
-// posOf returns where the string at path p (relative to the template) was
+// PosOf returns where the string at path p (relative to the template) was
 // written, or the template's own position.
-func (t *Template) posOf(p expr.Path) Pos {
+func (t *Template) PosOf(p expr.Path) Pos {
 	full := append(append(expr.Path(nil), t.prefix...), p...)
 	for len(full) >= len(t.prefix) {
 		if pos, ok := t.positions[posKey(full, false)]; ok {
@@ -251,4 +266,10 @@ type RateLimit struct {
 	MaxDelay  time.Duration
 	QPS       float64
 	Burst     int
+}
+
+// ReadsLive reports whether rendering reads res's live children: for the
+// status, a readyWhen, or resources that depend on it.
+func (r *Rule) ReadsLive(res *Resource) bool {
+	return r.Status != nil || len(res.ReadyWhen) > 0 || len(res.Dependents) > 0
 }

@@ -1,6 +1,7 @@
 // Command syncloop is the syncloop controller and its offline tools. This
-// package holds flags, logging and signals only; what the commands do lives
-// in the manager (a running syncloop), engine, rules and dynamic packages.
+// package holds flags, logging and signals only: what the commands do lives
+// in internal/manager (a running syncloop, plan), rules/offline (render,
+// test), rules (validate, schema), the engine and dynamic; it owns none of it.
 package main
 
 import (

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/syncloop/syncloop/rules"
+	"github.com/syncloop/syncloop/rules/offline"
 )
 
 func newRenderCommand() *cobra.Command {
@@ -39,7 +40,7 @@ or from the objects themselves. Exit status 1 if any rendering fails.`,
 			if err != nil {
 				return err
 			}
-			res, err := rules.RenderOffline(cmd.Context(), set, objs, only)
+			res, err := offline.Render(cmd.Context(), set, objs, only)
 			if err != nil {
 				return err
 			}

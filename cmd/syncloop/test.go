@@ -9,6 +9,7 @@ import (
 
 	"github.com/syncloop/syncloop/rules"
 	"github.com/syncloop/syncloop/rules/expr"
+	"github.com/syncloop/syncloop/rules/offline"
 )
 
 func newTestCommand() *cobra.Command {
@@ -49,7 +50,7 @@ passes, 1 when one fails, 2 when a file does not load.`,
 				}
 				for _, t := range tests {
 					ran++
-					failures, err := rules.RunTest(cmd.Context(), expr.Options{CostLimit: costLimit}, t)
+					failures, err := offline.RunTest(cmd.Context(), expr.Options{CostLimit: costLimit}, t)
 					switch {
 					case err != nil:
 						fmt.Fprintf(out, "FAIL %s: %s\n", path, t.Name)

@@ -27,19 +27,24 @@ type Metrics struct {
 	reloads    *prometheus.CounterVec
 	watchErrs  *prometheus.CounterVec
 
-	queueDepth      *prometheus.GaugeVec
-	queueAdds       *prometheus.CounterVec
-	queueLatency    *prometheus.HistogramVec
-	queueWork       *prometheus.HistogramVec
-	queueUnfinished *prometheus.GaugeVec
-	queueLongest    *prometheus.GaugeVec
-	queueRetries    *prometheus.CounterVec
+	queue queueMetrics
 
 	restRequests *prometheus.CounterVec
 
 	tooMany   prometheus.Counter
 	throttled *prometheus.CounterVec
 	limit     prometheus.Gauge
+}
+
+// queueMetrics are client-go's workqueue metrics, one queue per rule.
+type queueMetrics struct {
+	depth      *prometheus.GaugeVec
+	adds       *prometheus.CounterVec
+	latency    *prometheus.HistogramVec
+	work       *prometheus.HistogramVec
+	unfinished *prometheus.GaugeVec
+	longest    *prometheus.GaugeVec
+	retries    *prometheus.CounterVec
 }
 
 // New registers syncloop's metrics, and Go and process collectors, on reg.
@@ -66,29 +71,31 @@ func New(reg prometheus.Registerer, informers func() int, rules func() map[strin
 		watchErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "syncloop_watch_errors_total", Help: "Failed lists and watches of an informer by resource and reason (Forbidden: missing RBAC; Expired: etcd compacted, relisting; Unreachable: no answer). Each is retried with backoff.",
 		}, []string{"resource", "reason"}),
-		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "workqueue_depth", Help: "Current depth of the workqueue.",
-		}, []string{"name"}),
-		queueAdds: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "workqueue_adds_total", Help: "Adds handled by the workqueue.",
-		}, []string{"name"}),
-		queueLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "workqueue_queue_duration_seconds", Help: "How long an item stays in the workqueue before being requested.",
-			Buckets: prometheus.ExponentialBuckets(10e-9, 10, 12),
-		}, []string{"name"}),
-		queueWork: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "workqueue_work_duration_seconds", Help: "How long processing an item from the workqueue takes.",
-			Buckets: prometheus.ExponentialBuckets(10e-9, 10, 12),
-		}, []string{"name"}),
-		queueUnfinished: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "workqueue_unfinished_work_seconds", Help: "Seconds of work in progress not yet observed by work_duration.",
-		}, []string{"name"}),
-		queueLongest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "workqueue_longest_running_processor_seconds", Help: "Seconds the longest running processor has been running.",
-		}, []string{"name"}),
-		queueRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "workqueue_retries_total", Help: "Retries handled by the workqueue.",
-		}, []string{"name"}),
+		queue: queueMetrics{
+			depth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+				Name: "workqueue_depth", Help: "Current depth of the workqueue.",
+			}, []string{"name"}),
+			adds: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Name: "workqueue_adds_total", Help: "Adds handled by the workqueue.",
+			}, []string{"name"}),
+			latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+				Name: "workqueue_queue_duration_seconds", Help: "How long an item stays in the workqueue before being requested.",
+				Buckets: prometheus.ExponentialBuckets(10e-9, 10, 12),
+			}, []string{"name"}),
+			work: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+				Name: "workqueue_work_duration_seconds", Help: "How long processing an item from the workqueue takes.",
+				Buckets: prometheus.ExponentialBuckets(10e-9, 10, 12),
+			}, []string{"name"}),
+			unfinished: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+				Name: "workqueue_unfinished_work_seconds", Help: "Seconds of work in progress not yet observed by work_duration.",
+			}, []string{"name"}),
+			longest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+				Name: "workqueue_longest_running_processor_seconds", Help: "Seconds the longest running processor has been running.",
+			}, []string{"name"}),
+			retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Name: "workqueue_retries_total", Help: "Retries handled by the workqueue.",
+			}, []string{"name"}),
+		},
 		restRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rest_client_requests_total", Help: "API requests by status code, method and host.",
 		}, []string{"code", "method", "host"}),
@@ -103,7 +110,7 @@ func New(reg prometheus.Registerer, informers func() int, rules func() map[strin
 		}),
 	}
 	reg.MustRegister(m.reconciles, m.duration, m.writes, m.rules, m.reloads, m.watchErrs, m.restRequests, m.tooMany, m.throttled, m.limit,
-		m.queueDepth, m.queueAdds, m.queueLatency, m.queueWork, m.queueUnfinished, m.queueLongest, m.queueRetries,
+		m.queue.depth, m.queue.adds, m.queue.latency, m.queue.work, m.queue.unfinished, m.queue.longest, m.queue.retries,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "syncloop_informers", Help: "Shared informers running.",
 		}, func() float64 { return float64(informers()) }),
@@ -161,7 +168,7 @@ func (m *Metrics) RuleRemoved(rule string) {
 	}
 	for _, v := range []interface {
 		DeletePartialMatch(prometheus.Labels) int
-	}{m.queueDepth, m.queueAdds, m.queueLatency, m.queueWork, m.queueUnfinished, m.queueLongest, m.queueRetries} {
+	}{m.queue.depth, m.queue.adds, m.queue.latency, m.queue.work, m.queue.unfinished, m.queue.longest, m.queue.retries} {
 		v.DeletePartialMatch(prometheus.Labels{"name": rule})
 	}
 }
@@ -208,25 +215,25 @@ func (m *Metrics) Workqueue() workqueue.MetricsProvider { return queueProvider{m
 type queueProvider struct{ m *Metrics }
 
 func (p queueProvider) NewDepthMetric(name string) workqueue.GaugeMetric {
-	return p.m.queueDepth.WithLabelValues(name)
+	return p.m.queue.depth.WithLabelValues(name)
 }
 func (p queueProvider) NewAddsMetric(name string) workqueue.CounterMetric {
-	return p.m.queueAdds.WithLabelValues(name)
+	return p.m.queue.adds.WithLabelValues(name)
 }
 func (p queueProvider) NewLatencyMetric(name string) workqueue.HistogramMetric {
-	return p.m.queueLatency.WithLabelValues(name)
+	return p.m.queue.latency.WithLabelValues(name)
 }
 func (p queueProvider) NewWorkDurationMetric(name string) workqueue.HistogramMetric {
-	return p.m.queueWork.WithLabelValues(name)
+	return p.m.queue.work.WithLabelValues(name)
 }
 func (p queueProvider) NewUnfinishedWorkSecondsMetric(name string) workqueue.SettableGaugeMetric {
-	return p.m.queueUnfinished.WithLabelValues(name)
+	return p.m.queue.unfinished.WithLabelValues(name)
 }
 func (p queueProvider) NewLongestRunningProcessorSecondsMetric(name string) workqueue.SettableGaugeMetric {
-	return p.m.queueLongest.WithLabelValues(name)
+	return p.m.queue.longest.WithLabelValues(name)
 }
 func (p queueProvider) NewRetriesMetric(name string) workqueue.CounterMetric {
-	return p.m.queueRetries.WithLabelValues(name)
+	return p.m.queue.retries.WithLabelValues(name)
 }
 
 // Shard holds the metrics of a replica that shares the triggers with

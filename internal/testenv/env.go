@@ -124,50 +124,13 @@ func (e *Env) start(ctx context.Context, bins map[string]string, opts Options) e
 		return err
 	}
 	etcdClient := "http://127.0.0.1:" + strconv.Itoa(ports[0])
-	etcdPeer := "http://127.0.0.1:" + strconv.Itoa(ports[1])
 	apiPort := ports[2]
-
-	e.etcd, err = startProcess(e.dir, "etcd", bins[etcdBinary],
-		"--name=testenv",
-		"--data-dir="+filepath.Join(e.dir, "etcd"),
-		"--listen-client-urls="+etcdClient,
-		"--advertise-client-urls="+etcdClient,
-		"--listen-peer-urls="+etcdPeer,
-		"--initial-advertise-peer-urls="+etcdPeer,
-		"--initial-cluster=testenv="+etcdPeer,
-		// Test data is thrown away: skipping fsync makes etcd several times faster.
-		"--unsafe-no-fsync=true",
-		"--log-level=warn",
-	)
-	if err != nil {
+	if e.etcd, err = e.startEtcd(bins[etcdBinary], etcdClient, "http://127.0.0.1:"+strconv.Itoa(ports[1])); err != nil {
 		return err
 	}
-
-	args := []string{
-		"--etcd-servers=" + etcdClient,
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(apiPort),
-		"--tls-cert-file=" + certs.servingCert,
-		"--tls-private-key-file=" + certs.servingKey,
-		// Without it the API server refuses loopback addresses for its own endpoints.
-		"--endpoint-reconciler-type=none",
-		"--token-auth-file=" + tokenFile,
-		"--authorization-mode=RBAC",
-		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file=" + certs.saKey,
-		"--service-account-signing-key-file=" + certs.saKey,
-		"--service-cluster-ip-range=10.0.0.0/24",
-		"--allow-privileged=true",
-		"--profiling=false",
-	}
-	args = append(args, opts.APIServerArgs...)
-	e.apiServerBin, e.apiServerArgs = bins[apiServerBinary], args
-	e.apiServer, err = startProcess(e.dir, "kube-apiserver", e.apiServerBin, e.apiServerArgs...)
-	if err != nil {
+	if err := e.startAPIServer(bins[apiServerBinary], etcdClient, apiPort, certs, tokenFile, opts.APIServerArgs); err != nil {
 		return err
 	}
-
 	e.config = &rest.Config{
 		Host:            "https://127.0.0.1:" + strconv.Itoa(apiPort),
 		BearerToken:     token,
@@ -181,28 +144,72 @@ func (e *Env) start(ctx context.Context, bins map[string]string, opts Options) e
 	if err := e.waitReady(ctx); err != nil {
 		return err
 	}
-
 	if opts.ControllerManager {
-		// serviceaccount-token fills the token Secrets of service
-		// accounts, as a cluster does (the ci-robot example waits for one).
-		controllers := opts.Controllers
-		if len(controllers) == 0 {
-			controllers = []string{"garbagecollector", "namespace", "serviceaccount-token"}
-		}
-		e.kcm, err = startProcess(e.dir, "kube-controller-manager", bins[controllerManagerBinary],
-			"--kubeconfig="+e.kubeconfig,
-			"--controllers="+strings.Join(controllers, ","),
-			"--service-account-private-key-file="+certs.saKey,
-			"--root-ca-file="+filepath.Join(e.dir, "ca.crt"),
-			"--leader-elect=false",
-			"--secure-port=0",
-			"--use-service-account-credentials=false",
-		)
-		if err != nil {
-			return err
-		}
+		e.kcm, err = e.startControllerManager(bins[controllerManagerBinary], certs, opts.Controllers)
 	}
-	return nil
+	return err
+}
+
+// startEtcd starts etcd, serving clients at client.
+func (e *Env) startEtcd(bin, client, peer string) (*process, error) {
+	return startProcess(e.dir, "etcd", bin,
+		"--name=testenv",
+		"--data-dir="+filepath.Join(e.dir, "etcd"),
+		"--listen-client-urls="+client,
+		"--advertise-client-urls="+client,
+		"--listen-peer-urls="+peer,
+		"--initial-advertise-peer-urls="+peer,
+		"--initial-cluster=testenv="+peer,
+		// Test data is thrown away: skipping fsync makes etcd several times faster.
+		"--unsafe-no-fsync=true",
+		"--log-level=warn",
+	)
+}
+
+// startAPIServer starts kube-apiserver on port, storing in etcd at etcd,
+// with extra arguments after its own.
+func (e *Env) startAPIServer(bin, etcd string, port int, certs *pki, tokenFile string, extra []string) error {
+	args := []string{
+		"--etcd-servers=" + etcd,
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port),
+		"--tls-cert-file=" + certs.servingCert,
+		"--tls-private-key-file=" + certs.servingKey,
+		// Without it the API server refuses loopback addresses for its own endpoints.
+		"--endpoint-reconciler-type=none",
+		"--token-auth-file=" + tokenFile,
+		"--authorization-mode=RBAC",
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + certs.saKey,
+		"--service-account-signing-key-file=" + certs.saKey,
+		"--service-cluster-ip-range=10.0.0.0/24",
+		"--allow-privileged=true",
+		"--profiling=false",
+	}
+	e.apiServerBin, e.apiServerArgs = bin, append(args, extra...)
+	var err error
+	e.apiServer, err = startProcess(e.dir, "kube-apiserver", e.apiServerBin, e.apiServerArgs...)
+	return err
+}
+
+// startControllerManager starts kube-controller-manager with controllers
+// (none given: the garbage collector, namespace and serviceaccount-token,
+// which fills the token Secrets of service accounts, as a cluster does —
+// the ci-robot example waits for one).
+func (e *Env) startControllerManager(bin string, certs *pki, controllers []string) (*process, error) {
+	if len(controllers) == 0 {
+		controllers = []string{"garbagecollector", "namespace", "serviceaccount-token"}
+	}
+	return startProcess(e.dir, "kube-controller-manager", bin,
+		"--kubeconfig="+e.kubeconfig,
+		"--controllers="+strings.Join(controllers, ","),
+		"--service-account-private-key-file="+certs.saKey,
+		"--root-ca-file="+filepath.Join(e.dir, "ca.crt"),
+		"--leader-elect=false",
+		"--secure-port=0",
+		"--use-service-account-credentials=false",
+	)
 }
 
 // waitReady polls /readyz until the API server reports ready and the default

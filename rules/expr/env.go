@@ -286,38 +286,11 @@ func (c *Compiler) Compile(src string, scope Scope, want Result) (*Program, erro
 	if iss != nil && iss.Err() != nil {
 		return nil, issueError(src, iss)
 	}
-	// Names inside variables, lookups and children are known at load: an
-	// undeclared one is reported as such, before types are checked.
-	if err := checkReferences(parsed, src, varVariables, "variable", scope.Variables); err != nil {
+	refs, err := checkScope(parsed, src, scope)
+	if err != nil {
 		return nil, err
 	}
-	if err := checkReferences(parsed, src, varLookups, "lookup id", scope.Lookups); err != nil {
-		return nil, err
-	}
-	var childRefs []string
-	dynChildren := false
-	if scope.Children != nil {
-		if err := checkReferences(parsed, src, varChildren, "resource id", scope.Children); err != nil {
-			return nil, err
-		}
-		if scope.Status {
-			if err := checkReferences(parsed, src, varReady, "resource id", scope.Children); err != nil {
-				return nil, err
-			}
-		}
-		var dynamicAt int
-		childRefs, dynamicAt = references(parsed, src, varChildren)
-		if dynamicAt >= 0 && !scope.Status {
-			return nil, &Error{Offset: dynamicAt, Msg: "children must be followed by a resource id, as in children.db: " +
-				"a resource's dependencies are known when the rule loads"}
-		}
-		dynChildren = dynamicAt >= 0
-	}
-	lookupRefs, dynLookupsAt := references(parsed, src, varLookups)
-	if dynLookupsAt >= 0 && scope.InLookup {
-		return nil, &Error{Offset: dynLookupsAt, Msg: "lookups must be followed by a lookup id here, as in lookups.settings: " +
-			"the order a rule's lookups are read in is known when it loads"}
-	}
+	childRefs, lookupRefs, dynChildren, dynLookupsAt := refs.children, refs.lookups, refs.dynChildren, refs.dynLookupsAt
 	if scope.typed() {
 		// children['per-team'] reads a field of the children struct, as
 		// children.x does: the checker types it only as a select.
@@ -362,6 +335,51 @@ func (c *Compiler) Compile(src string, scope Scope, want Result) (*Program, erro
 		}
 	}
 	return p, nil
+}
+
+// scopeRefs are what an expression reads of children and lookups.
+type scopeRefs struct {
+	children, lookups []string
+	// dynChildren: it reads children other than as children.<id> (the
+	// status may); dynLookupsAt: where it reads lookups so, or -1.
+	dynChildren  bool
+	dynLookupsAt int
+}
+
+// checkScope checks the names parsed reads inside variables, lookups and
+// children — known at load: an undeclared one is reported as such, before
+// types are checked — and returns the children and lookups it reads.
+func checkScope(parsed *cel.Ast, src string, scope Scope) (scopeRefs, error) {
+	var refs scopeRefs
+	if err := checkReferences(parsed, src, varVariables, "variable", scope.Variables); err != nil {
+		return refs, err
+	}
+	if err := checkReferences(parsed, src, varLookups, "lookup id", scope.Lookups); err != nil {
+		return refs, err
+	}
+	if scope.Children != nil {
+		if err := checkReferences(parsed, src, varChildren, "resource id", scope.Children); err != nil {
+			return refs, err
+		}
+		if scope.Status {
+			if err := checkReferences(parsed, src, varReady, "resource id", scope.Children); err != nil {
+				return refs, err
+			}
+		}
+		var dynamicAt int
+		refs.children, dynamicAt = references(parsed, src, varChildren)
+		if dynamicAt >= 0 && !scope.Status {
+			return refs, &Error{Offset: dynamicAt, Msg: "children must be followed by a resource id, as in children.db: " +
+				"a resource's dependencies are known when the rule loads"}
+		}
+		refs.dynChildren = dynamicAt >= 0
+	}
+	refs.lookups, refs.dynLookupsAt = references(parsed, src, varLookups)
+	if refs.dynLookupsAt >= 0 && scope.InLookup {
+		return refs, &Error{Offset: refs.dynLookupsAt, Msg: "lookups must be followed by a lookup id here, as in lookups.settings: " +
+			"the order a rule's lookups are read in is known when it loads"}
+	}
+	return refs, nil
 }
 
 // env is the environment of scope: one of the compiler's when nothing is

@@ -1,4 +1,4 @@
-package rules
+package offline
 
 import (
 	"bytes"
@@ -8,36 +8,16 @@ import (
 	"io"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
+
+	"github.com/syncloop/syncloop/rules"
+	"github.com/syncloop/syncloop/rules/render"
 )
-
-// ObjectRef names an object in render and plan output.
-type ObjectRef struct {
-	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
-	Namespace  string `json:"namespace"`
-	Name       string `json:"name"`
-}
-
-// RefOf returns obj's reference.
-func RefOf(obj *unstructured.Unstructured) ObjectRef {
-	return ObjectRef{APIVersion: obj.GetAPIVersion(), Kind: obj.GetKind(), Namespace: obj.GetNamespace(), Name: obj.GetName()}
-}
-
-// String is "<apiVersion> <Kind> <namespace/name>", without what is empty.
-func (r ObjectRef) String() string {
-	name := r.namespacedName()
-	if r.APIVersion == "" {
-		return r.Kind + " " + name
-	}
-	return r.APIVersion + " " + r.Kind + " " + name
-}
 
 // Result is one (rule, trigger) pair of an offline render.
 type Result struct {
 	Rule     string           `json:"rule"`
-	Trigger  ObjectRef        `json:"trigger"`
+	Trigger  rules.ObjectRef  `json:"trigger"`
 	Skipped  bool             `json:"skipped,omitempty"`
 	Children []map[string]any `json:"children,omitempty"`
 	// Patches are the fields mode: patch resources apply onto objects
@@ -53,15 +33,15 @@ type Result struct {
 	Error string   `json:"error,omitempty"`
 }
 
-// Conflict is a child an offline render did not apply (ConflictError).
+// Conflict is a child an offline render did not apply (render.ConflictError).
 type Conflict struct {
-	Object  ObjectRef `json:"object"`
-	Message string    `json:"message"`
+	Object  rules.ObjectRef `json:"object"`
+	Message string          `json:"message"`
 }
 
-// Offline is the result of rendering rules against objects without a
+// Report is the result of rendering rules against objects without a
 // cluster.
-type Offline struct {
+type Report struct {
 	Results []Result `json:"results"`
 	// NotEvaluated lists, per rule, field selector requirements that could
 	// not be evaluated offline (objects were matched without them).
@@ -69,7 +49,7 @@ type Offline struct {
 }
 
 // Failed reports whether any result has an error or a conflict.
-func (o *Offline) Failed() bool {
+func (o *Report) Failed() bool {
 	for _, r := range o.Results {
 		if r.Error != "" || len(r.Conflicts) > 0 {
 			return true
@@ -78,16 +58,16 @@ func (o *Offline) Failed() bool {
 	return false
 }
 
-// RenderOffline renders every rule of set (or only the one named only)
+// Render renders every rule of set (or only the one named only)
 // against every object its watch matches, as `syncloop render` does.
 // Results come in rule-name order, then in object order.
-func RenderOffline(ctx context.Context, set *Set, objects []*unstructured.Unstructured, only string) (*Offline, error) {
+func Render(ctx context.Context, set *rules.Set, objects []*unstructured.Unstructured, only string) (*Report, error) {
 	if only != "" && set.Get(only) == nil {
 		return nil, fmt.Errorf("no rule named %q", only)
 	}
-	scope := NewOfflineScope(objects)
-	lk := OfflineObjects(objects)
-	out := &Offline{NotEvaluated: map[string][]string{}}
+	scope := rules.NewOfflineScope(objects)
+	lk := render.Objects(objects)
+	out := &Report{NotEvaluated: map[string][]string{}}
 	for _, r := range set.Rules() {
 		if only != "" && r.Name != only {
 			continue
@@ -106,35 +86,9 @@ func RenderOffline(ctx context.Context, set *Set, objects []*unstructured.Unstru
 	return out, nil
 }
 
-// OfflineObjects answers Lookuper from the objects given to an offline
-// render: lookups read them as they would the cluster's.
-type OfflineObjects []*unstructured.Unstructured
-
-// Lookup implements Lookuper. Objects of the lookup's group and kind match
-// whatever their version, as the API server would serve them converted.
-func (o OfflineObjects) Lookup(_ context.Context, q LookupQuery) ([]*unstructured.Unstructured, error) {
-	var out []*unstructured.Unstructured
-	gk := q.Lookup.GVK.GroupKind()
-	for _, obj := range o {
-		if obj.GroupVersionKind().GroupKind() != gk || (q.Namespace != "" && obj.GetNamespace() != q.Namespace) {
-			continue
-		}
-		if q.Name != "" {
-			if obj.GetName() == q.Name {
-				return []*unstructured.Unstructured{obj}, nil
-			}
-			continue
-		}
-		if q.Selector.Matches(labels.Set(obj.GetLabels())) {
-			out = append(out, obj)
-		}
-	}
-	return out, nil
-}
-
-func renderOne(ctx context.Context, r *Rule, obj *unstructured.Unstructured, scope Scoper, lk Lookuper) Result {
-	res := Result{Rule: r.Name, Trigger: RefOf(obj)}
-	rd, err := r.Render(ctx, obj, scope, lk, nil)
+func renderOne(ctx context.Context, r *rules.Rule, obj *unstructured.Unstructured, scope render.Scoper, lk render.Lookuper) Result {
+	res := Result{Rule: r.Name, Trigger: rules.RefOf(obj)}
+	rd, err := render.Rule(ctx, r, obj, scope, lk, nil)
 	if err != nil {
 		res.Error = err.Error()
 		return res
@@ -143,14 +97,14 @@ func renderOne(ctx context.Context, r *Rule, obj *unstructured.Unstructured, sco
 		res.Skipped = true
 		return res
 	}
-	conflicted := map[ObjectRef]bool{}
+	conflicted := map[rules.ObjectRef]bool{}
 	for _, ce := range rd.Conflicts {
 		res.Conflicts = append(res.Conflicts, Conflict{Object: ce.Object, Message: ce.Error()})
 		conflicted[ce.Object] = true
 	}
 	for _, c := range rd.Children {
 		switch {
-		case conflicted[RefOf(c.Object)]: // not applied: listed as a conflict
+		case conflicted[rules.RefOf(c.Object)]: // not applied: listed as a conflict
 		case c.Patch:
 			res.Patches = append(res.Patches, c.Object.Object)
 		default:
@@ -166,7 +120,7 @@ func renderOne(ctx context.Context, r *Rule, obj *unstructured.Unstructured, sco
 }
 
 // WriteJSON writes the §5 JSON document: {"results":[…]}.
-func (o *Offline) WriteJSON(w io.Writer) error {
+func (o *Report) WriteJSON(w io.Writer) error {
 	if o.Results == nil {
 		o.Results = []Result{}
 	}
@@ -179,7 +133,7 @@ func (o *Offline) WriteJSON(w io.Writer) error {
 // "# rule: …, trigger: …" comment, every status as a document of the
 // trigger preceded by "# status of …". Skipped triggers and errors are
 // comments (errors are also the caller's to report).
-func (o *Offline) WriteYAML(w io.Writer) error {
+func (o *Report) WriteYAML(w io.Writer) error {
 	var b bytes.Buffer
 	for _, r := range o.Results {
 		switch {

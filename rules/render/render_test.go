@@ -1,4 +1,4 @@
-package rules
+package render
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/syncloop/syncloop/rules"
 	"github.com/syncloop/syncloop/rules/expr"
 )
 
@@ -28,9 +29,9 @@ func (s scopes) Namespaced(gvk schema.GroupVersionKind) (bool, error) {
 // is checked when rendered.
 var testScopes = scopes{"ConfigMap": true, "Namespace": false, "ClusterRole": false, "App": true, "Tenant": false}
 
-func parseRule(t *testing.T, doc string) *Rule {
+func parseRule(t *testing.T, doc string) *rules.Rule {
 	t.Helper()
-	l, err := NewLoader(expr.Options{CostLimit: 100_000})
+	l, err := rules.NewLoader(expr.Options{CostLimit: 100_000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +94,7 @@ spec:
 func TestRenderChildren(t *testing.T) {
 	r := parseRule(t, appRule)
 	trigger := obj("example.com/v1", "App", "shop", "web", map[string]any{"cluster": "yes"})
-	rd, err := r.Render(context.Background(), trigger, testScopes, nil, nil)
+	rd, err := Rule(context.Background(), r, trigger, testScopes, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,11 +112,11 @@ func TestRenderChildren(t *testing.T) {
 
 	for key, o := range got {
 		l := o.GetLabels()
-		if l[LabelManagedBy] != "syncloop" || l[LabelRule] != "app" || l[LabelOwnerUID] != "uid-web" {
+		if l[rules.LabelManagedBy] != "syncloop" || l[rules.LabelRule] != "app" || l[rules.LabelOwnerUID] != "uid-web" {
 			t.Errorf("%s: labels %v", key, l)
 		}
 		a := o.GetAnnotations()
-		if a[AnnotationOwner] != "example.com/v1/App/shop/web" || a[AnnotationResourceID] != strings.Split(key, ":")[0] {
+		if a[rules.AnnotationOwner] != "example.com/v1/App/shop/web" || a[rules.AnnotationResourceID] != strings.Split(key, ":")[0] {
 			t.Errorf("%s: annotations %v", key, a)
 		}
 	}
@@ -145,7 +146,7 @@ func TestRenderChildren(t *testing.T) {
 		t.Errorf("status = %v", status)
 	}
 	// Status sees live children: one the cluster does not have is absent.
-	rd, err = r.Render(context.Background(), trigger, testScopes, nil, applierFunc(func(c Child) (map[string]any, error) {
+	rd, err = Rule(context.Background(), r, trigger, testScopes, nil, applierFunc(func(c Child) (map[string]any, error) {
 		if c.ResourceID == "local" {
 			return nil, nil
 		}
@@ -165,7 +166,7 @@ func TestRenderChildren(t *testing.T) {
 
 func TestRenderWhen(t *testing.T) {
 	r := parseRule(t, appRule)
-	rd, err := r.Render(context.Background(), obj("example.com/v1", "App", "shop", "web", map[string]any{"skip": "yes"}), testScopes, nil, nil)
+	rd, err := Rule(context.Background(), r, obj("example.com/v1", "App", "shop", "web", map[string]any{"skip": "yes"}), testScopes, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +176,7 @@ func TestRenderWhen(t *testing.T) {
 	if s, err := rd.Status(context.Background()); s != nil || err != nil {
 		t.Errorf("status of a skipped trigger = %v, %v", s, err)
 	}
-	rd, err = r.Render(context.Background(), obj("example.com/v1", "App", "shop", "web", nil), testScopes, nil, nil)
+	rd, err = Rule(context.Background(), r, obj("example.com/v1", "App", "shop", "web", nil), testScopes, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +195,7 @@ func TestClusterScopedTrigger(t *testing.T) {
       template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x}}
 `
 	r := parseRule(t, doc)
-	_, err := r.Render(context.Background(), obj("example.com/v1", "Tenant", "", "team-a", nil), testScopes, nil, nil)
+	_, err := Rule(context.Background(), r, obj("example.com/v1", "Tenant", "", "team-a", nil), testScopes, nil, nil)
 	want := `rule.yaml:9:17: rule "r": resource "defaulted": spec.resources[0].template.metadata.namespace: ConfigMap is namespaced and the trigger is cluster-scoped: set metadata.namespace`
 	if err == nil || err.Error() != want {
 		t.Fatalf("err = %v\nwant %s", err, want)
@@ -204,13 +205,13 @@ func TestClusterScopedTrigger(t *testing.T) {
     - id: inside
       template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: "${object.metadata.name}"}}
 `
-	rd, err := parseRule(t, doc).Render(context.Background(), obj("v1", "Namespace", "", "team-a", nil), testScopes, nil, nil)
+	rd, err := Rule(context.Background(), parseRule(t, doc), obj("v1", "Namespace", "", "team-a", nil), testScopes, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := rd.Children[0].Object
 	// A cluster-scoped owner may own objects in any namespace.
-	if c.GetNamespace() != "team-a" || len(c.GetOwnerReferences()) != 1 || c.GetAnnotations()[AnnotationOwner] != "v1/Namespace//team-a" {
+	if c.GetNamespace() != "team-a" || len(c.GetOwnerReferences()) != 1 || c.GetAnnotations()[rules.AnnotationOwner] != "v1/Namespace//team-a" {
 		t.Errorf("child %v", c.Object["metadata"])
 	}
 }
@@ -252,7 +253,7 @@ func TestRenderErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := parseRule(t, head+watchNS+tt.spec)
-			_, err := r.Render(context.Background(), obj("v1", "Namespace", "", "team-a", nil), testScopes, nil, nil)
+			_, err := Rule(context.Background(), r, obj("v1", "Namespace", "", "team-a", nil), testScopes, nil, nil)
 			if err == nil || err.Error() != tt.want {
 				t.Fatalf("err = %v\nwant %s", err, tt.want)
 			}
@@ -270,7 +271,7 @@ func TestRenderCostLimit(t *testing.T) {
       forEach: "lists.range(1000).map(a, lists.range(1000).map(b, a*b)).flatten()"
       template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "x-${item}", namespace: n}}
 `)
-	_, err := r.Render(context.Background(), obj("v1", "Namespace", "", "team-a", nil), testScopes, nil, nil)
+	_, err := Rule(context.Background(), r, obj("v1", "Namespace", "", "team-a", nil), testScopes, nil, nil)
 	if !errors.Is(err, expr.ErrCostLimit) {
 		t.Fatalf("err = %v, want one wrapping ErrCostLimit", err)
 	}
@@ -293,11 +294,11 @@ func TestRenderMaxChildren(t *testing.T) {
 	at := func(a, b int) *unstructured.Unstructured {
 		return obj("v1", "Namespace", "", "team-a", map[string]any{"a": fmt.Sprint(a), "b": fmt.Sprint(b)})
 	}
-	rd, err := r.Render(context.Background(), at(MaxChildren-1, 1), testScopes, nil, nil)
+	rd, err := Rule(context.Background(), r, at(MaxChildren-1, 1), testScopes, nil, nil)
 	if err != nil || len(rd.Children) != MaxChildren {
 		t.Fatalf("at the limit: %v children, err %v", len(rd.Children), err)
 	}
-	_, err = r.Render(context.Background(), at(MaxChildren, 1), testScopes, nil, nil)
+	_, err = Rule(context.Background(), r, at(MaxChildren, 1), testScopes, nil, nil)
 	if err == nil || !strings.HasPrefix(err.Error(), `rule.yaml:14:16: rule "r": resource "b": spec.resources[1].forEach: 10001 children, more than the 10000 one trigger may have`) {
 		t.Errorf("over the limit: err = %v", err)
 	}
@@ -349,7 +350,7 @@ func TestRenderLookups(t *testing.T) {
 	secret.Object["data"] = map[string]any{".dockerconfigjson": "e30="}
 	other := obj("v1", "Secret", "elsewhere", "registry", nil)
 	other.Object["data"] = map[string]any{"wrong": "eA=="}
-	objects := OfflineObjects{
+	objects := Objects{
 		obj("v1", "Namespace", "", "b", map[string]any{"team": "x"}),
 		obj("v1", "Namespace", "", "a", map[string]any{"team": "x"}),
 		obj("v1", "Namespace", "", "c", map[string]any{"team": "y"}),
@@ -359,7 +360,7 @@ func TestRenderLookups(t *testing.T) {
 		obj("v1", "ConfigMap", "b", "three", nil),
 	}
 	scopes := scopes{"Secret": true, "Namespace": false, "ConfigMap": true}
-	rd, err := r.Render(context.Background(), objects[0], scopes, objects, nil)
+	rd, err := Rule(context.Background(), r, objects[0], scopes, objects, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -375,7 +376,7 @@ func TestRenderLookups(t *testing.T) {
 	}
 
 	// The source is absent: lookups.source is null, the copy is not wanted.
-	rd, err = r.Render(context.Background(), objects[2], scopes, objects[:3], nil)
+	rd, err = Rule(context.Background(), r, objects[2], scopes, objects[:3], nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -387,7 +388,7 @@ func TestRenderLookups(t *testing.T) {
 	}
 
 	// No lookuper at all is an error that names the lookup.
-	if _, err := r.Render(context.Background(), objects[0], scopes, nil, nil); err == nil || !strings.Contains(err.Error(), "spec.lookups[0]") {
+	if _, err := Rule(context.Background(), r, objects[0], scopes, nil, nil); err == nil || !strings.Contains(err.Error(), "spec.lookups[0]") {
 		t.Errorf("render without objects to look up: %v", err)
 	}
 }
@@ -411,7 +412,7 @@ func TestRenderLookupErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := parseRule(t, head+tt.lookup+res)
-			_, err := r.Render(context.Background(), obj("v1", "Namespace", "", "team-a", nil), scopes{"Secret": true, "Namespace": false, "ConfigMap": true, "Tenant": false}, OfflineObjects{}, nil)
+			_, err := Rule(context.Background(), r, obj("v1", "Namespace", "", "team-a", nil), scopes{"Secret": true, "Namespace": false, "ConfigMap": true, "Tenant": false}, Objects{}, nil)
 			if err == nil || !strings.HasPrefix(err.Error(), tt.want) {
 				t.Errorf("error = %v\nwant one starting with %s", err, tt.want)
 			}
@@ -419,11 +420,8 @@ func TestRenderLookupErrors(t *testing.T) {
 	}
 }
 
-// TestRenderPatch: a mode: patch resource renders only its template's
-// fields — no labels, annotations or ownerReference of syncloop's — and
-// offline rendering lists it under patches, not children.
-func TestRenderPatch(t *testing.T) {
-	r := parseRule(t, `apiVersion: syncloop.dev/v1alpha1
+// patchRule patches the trigger's Namespace and owns a ConfigMap.
+const patchRule = `apiVersion: syncloop.dev/v1alpha1
 kind: Rule
 metadata: {name: mark}
 spec:
@@ -437,9 +435,15 @@ spec:
         metadata: {name: "${object.metadata.namespace}", labels: {has-apps: "true"}}
     - id: cm
       template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x}}
-`)
+`
+
+// TestRenderPatch: a mode: patch resource renders only its template's
+// fields — no labels, annotations or ownerReference of syncloop's (offline
+// rendering lists it under patches, not children: TestOfflinePatches).
+func TestRenderPatch(t *testing.T) {
+	r := parseRule(t, patchRule)
 	trigger := obj("example.com/v1", "App", "shop", "web", nil)
-	rd, err := r.Render(context.Background(), trigger, testScopes, nil, nil)
+	rd, err := Rule(context.Background(), r, trigger, testScopes, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -450,12 +454,8 @@ spec:
 	if got := rd.Children[0].Object.Object; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("patch = %v, want only the template's fields %v", got, want)
 	}
-	if rd.Children[1].Object.GetLabels()[LabelRule] != "mark" {
+	if rd.Children[1].Object.GetLabels()[rules.LabelRule] != "mark" {
 		t.Error("the owned child lost syncloop's labels")
-	}
-	res := renderOne(context.Background(), r, trigger, testScopes, nil)
-	if len(res.Patches) != 1 || len(res.Children) != 1 {
-		t.Errorf("offline result: %d patches, %d children; want 1 and 1", len(res.Patches), len(res.Children))
 	}
 }
 
@@ -492,7 +492,7 @@ spec:
     addr: ${variables.port}
 `)
 	app := obj("example.com/v1", "App", "shop", "a", nil)
-	rd, err := r.Render(context.Background(), app, testScopes, OfflineObjects{}, nil)
+	rd, err := Rule(context.Background(), r, app, testScopes, Objects{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -519,7 +519,7 @@ spec:
 
 	db := obj("v1", "ConfigMap", "shop", "db", nil)
 	db.Object["data"] = map[string]any{"host": "h"}
-	rd, err = r.Render(context.Background(), app, testScopes, OfflineObjects{db}, nil)
+	rd, err = Rule(context.Background(), r, app, testScopes, Objects{db}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package rules
+package offline
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/syncloop/syncloop/rules"
 	"github.com/syncloop/syncloop/rules/expr"
 )
 
@@ -20,12 +21,12 @@ import (
 // does — the objects are the cluster: triggers, lookup targets, and live
 // children — and checks every expectation. failures are what did not
 // match, one readable line each; err is a file that does not load.
-func RunTest(ctx context.Context, opts expr.Options, t *Test) (failures []string, err error) {
-	objs, err := ReadObjects(t.Objects...)
+func RunTest(ctx context.Context, opts expr.Options, t *rules.Test) (failures []string, err error) {
+	objs, err := rules.ReadObjects(t.Objects...)
 	if err != nil {
 		return nil, err
 	}
-	l, err := NewLoader(opts)
+	l, err := rules.NewLoader(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -34,26 +35,28 @@ func RunTest(ctx context.Context, opts expr.Options, t *Test) (failures []string
 	if err != nil {
 		return nil, err
 	}
-	res, err := RenderOffline(ctx, set, objs, "")
+	res, err := Render(ctx, set, objs, "")
 	if err != nil {
 		return nil, err
 	}
 	for _, e := range t.Expect {
-		failures = append(failures, e.check(set, res)...)
+		failures = append(failures, check(e, set, res)...)
 	}
 	return failures, nil
 }
 
-func (e *Expectation) check(set *Set, res *Offline) []string {
-	fail := func(format string, args ...any) []string {
-		return []string{fmt.Sprintf("%s (rule %s, trigger %s): %s", e.Field, e.Rule, e.Trigger.String(), fmt.Sprintf(format, args...))}
+// check checks one expectation against the report of the render, and
+// returns what did not match.
+func check(e *rules.Expectation, set *rules.Set, res *Report) []string {
+	fail := func(format string, args ...any) string {
+		return fmt.Sprintf("%s (rule %s, trigger %s): %s", e.Field, e.Rule, e.Trigger.String(), fmt.Sprintf(format, args...))
 	}
 	if set.Get(e.Rule) == nil {
 		names := make([]string, 0, set.Len())
 		for _, r := range set.Rules() {
 			names = append(names, r.Name)
 		}
-		return fail("no such rule (rules: %s)", strings.Join(names, ", "))
+		return []string{fail("no such rule (rules: %s)", strings.Join(names, ", "))}
 	}
 	var r *Result
 	for i := range res.Results {
@@ -63,22 +66,36 @@ func (e *Expectation) check(set *Set, res *Offline) []string {
 		}
 	}
 	if r == nil {
-		return fail("the rule rendered nothing for it: no such object among the objects, or the rule's watch does not match it")
+		return []string{fail("the rule rendered nothing for it: no such object among the objects, or the rule's watch does not match it")}
 	}
 	switch {
 	case e.Error != "" && r.Error == "":
-		return fail("want an error containing %q, rendered without one", e.Error)
+		return []string{fail("want an error containing %q, rendered without one", e.Error)}
 	case e.Error != "" && !strings.Contains(r.Error, e.Error):
-		return fail("want an error containing %q, got: %s", e.Error, r.Error)
+		return []string{fail("want an error containing %q, got: %s", e.Error, r.Error)}
 	case e.Error != "":
 		return nil
 	case r.Error != "":
-		return fail("rendering failed: %s", r.Error)
+		return []string{fail("rendering failed: %s", r.Error)}
 	}
 	var out []string
 	if e.Skipped != nil && *e.Skipped != r.Skipped {
-		out = append(out, fail("want skipped: %v (when), rendered skipped: %v", *e.Skipped, r.Skipped)...)
+		out = append(out, fail("want skipped: %v (when), rendered skipped: %v", *e.Skipped, r.Skipped))
 	}
+	out = append(out, checkChildren(e, r, fail)...)
+	out = append(out, checkConflicts(e, r, fail)...)
+	if e.Status != nil {
+		for _, d := range subsetDiff(e.Status, r.Status, "status", false) {
+			out = append(out, fail("%s", d))
+		}
+	}
+	return out
+}
+
+// checkChildren checks the children an expectation wants rendered (a
+// subset of their fields) and those it wants absent.
+func checkChildren(e *rules.Expectation, r *Result, fail func(string, ...any) string) []string {
+	var out []string
 	rendered := append(append([]map[string]any(nil), r.Children...), r.Patches...)
 	for i, want := range e.Children {
 		ref := refOfMap(want)
@@ -90,28 +107,35 @@ func (e *Expectation) check(set *Set, res *Offline) []string {
 			}
 		}
 		if got == nil {
-			out = append(out, fail("children[%d]: %s not rendered (rendered: %s)", i, ref.String(), describeAll(rendered))...)
+			out = append(out, fail("children[%d]: %s not rendered (rendered: %s)", i, ref.String(), describeAll(rendered)))
 			continue
 		}
 		secret := ref.Kind == "Secret"
 		for _, d := range subsetDiff(want, got, "", secret) {
-			out = append(out, fail("children[%d] %s: %s", i, ref.String(), d)...)
+			out = append(out, fail("children[%d] %s: %s", i, ref.String(), d))
 		}
 	}
 	for i, a := range e.Absent {
 		for _, c := range rendered {
 			if a.Matches(refOfMap(c)) {
-				out = append(out, fail("absent[%d]: %s rendered", i, refOfMap(c).String())...)
+				out = append(out, fail("absent[%d]: %s rendered", i, refOfMap(c).String()))
 			}
 		}
 	}
+	return out
+}
+
+// checkConflicts checks that the conflicts an expectation names are
+// conflicts, and that no other is.
+func checkConflicts(e *rules.Expectation, r *Result, fail func(string, ...any) string) []string {
+	var out []string
 	for i, want := range e.Conflicts {
 		found := false
 		for _, c := range r.Conflicts {
 			found = found || want.Matches(c.Object)
 		}
 		if !found {
-			out = append(out, fail("conflicts[%d]: %s is not a conflict", i, want.String())...)
+			out = append(out, fail("conflicts[%d]: %s is not a conflict", i, want.String()))
 		}
 	}
 	for _, c := range r.Conflicts {
@@ -120,20 +144,15 @@ func (e *Expectation) check(set *Set, res *Offline) []string {
 			expected = expected || want.Matches(c.Object)
 		}
 		if !expected {
-			out = append(out, fail("conflict: %s", c.Message)...)
-		}
-	}
-	if e.Status != nil {
-		for _, d := range subsetDiff(e.Status, r.Status, "status", false) {
-			out = append(out, fail("%s", d)...)
+			out = append(out, fail("conflict: %s", c.Message))
 		}
 	}
 	return out
 }
 
-// refOfMap is RefOf for a rendered child as render's results hold it.
-func refOfMap(m map[string]any) ObjectRef {
-	return RefOf(&unstructured.Unstructured{Object: m})
+// refOfMap is rules.RefOf for a rendered child as render's results hold it.
+func refOfMap(m map[string]any) rules.ObjectRef {
+	return rules.RefOf(&unstructured.Unstructured{Object: m})
 }
 
 func describeAll(objs []map[string]any) string {

@@ -1,4 +1,4 @@
-package rules
+package render
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/syncloop/syncloop/rules"
 	"github.com/syncloop/syncloop/rules/expr"
 )
 
@@ -24,8 +25,8 @@ type Child struct {
 	// Index is the forEach position, or -1 outside forEach.
 	Index  int
 	Object *unstructured.Unstructured
-	// Resource is the resource that made the child.
-	Resource *Resource
+	// rules.Resource is the resource that made the child.
+	Resource *rules.Resource
 	// Patch: the object is not syncloop's; Object holds only the fields
 	// to apply onto it, without syncloop's labels and annotations.
 	Patch bool
@@ -47,11 +48,11 @@ type Rendered struct {
 	// server sets.
 	Notes []string
 	// Conflicts are the children not applied because an object syncloop
-	// may not write holds their name (see Rule.Takeover), or because they
+	// may not write holds their name (see Takeover), or because they
 	// are what one of the trigger's lookups reads.
 	Conflicts []*ConflictError
 
-	rule     *Rule
+	rule     *rules.Rule
 	act      *expr.Activation
 	children map[string]any  // live children by resource id, as status and dependents see them
 	ready    map[string]bool // by resource id
@@ -63,18 +64,18 @@ type Rendered struct {
 
 // ResourceState is what one render made of one resource.
 type ResourceState struct {
-	Resource *Resource
+	Resource *rules.Resource
 	// Excluded: the resource's `when` is false, or a resource it reads is
 	// excluded: it wants no children.
 	Excluded bool
 	// WaitingFor, when not nil, is a resource this one reads whose
 	// children do not all exist or are not all ready: this one was not
 	// rendered and its children, if any, stay as they are.
-	WaitingFor *Resource
+	WaitingFor *rules.Resource
 	// WaitingForLookup, when not nil, is a required lookup this one reads
 	// whose object is absent (a list: empty): this one was not rendered
 	// either.
-	WaitingForLookup *Lookup
+	WaitingForLookup *rules.Lookup
 	// Ready: every child exists and satisfies readyWhen.
 	Ready bool
 	// Why says, when not Ready, why not.
@@ -89,7 +90,7 @@ type ResourceState struct {
 // one.
 type Applier interface {
 	// Apply brings c about and returns it as it now is: the live object
-	// when the rule reads it (Rule.ReadsLive), otherwise any non-nil map;
+	// when the rule reads it (rules.Rule.ReadsLive), otherwise any non-nil map;
 	// nil when the object does not exist (a patch whose object is absent).
 	// An error is that child's failure: its resource is not ready and the
 	// resources that read it wait.
@@ -103,17 +104,11 @@ type DryRunner interface {
 	DryRun() bool
 }
 
-// ReadsLive reports whether rendering reads res's live children: for the
-// status, a readyWhen, or resources that depend on it.
-func (r *Rule) ReadsLive(res *Resource) bool {
-	return r.Status != nil || len(res.ReadyWhen) > 0 || len(res.Dependents) > 0
-}
-
 // RenderError is a failure to render a rule for a trigger. It names the
 // place in the rule file, the rule, the resource and the field, and wraps
 // the cause (errors.Is(err, expr.ErrCostLimit) works through it).
 type RenderError struct {
-	Pos      Pos
+	Pos      rules.Pos
 	Rule     string
 	Resource string // empty outside a resource
 	Field    string
@@ -137,30 +132,12 @@ func (e *RenderError) Error() string {
 
 func (e *RenderError) Unwrap() error { return e.Err }
 
-// Trigger identifies a trigger object the way syncloop's annotations name
-// it: apiVersion/kind/namespace/name.
-type Trigger struct {
-	APIVersion, Kind, Namespace, Name string
-	UID                               string
-}
-
-// TriggerOf describes obj.
-func TriggerOf(obj *unstructured.Unstructured) Trigger {
-	return Trigger{APIVersion: obj.GetAPIVersion(), Kind: obj.GetKind(), Namespace: obj.GetNamespace(),
-		Name: obj.GetName(), UID: string(obj.GetUID())}
-}
-
-// String is the value of the syncloop.dev/owner annotation.
-func (t Trigger) String() string {
-	return t.APIVersion + "/" + t.Kind + "/" + t.Namespace + "/" + t.Name
-}
-
 // MaxChildren bounds the children one trigger may render, over all of a
 // rule's resources: a forEach over a list from the trigger must not turn one
 // object into a flood of writes.
 const MaxChildren = 10_000
 
-// Render computes and brings about what the rule wants for trigger: it
+// Rule computes and brings about what rule r wants for trigger: it
 // evaluates `when`, reads the lookups from lk, evaluates the variables,
 // then walks the resources in dependency order. A resource whose
 // dependencies' children all exist and are ready is rendered — its `when`,
@@ -170,12 +147,12 @@ const MaxChildren = 10_000
 // applies them; readyWhen is evaluated on what ap returns. A resource
 // whose dependencies are not ready waits: it is not rendered.
 //
-// With ap nil, Render is offline: each rendered child stands for the live
+// With ap nil, the render is offline: each rendered child stands for the live
 // one, dependents are rendered even when a readyWhen does not hold on a
 // rendered child (reported in Notes), and a template string reading a
-// field only the server sets renders as expr.Unknown. Render reads nothing
+// field only the server sets renders as expr.Unknown. Rule reads nothing
 // but its arguments; lk may be nil for a rule without lookups.
-func (r *Rule) Render(ctx context.Context, trigger *unstructured.Unstructured, scoper Scoper, lk Lookuper, ap Applier) (*Rendered, error) {
+func Rule(ctx context.Context, r *rules.Rule, trigger *unstructured.Unstructured, scoper Scoper, lk Lookuper, ap Applier) (*Rendered, error) {
 	offline := ap == nil
 	dry, _ := ap.(DryRunner)
 	act := &expr.Activation{Object: trigger.Object, Rule: r.Name, Variables: map[string]any{},
@@ -183,7 +160,7 @@ func (r *Rule) Render(ctx context.Context, trigger *unstructured.Unstructured, s
 	if r.When != nil {
 		ok, err := r.When.EvalBool(ctx, act)
 		if err != nil {
-			return nil, r.exprError(r.When, "", err)
+			return nil, exprError(r, r.When, "", err)
 		}
 		if !ok {
 			return &Rendered{Skipped: true, rule: r, act: act}, nil
@@ -192,11 +169,11 @@ func (r *Rule) Render(ctx context.Context, trigger *unstructured.Unstructured, s
 	var reads lookupReads
 	if len(r.Lookups) > 0 {
 		var err error
-		if act.Lookups, reads, err = r.lookups(ctx, act, trigger, scoper, lk); err != nil {
+		if act.Lookups, reads, err = readLookups(ctx, r, act, trigger, scoper, lk); err != nil {
 			return nil, err
 		}
 	}
-	absent := r.absentRequired(act.Lookups, reads)
+	absent := absentRequired(r, act.Lookups, reads)
 	for _, v := range r.Variables {
 		if waitingFor(v.Lookups, absent) != nil {
 			act.Variables[v.Name] = nil // not evaluated: what reads it waits
@@ -204,13 +181,13 @@ func (r *Rule) Render(ctx context.Context, trigger *unstructured.Unstructured, s
 		}
 		val, err := v.Expr.Eval(ctx, act)
 		if err != nil {
-			return nil, r.exprError(v.Expr, "", err)
+			return nil, exprError(r, v.Expr, "", err)
 		}
 		act.Variables[v.Name] = val
 	}
 	if offline {
-		objs, _ := lk.(OfflineObjects)
-		ap = renderedApplier{objs: objs, rule: r, trigger: TriggerOf(trigger)}
+		objs, _ := lk.(Objects)
+		ap = renderedApplier{objs: objs, rule: r, trigger: rules.TriggerOf(trigger)}
 	}
 	out := &Rendered{rule: r, act: act, children: map[string]any{}, ready: map[string]bool{}, reads: reads, absent: absent}
 	if offline {
@@ -226,7 +203,7 @@ func (r *Rule) Render(ctx context.Context, trigger *unstructured.Unstructured, s
 		}
 	}
 	w := &graphWalk{r: r, rd: out, trigger: trigger, scoper: scoper, ap: ap, offline: offline,
-		seen: map[string]string{}, states: make(map[*Resource]*ResourceState, len(r.Order))}
+		seen: map[string]string{}, states: make(map[*rules.Resource]*ResourceState, len(r.Order))}
 	for _, res := range r.Order {
 		if err := w.resource(ctx, res); err != nil {
 			return nil, err
@@ -237,112 +214,49 @@ func (r *Rule) Render(ctx context.Context, trigger *unstructured.Unstructured, s
 
 // graphWalk is one render's pass over the resources in dependency order.
 type graphWalk struct {
-	r       *Rule
+	r       *rules.Rule
 	rd      *Rendered
 	trigger *unstructured.Unstructured
 	scoper  Scoper
 	ap      Applier
 	offline bool
 	seen    map[string]string // kind/namespace/name → resource id
-	states  map[*Resource]*ResourceState
+	states  map[*rules.Resource]*ResourceState
 }
 
-func (w *graphWalk) resource(ctx context.Context, res *Resource) error {
-	r, act := w.r, w.rd.act
+// resource renders and applies res's children, unless it waits or is
+// excluded, and notes its state.
+func (w *graphWalk) resource(ctx context.Context, res *rules.Resource) error {
 	st := &ResourceState{Resource: res}
 	w.states[res] = st
 	w.rd.Resources = append(w.rd.Resources, st)
-	if q := waitingFor(res.Lookups, w.rd.absent); q != nil {
-		st.WaitingForLookup = q.Lookup
-		st.Why = fmt.Sprintf("waiting for lookup %q: %s", q.Lookup.ID, q.absence())
-		return nil
-	}
-	for _, dep := range res.Deps {
-		ds := w.states[dep]
-		switch {
-		case ds.Excluded:
-			st.Excluded = true
-			st.Why = fmt.Sprintf("resource %q, which it reads, is not wanted", dep.ID)
-			return nil
-		case !ds.Ready && (!w.offline || ds.Err != nil || ds.waits()): // offline, a dependency not applied (a conflict, a lookup) holds its dependents too
-			st.WaitingFor = dep
-			st.Why = fmt.Sprintf("waiting for resource %q", dep.ID)
-			return nil
-		}
-	}
-	if res.When != nil {
-		ok, err := res.When.EvalBool(ctx, act)
-		switch {
-		case err != nil && w.offline && res.When.Unknown(err):
-			w.rd.note(res, "%s: %v: known only on the server; rendered as if true", res.When.Field, err)
-			ok = true
-		case err != nil:
-			return r.exprError(res.When, res.ID, err)
-		}
-		if !ok {
-			st.Excluded = true
-			st.Why = "its when is false"
-			return nil
-		}
+	if ok, err := w.proceeds(ctx, res, st); !ok || err != nil {
+		return err
 	}
 	namespaced, err := w.scoper.Namespaced(res.GVK)
 	if err != nil {
-		return &RenderError{Pos: res.Template.Pos, Rule: r.Name, Resource: res.ID, Field: res.Template.Field, Err: err}
+		return &RenderError{Pos: res.Template.Pos, Rule: w.r.Name, Resource: res.ID, Field: res.Template.Field, Err: err}
 	}
-	items := []any{nil}
-	if res.ForEach != nil {
-		items, err = res.ForEach.EvalList(ctx, act)
-		switch {
-		case err != nil && w.offline && res.ForEach.Unknown(err):
-			w.rd.note(res, "%s: %v: known only on the server; rendered no children", res.ForEach.Field, err)
-			items = nil
-		case err != nil:
-			return r.exprError(res.ForEach, res.ID, err)
-		}
-		if n := len(w.rd.Children) + len(items); n > MaxChildren {
-			return &RenderError{Pos: res.ForEach.Pos, Rule: r.Name, Resource: res.ID, Field: res.ForEach.Field,
-				Err: fmt.Errorf("%d children, more than the %d one trigger may have", n, MaxChildren)}
-		}
+	items, err := w.items(ctx, res)
+	if err != nil {
+		return err
 	}
 	var lives []any
 	st.Ready = true
 	for i, item := range items {
-		index := -1
-		itemAct := act
+		index, act := -1, w.rd.act
 		if res.ForEach != nil {
 			index = i
 			cp := *act
 			cp.Item, cp.Index = item, int64(i)
-			itemAct = &cp
+			act = &cp
 		}
-		obj, err := r.renderChild(ctx, res, itemAct, w.trigger, w.trigger.GetNamespace() != "", namespaced)
+		live, err := w.child(ctx, res, st, index, act, namespaced)
 		if err != nil {
 			return err
 		}
-		key := obj.GetKind() + "/" + obj.GetNamespace() + "/" + obj.GetName()
-		if prev, dup := w.seen[key]; dup {
-			return &RenderError{Pos: res.Template.Pos, Rule: r.Name, Resource: res.ID, Field: res.Template.Field,
-				Err: fmt.Errorf("%s %s rendered twice (also by resource %q)", obj.GetKind(), namespacedName(obj), prev)}
-		}
-		w.seen[key] = res.ID
-		child := Child{ResourceID: res.ID, Index: index, Object: obj, Resource: res, Patch: res.Mode == ModePatch}
-		w.rd.Children = append(w.rd.Children, child)
-
-		live, err := w.apply(ctx, child)
-		switch {
-		case err != nil:
-			if st.Err == nil {
-				st.Err = err
-			}
-			w.notReady(st, fmt.Sprintf("%s %s: %v", res.Kind, namespacedName(obj), err))
-			continue
-		case live == nil:
-			w.notReady(st, fmt.Sprintf("%s %s does not exist", res.Kind, namespacedName(obj)))
-			continue
-		}
-		lives = append(lives, live)
-		if why := w.readiness(ctx, res, live); why != "" {
-			w.notReady(st, fmt.Sprintf("%s %s: %s", res.Kind, namespacedName(obj), why))
+		if live != nil {
+			lives = append(lives, live)
 		}
 	}
 	switch {
@@ -355,12 +269,109 @@ func (w *graphWalk) resource(ctx context.Context, res *Resource) error {
 	return nil
 }
 
+// proceeds reports whether res is rendered: not while a required lookup
+// it reads is absent or a resource it reads is not ready (it waits), nor
+// when a resource it reads is excluded or its when is false (it is
+// excluded); st says which.
+func (w *graphWalk) proceeds(ctx context.Context, res *rules.Resource, st *ResourceState) (bool, error) {
+	if q := waitingFor(res.Lookups, w.rd.absent); q != nil {
+		st.WaitingForLookup = q.Lookup
+		st.Why = fmt.Sprintf("waiting for lookup %q: %s", q.Lookup.ID, q.absence())
+		return false, nil
+	}
+	for _, dep := range res.Deps {
+		ds := w.states[dep]
+		switch {
+		case ds.Excluded:
+			st.Excluded = true
+			st.Why = fmt.Sprintf("resource %q, which it reads, is not wanted", dep.ID)
+			return false, nil
+		case !ds.Ready && (!w.offline || ds.Err != nil || ds.waits()): // offline, a dependency not applied (a conflict, a lookup) holds its dependents too
+			st.WaitingFor = dep
+			st.Why = fmt.Sprintf("waiting for resource %q", dep.ID)
+			return false, nil
+		}
+	}
+	if res.When == nil {
+		return true, nil
+	}
+	ok, err := res.When.EvalBool(ctx, w.rd.act)
+	switch {
+	case err != nil && w.offline && res.When.Unknown(err):
+		w.rd.note(res, "%s: %v: known only on the server; rendered as if true", res.When.Field, err)
+		ok = true
+	case err != nil:
+		return false, exprError(w.r, res.When, res.ID, err)
+	}
+	if !ok {
+		st.Excluded = true
+		st.Why = "its when is false"
+	}
+	return ok, nil
+}
+
+// items are what res renders a child for: its forEach's list, or one nil
+// item without forEach.
+func (w *graphWalk) items(ctx context.Context, res *rules.Resource) ([]any, error) {
+	if res.ForEach == nil {
+		return []any{nil}, nil
+	}
+	items, err := res.ForEach.EvalList(ctx, w.rd.act)
+	switch {
+	case err != nil && w.offline && res.ForEach.Unknown(err):
+		w.rd.note(res, "%s: %v: known only on the server; rendered no children", res.ForEach.Field, err)
+		items = nil
+	case err != nil:
+		return nil, exprError(w.r, res.ForEach, res.ID, err)
+	}
+	if n := len(w.rd.Children) + len(items); n > MaxChildren {
+		return nil, &RenderError{Pos: res.ForEach.Pos, Rule: w.r.Name, Resource: res.ID, Field: res.ForEach.Field,
+			Err: fmt.Errorf("%d children, more than the %d one trigger may have", n, MaxChildren)}
+	}
+	return items, nil
+}
+
+// child renders one child of res for act and has it applied; it returns
+// the child as it now is (nil: not applied, or absent), and notes in st
+// why it is not ready. An error is the render's: the trigger fails.
+func (w *graphWalk) child(ctx context.Context, res *rules.Resource, st *ResourceState, index int, act *expr.Activation, namespaced bool) (map[string]any, error) {
+	obj, err := renderChild(ctx, w.r, res, act, w.trigger, w.trigger.GetNamespace() != "", namespaced)
+	if err != nil {
+		return nil, err
+	}
+	key := obj.GetKind() + "/" + obj.GetNamespace() + "/" + obj.GetName()
+	if prev, dup := w.seen[key]; dup {
+		return nil, &RenderError{Pos: res.Template.Pos, Rule: w.r.Name, Resource: res.ID, Field: res.Template.Field,
+			Err: fmt.Errorf("%s %s rendered twice (also by resource %q)", obj.GetKind(), namespacedName(obj), prev)}
+	}
+	w.seen[key] = res.ID
+	c := Child{ResourceID: res.ID, Index: index, Object: obj, Resource: res, Patch: res.Mode == rules.ModePatch}
+	w.rd.Children = append(w.rd.Children, c)
+
+	live, err := w.apply(ctx, c)
+	switch {
+	case err != nil:
+		if st.Err == nil {
+			st.Err = err
+		}
+		w.notReady(st, fmt.Sprintf("%s %s: %v", res.Kind, namespacedName(obj), err))
+		return nil, nil
+	case live == nil:
+		w.notReady(st, fmt.Sprintf("%s %s does not exist", res.Kind, namespacedName(obj)))
+		return nil, nil
+	}
+	if why := w.readiness(ctx, res, live); why != "" {
+		w.notReady(st, fmt.Sprintf("%s %s: %s", res.Kind, namespacedName(obj), why))
+	}
+	return live, nil
+}
+
 // apply has the applier apply child, unless it is what one of the
 // trigger's lookups reads; a conflict is noted in the render's Conflicts.
 func (w *graphWalk) apply(ctx context.Context, child Child) (map[string]any, error) {
 	var err error
 	if !child.Patch {
-		err = w.rd.reads.conflict(w.r, child, TriggerOf(w.trigger))
+		err = w.rd.reads.conflict(w.r, child, rules.TriggerOf(w.trigger))
 	}
 	var live map[string]any
 	if err == nil {
@@ -384,7 +395,7 @@ func (w *graphWalk) notReady(st *ResourceState, why string) {
 // not ready, or "". An expression that fails (a status field not there
 // yet) is not ready. Offline, a readyWhen that does not hold is noted and
 // the child counts as ready for its dependents.
-func (w *graphWalk) readiness(ctx context.Context, res *Resource, live map[string]any) string {
+func (w *graphWalk) readiness(ctx context.Context, res *rules.Resource, live map[string]any) string {
 	for _, e := range res.ReadyWhen {
 		ok, err := e.EvalBool(ctx, &expr.Activation{Self: live})
 		why := ""
@@ -409,7 +420,7 @@ func (w *graphWalk) readiness(ctx context.Context, res *Resource, live map[strin
 	return ""
 }
 
-func (rd *Rendered) note(res *Resource, format string, args ...any) {
+func (rd *Rendered) note(res *rules.Resource, format string, args ...any) {
 	rd.Notes = append(rd.Notes, fmt.Sprintf("resource %q: ", res.ID)+fmt.Sprintf(format, args...))
 }
 
@@ -423,12 +434,12 @@ func nonNilList(l []any) []any {
 // renderedApplier is the offline Applier: a child is as rendered, or, when
 // the objects given offline hold it (the cluster's state: a Secret whose
 // token the server filled in), that object with the rendered fields
-// applied over it — if the rule may write it (Rule.Takeover), as in the
+// applied over it — if the rule may write it (Takeover), as in the
 // cluster.
 type renderedApplier struct {
-	objs    OfflineObjects
-	rule    *Rule
-	trigger Trigger
+	objs    Objects
+	rule    *rules.Rule
+	trigger rules.Trigger
 }
 
 func (a renderedApplier) Apply(_ context.Context, c Child) (map[string]any, error) {
@@ -436,7 +447,7 @@ func (a renderedApplier) Apply(_ context.Context, c Child) (map[string]any, erro
 	for _, o := range a.objs {
 		if o.GroupVersionKind().GroupKind() == gk && o.GetNamespace() == c.Object.GetNamespace() && o.GetName() == c.Object.GetName() {
 			if !c.Patch {
-				if _, err := a.rule.Takeover(c, a.trigger, o); err != nil {
+				if _, err := Takeover(a.rule, c, a.trigger, o); err != nil {
 					return nil, err
 				}
 			}
@@ -479,13 +490,13 @@ func (rd *Rendered) Waiting() []*ResourceState {
 
 func (st *ResourceState) waits() bool { return st.WaitingFor != nil || st.WaitingForLookup != nil }
 
-func (r *Rule) renderChild(ctx context.Context, res *Resource, act *expr.Activation, trigger *unstructured.Unstructured, triggerNamespaced, namespaced bool) (*unstructured.Unstructured, error) {
+func renderChild(ctx context.Context, r *rules.Rule, res *rules.Resource, act *expr.Activation, trigger *unstructured.Unstructured, triggerNamespaced, namespaced bool) (*unstructured.Unstructured, error) {
 	fail := func(field string, err error) error {
-		return &RenderError{Pos: res.Template.Pos, Rule: r.Name, Resource: res.ID, Field: join(res.Template.Field, field), Err: err}
+		return &RenderError{Pos: res.Template.Pos, Rule: r.Name, Resource: res.ID, Field: rules.JoinField(res.Template.Field, field), Err: err}
 	}
 	v, err := res.Template.Render(ctx, act)
 	if err != nil {
-		return nil, r.templateError(res.Template, res.ID, err)
+		return nil, templateError(r, res.Template, res.ID, err)
 	}
 	m, ok := v.(map[string]any)
 	if !ok {
@@ -515,11 +526,11 @@ func (r *Rule) renderChild(ctx context.Context, res *Resource, act *expr.Activat
 	case !namespaced && hasNS:
 		delete(md, "namespace")
 	}
-	if res.Mode == ModePatch {
+	if res.Mode == rules.ModePatch {
 		return obj, nil // not syncloop's: no labels, annotations or owner
 	}
 
-	t := TriggerOf(trigger)
+	t := rules.TriggerOf(trigger)
 	labels, _, err := unstructured.NestedStringMap(m, "metadata", "labels")
 	if err != nil {
 		return nil, fail("metadata.labels", errors.New("values must be strings"))
@@ -531,24 +542,24 @@ func (r *Rule) renderChild(ctx context.Context, res *Resource, act *expr.Activat
 	if labels == nil {
 		labels = map[string]string{}
 	}
-	labels[LabelManagedBy] = ManagedByValue
-	labels[LabelRule] = r.Name
-	labels[LabelOwnerUID] = t.UID
+	labels[rules.LabelManagedBy] = rules.ManagedByValue
+	labels[rules.LabelRule] = r.Name
+	labels[rules.LabelOwnerUID] = t.UID
 	if r.Installation != "" {
-		labels[LabelInstallation] = r.Installation
+		labels[rules.LabelInstallation] = r.Installation
 	}
 	obj.SetLabels(labels)
 	if ann == nil {
 		ann = map[string]string{}
 	}
-	ann[AnnotationOwner] = t.String()
-	ann[AnnotationResourceID] = res.ID
+	ann[rules.AnnotationOwner] = t.String()
+	ann[rules.AnnotationResourceID] = res.ID
 	obj.SetAnnotations(ann)
 
 	// Kubernetes allows an ownerReference from a child in the trigger's
 	// namespace, or to a cluster-scoped trigger from anything. An orphaned
 	// child has none: the garbage collector must leave it too.
-	if res.DeletionPolicy != DeletionOrphan && (!triggerNamespaced || (namespaced && obj.GetNamespace() == trigger.GetNamespace())) {
+	if res.DeletionPolicy != rules.DeletionOrphan && (!triggerNamespaced || (namespaced && obj.GetNamespace() == trigger.GetNamespace())) {
 		ctrl := true
 		obj.SetOwnerReferences([]metav1.OwnerReference{{
 			APIVersion: t.APIVersion, Kind: t.Kind, Name: t.Name, UID: trigger.GetUID(), Controller: &ctrl,
@@ -567,7 +578,7 @@ func (r *Rule) renderChild(ctx context.Context, res *Resource, act *expr.Activat
 // the status waits, and its fields keep the values they have.
 func (rd *Rendered) Status(ctx context.Context) (map[string]any, error) {
 	r := rd.rule
-	if r.Status == nil || rd.Skipped || waitingFor(r.statusLookups, rd.absent) != nil {
+	if r.Status == nil || rd.Skipped || waitingFor(r.StatusLookups, rd.absent) != nil {
 		return nil, nil
 	}
 	act := *rd.act
@@ -575,7 +586,7 @@ func (rd *Rendered) Status(ctx context.Context) (map[string]any, error) {
 	act.Ready = rd.ready
 	v, err := r.Status.Render(ctx, &act)
 	if err != nil {
-		return nil, r.templateError(r.Status, "", err)
+		return nil, templateError(r, r.Status, "", err)
 	}
 	m, ok := v.(map[string]any)
 	if !ok {
@@ -584,20 +595,20 @@ func (rd *Rendered) Status(ctx context.Context) (map[string]any, error) {
 	return m, nil
 }
 
-func (r *Rule) exprError(e *Expression, resource string, err error) error {
+func exprError(r *rules.Rule, e *rules.Expression, resource string, err error) error {
 	return &RenderError{Pos: e.Pos, Rule: r.Name, Resource: resource, Field: e.Field, Err: err}
 }
 
-func (r *Rule) templateError(t *Template, resource string, err error) error {
+func templateError(r *rules.Rule, t *rules.Template, resource string, err error) error {
 	var re *expr.RenderError
 	if errors.As(err, &re) {
-		return &RenderError{Pos: t.posOf(re.Path), Rule: r.Name, Resource: resource,
-			Field: pathField(t.Field, re.Path), Err: fmt.Errorf("${%s}: %w", re.Expr, re.Err)}
+		return &RenderError{Pos: t.PosOf(re.Path), Rule: r.Name, Resource: resource,
+			Field: rules.PathField(t.Field, re.Path), Err: fmt.Errorf("${%s}: %w", re.Expr, re.Err)}
 	}
 	return &RenderError{Pos: t.Pos, Rule: r.Name, Resource: resource, Field: t.Field, Err: err}
 }
 
-func namespacedName(obj *unstructured.Unstructured) string { return RefOf(obj).namespacedName() }
+func namespacedName(obj *unstructured.Unstructured) string { return rules.RefOf(obj).NamespacedName() }
 
 func describe(v any) string {
 	switch v := v.(type) {

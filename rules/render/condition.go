@@ -1,4 +1,4 @@
-package rules
+package render
 
 import (
 	"fmt"
