@@ -1,0 +1,157 @@
+package engine
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/syncloop/syncloop/rules"
+	"github.com/syncloop/syncloop/rules/expr"
+)
+
+// A loop's event handlers: what an informer event queues. A key, not the
+// event, is queued (client-go's level-triggered queue: a burst of updates
+// to one object is one reconcile), and only the triggers this replica's
+// shard owns (add).
+
+// handlers turn the informers' events into trigger keys.
+func (l *ruleLoop) handlers() handlers {
+	return handlers{
+		trigger: cache.ResourceEventHandlerFuncs{
+			AddFunc: func(obj any) {
+				if l.wants(obj) {
+					l.enqueue(obj)
+				}
+			},
+			UpdateFunc: func(old, obj any) {
+				// Old or new: a trigger that stops matching is reconciled
+				// once more, and its children pruned.
+				if l.wants(old) || l.wants(obj) {
+					l.enqueue(obj)
+				}
+			},
+			DeleteFunc: l.enqueue,
+		},
+		child: cache.ResourceEventHandlerFuncs{
+			AddFunc:    l.childChanged,
+			UpdateFunc: func(_, obj any) { l.childChanged(obj) },
+			DeleteFunc: func(obj any) {
+				l.forget(obj)
+				l.enqueueOwner(obj)
+			},
+		},
+		lookup: func(lw *lookupWatch) cache.ResourceEventHandler {
+			changed := func(objs ...any) { l.rc.deps.queue(lw.index, objs, l.add) }
+			return cache.ResourceEventHandlerFuncs{
+				AddFunc:    func(obj any) { changed(obj) },
+				UpdateFunc: func(old, obj any) { changed(old, obj) },
+				DeleteFunc: func(obj any) { changed(obj) },
+			}
+		},
+		patch: func(pw *patchWatch) cache.ResourceEventHandler {
+			changed := func(obj any) {
+				if pw.res != nil {
+					l.patchChanged(pw.res.Index, obj)
+				}
+			}
+			return cache.ResourceEventHandlerFuncs{
+				AddFunc:    changed,
+				UpdateFunc: func(_, obj any) { changed(obj) },
+				DeleteFunc: func(obj any) { l.forget(obj); changed(obj) },
+			}
+		},
+	}
+}
+
+// wants evaluates the rule's `when` for an event's object. An evaluation
+// error counts as wanted: the reconcile reports it.
+func (l *ruleLoop) wants(obj any) bool {
+	if l.rule.When == nil {
+		return true
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return true
+	}
+	ok, err := l.rule.When.EvalBool(context.Background(), &expr.Activation{Object: u.Object, Rule: l.rule.Name})
+	return ok || err != nil
+}
+
+func (l *ruleLoop) enqueue(obj any) {
+	key, err := cache.ObjectToName(unwrap(obj))
+	if err != nil {
+		return
+	}
+	l.add(key)
+}
+
+// unwrap is the object of a delete event's tombstone, else obj.
+func unwrap(obj any) any {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		return d.Obj
+	}
+	return obj
+}
+
+// enqueueOwner queues the trigger of a child of this rule (drift repair: an
+// edited or deleted child is reconciled back).
+func (l *ruleLoop) enqueueOwner(obj any) {
+	m, err := meta.Accessor(unwrap(obj))
+	if err != nil || m.GetLabels()[rules.LabelRule] != l.rule.Name {
+		return
+	}
+	if key, ok := l.ownTrigger(m.GetAnnotations()[rules.AnnotationOwner]); ok {
+		l.add(key)
+	}
+}
+
+// childChanged queues the trigger of a child that was added or updated —
+// unless the event is the echo of syncloop's own last apply of it (the
+// version that apply returned), which changes nothing the reconcile that
+// made it did not already see: a cold start then costs one reconcile per
+// trigger, not two. An event that arrives while syncloop's own apply of
+// the child is still returning is held (ownWrites.echo): the apply's end
+// queues the trigger if it was not the echo.
+func (l *ruleLoop) childChanged(obj any) {
+	if u, ok := obj.(*unstructured.Unstructured); ok && l.rc.writes.echo(refOf(u), u.GetResourceVersion()) {
+		return
+	}
+	l.enqueueOwner(obj)
+}
+
+// patchChanged queues the triggers whose resource number i patches obj —
+// unless the event is the echo of syncloop's own last apply of it.
+func (l *ruleLoop) patchChanged(i int, obj any) {
+	u, ok := unwrap(obj).(*unstructured.Unstructured)
+	if !ok || l.rc.writes.isOwnVersion(refOf(u), u.GetResourceVersion()) {
+		return
+	}
+	l.rc.patches.each(i, u.GetNamespace(), u.GetName(), nil, l.add)
+}
+
+// forget drops what is remembered of a written object that is gone.
+func (l *ruleLoop) forget(obj any) {
+	if u, ok := unwrap(obj).(*unstructured.Unstructured); ok {
+		l.rc.writes.gone(refOf(u))
+	}
+}
+
+// ownTrigger parses a child's owner annotation and reports whether the
+// trigger it names is one this rule watches: its kind, and its namespace
+// when the watch is limited to one. A child whose trigger this rule cannot
+// see — another syncloop's, a same-named rule watching elsewhere — is never
+// this rule's to repair or prune.
+func (l *ruleLoop) ownTrigger(owner string) (cache.ObjectName, bool) {
+	t, ok := rules.ParseTrigger(owner)
+	w := l.rule.Watch
+	if !ok || t.APIVersion != w.APIVersion || t.Kind != w.Kind {
+		return cache.ObjectName{}, false
+	}
+	key := cache.ObjectName{Namespace: t.Namespace, Name: t.Name}
+	if ns := l.watches.watchNamespace(); ns != "" && namespaced(l.watches.triggerMapping) && key.Namespace != ns {
+		return cache.ObjectName{}, false
+	}
+	return key, true
+}
