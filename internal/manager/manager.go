@@ -129,10 +129,12 @@ func newProcess(ctx context.Context, o Options) (*process, error) {
 		eo.Plan = engine.NewPlanPrinter(o.Stdout, o.Stderr, o.PlanJSON, true)
 	}
 	if err := o.Mode.configure(&eo); err != nil {
+		p.events.Shutdown()
 		return nil, err
 	}
 	p.engine = engine.New(eo)
 	if err := p.listen(); err != nil {
+		p.events.Shutdown()
 		return nil, err
 	}
 	return p, nil
