@@ -49,16 +49,18 @@ type writer interface {
 	dryRun() bool
 }
 
-// What a write is.
+// writeKind says what a write is.
+type writeKind int
+
 const (
-	writeChild   = iota // a child syncloop owns
-	writePatch          // a patch onto an object syncloop does not own
-	writeRelease        // a patch's fields given up (an empty apply)
+	writeChild   writeKind = iota // a child syncloop owns
+	writePatch                    // a patch onto an object syncloop does not own
+	writeRelease                  // a patch's fields given up (an empty apply)
 )
 
 // write is one server-side apply a reconcile makes.
 type write struct {
-	kind      int // writeChild, writePatch or writeRelease
+	kind      writeKind
 	mapping   *meta.RESTMapping
 	obj       *unstructured.Unstructured // what is applied
 	manager   string

@@ -290,7 +290,6 @@ func (c *Compiler) Compile(src string, scope Scope, want Result) (*Program, erro
 	if err != nil {
 		return nil, err
 	}
-	childRefs, lookupRefs, dynChildren, dynLookupsAt := refs.children, refs.lookups, refs.dynChildren, refs.dynLookupsAt
 	if scope.typed() {
 		// children['per-team'] reads a field of the children struct, as
 		// children.x does: the checker types it only as a select.
@@ -305,7 +304,7 @@ func (c *Compiler) Compile(src string, scope Scope, want Result) (*Program, erro
 			return nil, err
 		}
 	}
-	env, prov, err := c.env(scope, dynChildren, dynLookupsAt >= 0)
+	env, prov, err := c.env(scope, refs.dynChildren, refs.dynLookupsAt >= 0)
 	if err != nil {
 		return nil, &Error{Offset: -1, Msg: err.Error()}
 	}
@@ -326,7 +325,7 @@ func (c *Compiler) Compile(src string, scope Scope, want Result) (*Program, erro
 		return nil, &Error{Offset: -1, Msg: err.Error()}
 	}
 	variableRefs, _ := references(parsed, src, varVariables)
-	p := &Program{src: src, result: want, prog: prog, costLimit: c.costLimit, childRefs: childRefs, lookupRefs: lookupRefs,
+	p := &Program{src: src, result: want, prog: prog, costLimit: c.costLimit, childRefs: refs.children, lookupRefs: refs.lookups,
 		variableRefs: variableRefs, out: checked.OutputType()}
 	if scope.typed() {
 		p.vt = scope.valueTypes()
