@@ -116,21 +116,20 @@ func (lw *liveWriter) apply(ctx context.Context, w *write) (map[string]any, erro
 		lw.writes.remember(ref, rv)
 	}
 	lw.metrics.Write(lw.rule, w.action)
-	logger, what := klog.FromContext(ctx), cacheKey(ref)
+	logger := klog.FromContext(ctx)
 	switch w.kind {
 	case writeChild:
 		logger.V(2).Info("Applied child", "action", w.action, "kind", ref.gvk.Kind, "child", klog.KObj(w.obj))
-		done := map[string]string{ActionCreate: "Created", ActionUpdate: "Updated", ActionAdopt: "Adopted"}[w.action]
-		w.ch.applied = append(w.ch.applied, fmt.Sprintf("%s %s %s", done, ref.gvk.Kind, what))
+		lw.note(&w.ch.applied, appliedVerbs[w.action], ref)
 		if w.action == ActionAdopt {
 			logger.Info("Adopted an object syncloop did not create", "kind", ref.gvk.Kind, "object", klog.KObj(w.obj))
 		}
 	case writePatch:
 		logger.V(2).Info("Patched object", "kind", ref.gvk.Kind, "object", klog.KObj(w.obj))
-		w.ch.applied = append(w.ch.applied, fmt.Sprintf("Patched %s %s", ref.gvk.Kind, what))
+		lw.note(&w.ch.applied, "Patched", ref)
 	case writeRelease:
 		logger.V(2).Info("Released the fields of an object", "kind", ref.gvk.Kind, "object", klog.KObj(w.obj))
-		w.ch.pruned = append(w.ch.pruned, fmt.Sprintf("Released %s %s", ref.gvk.Kind, what))
+		lw.note(&w.ch.pruned, "Released", ref)
 	}
 	return live, nil
 }
@@ -150,8 +149,20 @@ func (lw *liveWriter) delete(ctx context.Context, m *meta.RESTMapping, _ rules.O
 	lw.writes.deleteDone(ref)
 	lw.metrics.Write(lw.rule, ActionDelete)
 	klog.FromContext(ctx).V(2).Info("Pruned child", "kind", ref.gvk.Kind, "child", klog.KObj(child))
-	ch.pruned = append(ch.pruned, fmt.Sprintf("Deleted %s %s", ref.gvk.Kind, cacheKey(ref)))
+	lw.note(&ch.pruned, "Deleted", ref)
 	return nil
+}
+
+// appliedVerbs name a child's apply in a Normal Event, by action.
+var appliedVerbs = map[string]string{ActionCreate: "Created", ActionUpdate: "Updated", ActionAdopt: "Adopted"}
+
+// note lists one write of ref for the reconcile's Normal Event ("Created
+// ConfigMap ns/name"), only when such Events are emitted (EventsAll): at
+// the default, a write formats nothing for an Event that is not sent.
+func (lw *liveWriter) note(list *[]string, verb string, ref childRef) {
+	if lw.events == EventsAll {
+		*list = append(*list, verb+" "+ref.gvk.Kind+" "+cacheKey(ref))
+	}
 }
 
 // goneAlready reports whether the answer to a delete says its object was
