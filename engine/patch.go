@@ -114,7 +114,7 @@ func patchUpToDate(cached, desired *unstructured.Unstructured, manager string) b
 			continue
 		}
 		var set fieldpath.Set
-		if err := set.FromJSON(strings.NewReader(string(e.FieldsV1.Raw))); err != nil {
+		if err := set.FromJSON(e.FieldsV1.GetRawReader()); err != nil {
 			return false
 		}
 		stale := false
