@@ -41,6 +41,9 @@ type decoder struct {
 	// at is where every value and key of the document was written (posKey),
 	// for the schema checks' errors; dropped with the decoder.
 	at map[string]Pos
+	// apiRules are the rule nodes of spec.api.validations, for the errors
+	// of their compilation.
+	apiRules []*yaml.Node
 }
 
 func (d *decoder) pos(n *yaml.Node) Pos {

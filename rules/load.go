@@ -14,7 +14,9 @@ import (
 
 	"go.yaml.in/yaml/v3"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/kube-openapi/pkg/validation/spec"
 
 	"github.com/syncloop/syncloop/rules/expr"
 	kinds "github.com/syncloop/syncloop/rules/schema"
@@ -142,7 +144,7 @@ func (l *Loader) Load(paths ...string) (*Set, error) {
 	var crds []*unstructured.Unstructured
 	for _, f := range files {
 		if data, err := os.ReadFile(f); err == nil {
-			crds = append(crds, crdsIn(data)...)
+			crds = append(crds, kindsIn(f, data)...)
 		}
 	}
 	l.UseCRDs(crds)
@@ -195,7 +197,7 @@ func (l *Loader) Parse(path string, data []byte) (*File, error) {
 	}
 	f := &File{Path: path}
 	lines := strings.Split(string(data), "\n")
-	schemas, scopes := withCRDs(crdsIn(data), l.schemas, l.scopes)
+	schemas, scopes := withCRDs(kindsIn(path, data), l.schemas, l.scopes)
 	var errs ErrorList
 	names := map[string]Pos{}
 	if err := eachDocument(path, data, func(root *yaml.Node) {
@@ -249,6 +251,54 @@ func eachDocument(path string, data []byte, fn func(root *yaml.Node)) *Error {
 		}
 		fn(doc.Content[0])
 	}
+}
+
+// kindsIn returns the CustomResourceDefinitions among the documents of a
+// rule file and those of the kinds its rules define (spec.api), so that
+// every rule is typed by them, the rule that defines a kind too. The
+// latter's status keeps any value here: it is typed from the rule's
+// status template, which is typed by the kind.
+func kindsIn(path string, data []byte) []*unstructured.Unstructured {
+	crds := crdsIn(data)
+	if !bytes.Contains(data, []byte("api")) {
+		return crds
+	}
+	lines := strings.Split(string(data), "\n")
+	_ = eachDocument(path, data, func(root *yaml.Node) {
+		if !isRuleDocument(root) {
+			return
+		}
+		n := apiNode(root)
+		if n == nil {
+			return
+		}
+		d := &decoder{file: path, lines: lines}
+		a := d.decodeAPI(n)
+		if a == nil {
+			return // the rule's decoding reports why
+		}
+		a.Status = expr.AnySchema()
+		a.Status.Type = spec.StringOrArray{"object"}
+		crds = append(crds, (&Rule{Name: peekName(root), API: a}).CRD())
+	})
+	return crds
+}
+
+// apiNode is a rule document's spec.api, or nil.
+func apiNode(root *yaml.Node) *yaml.Node {
+	child := func(n *yaml.Node, key string) *yaml.Node {
+		n = resolve(n)
+		if n == nil || n.Kind != yaml.MappingNode {
+			return nil
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if resolve(n.Content[i]).Value == key {
+				return n.Content[i+1]
+			}
+		}
+		return nil
+	}
+	return child(child(root, "spec"), "api")
 }
 
 // crdsIn returns the CustomResourceDefinitions among the documents of a
@@ -328,11 +378,57 @@ func NewSet(files ...*File) (*Set, error) {
 			s.rules = append(s.rules, r)
 		}
 	}
+	errs = append(errs, s.checkAPIs()...)
 	if len(errs) > 0 {
 		return nil, errs.errOrNil()
 	}
 	sort.Slice(s.rules, func(i, j int) bool { return s.rules[i].Name < s.rules[j].Name })
 	return s, nil
+}
+
+// checkAPIs finds two rules that define one kind (or one resource): only
+// one may serve it. Rules in file order; the later one is the error.
+func (s *Set) checkAPIs() ErrorList {
+	var errs ErrorList
+	var defined []*Rule
+	for _, r := range s.rules {
+		if r.API == nil {
+			continue
+		}
+		for _, prev := range defined {
+			if sameKind(prev.API, r.API) {
+				errs = append(errs, &Error{Pos: r.API.Pos, Rule: r.Name, Field: "spec.api",
+					Msg: fmt.Sprintf("%s %s (%s) is defined by rule %s too, at %s: one rule serves a kind", r.API.APIVersion, r.API.Kind, r.API.CRDName(), prev.Name, prev.API.Pos)})
+			}
+		}
+		defined = append(defined, r)
+	}
+	return errs
+}
+
+// Default returns objs with the defaults of the kinds the set's rules
+// define applied, as the API server applies them to every object it
+// serves; objects of other kinds are returned as they are, and objs is
+// not modified.
+func (s *Set) Default(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
+	apis := map[schema.GroupVersionKind]*API{}
+	for _, r := range s.rules {
+		if r.API != nil {
+			apis[r.API.GVK] = r.API
+		}
+	}
+	if len(apis) == 0 {
+		return objs
+	}
+	out := make([]*unstructured.Unstructured, len(objs))
+	for i, o := range objs {
+		out[i] = o
+		if a, ok := apis[o.GroupVersionKind()]; ok {
+			out[i] = o.DeepCopy()
+			a.Default(out[i].Object)
+		}
+	}
+	return out
 }
 
 // FindFiles expands paths into rule files. A file named directly is read

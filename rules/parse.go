@@ -198,10 +198,18 @@ func (d *decoder) decodeSpec(r *Rule, spec *yaml.Node, docVal any, pos positions
 	if f == nil {
 		return
 	}
+	if n, ok := f["api"]; ok {
+		r.API = d.decodeAPI(n)
+		if r.API == nil {
+			return // the rule's kind is not known: its expressions would say so again
+		}
+		r.Watch.KindRef = r.API.KindRef
+		r.Watch.LabelSelector, r.Watch.FieldSelector = labels.Everything(), fields.Everything()
+	}
 	if n, ok := f["watch"]; ok {
-		d.decodeWatch(&r.Watch, n)
-	} else {
-		d.errorf(spec, "spec.watch", "required")
+		d.decodeWatch(&r.Watch, n, r.API)
+	} else if r.API == nil {
+		d.errorf(spec, "spec.watch", "required (or spec.api, a kind the rule defines and watches)")
 	}
 
 	// Lookups are read after `when`, before the variables: the variables,
@@ -231,6 +239,9 @@ func (d *decoder) decodeSpec(r *Rule, spec *yaml.Node, docVal any, pos positions
 	if n, ok := f["status"]; ok {
 		scope.Children = nonNil(ids)
 		d.decodeStatus(r, n, docVal, pos, c, scope)
+	}
+	if r.API != nil && len(d.errs) == errsBefore {
+		d.finishAPI(r, docVal, c)
 	}
 	if _, hasRes := f["resources"]; !hasRes && r.Status == nil {
 		if _, hasStatus := f["status"]; !hasStatus {
@@ -486,12 +497,26 @@ func nonNil(s []string) []string {
 	return s
 }
 
-func (d *decoder) decodeWatch(w *Watch, n *yaml.Node) {
+// decodeWatch decodes spec.watch. With api (the rule defines a kind), the
+// kind is api's: apiVersion and kind may be left out, and must be api's
+// when given.
+func (d *decoder) decodeWatch(w *Watch, n *yaml.Node, api *API) {
 	f := d.fields(n, "spec.watch", RuleFormat.known("spec.watch")...)
 	if f == nil {
 		return
 	}
-	w.APIVersion, w.Kind = d.apiVersionKind(n, f, "spec.watch")
+	if api == nil {
+		w.APIVersion, w.Kind = d.apiVersionKind(n, f, "spec.watch")
+	} else {
+		for _, kv := range [][2]string{{"apiVersion", api.APIVersion}, {"kind", api.Kind}} {
+			key, want := kv[0], kv[1]
+			if kn, ok := f[key]; ok {
+				if v, ok := d.str(kn, "spec.watch."+key); ok && v != want {
+					d.errorf(kn, "spec.watch."+key, "%q: the rule watches the kind it defines, %s (spec.api); leave it out", v, want)
+				}
+			}
+		}
+	}
 	if nn, ok := f["namespace"]; ok {
 		if v, ok := d.str(nn, "spec.watch.namespace"); ok {
 			if errs := validation.IsDNS1123Label(v); v != "" && len(errs) > 0 {

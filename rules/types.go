@@ -52,6 +52,9 @@ type Rule struct {
 	// the same, wherever their files are.
 	Hash string
 
+	// API, when not nil, is the kind the rule defines (spec.api): Watch
+	// is that kind.
+	API     *API
 	Watch   Watch
 	When    *Expression // nil: every watched object is a trigger
 	Lookups []*Lookup

@@ -215,6 +215,10 @@ type Program struct {
 	vt *valueTypes
 	// elem is the type of the items of a list the program produces.
 	elem *Type
+	// outSchema is the schema of what a status program produces
+	// (OutputSchema); outExact: no part of it is dyn.
+	outSchema *spec.Schema
+	outExact  bool
 }
 
 // Elem is the type of the items of the list the program produces, when
@@ -327,6 +331,9 @@ func (c *Compiler) Compile(src string, scope Scope, want Result) (*Program, erro
 	variableRefs, _ := references(parsed, src, varVariables)
 	p := &Program{src: src, result: want, prog: prog, costLimit: c.costLimit, childRefs: refs.children, lookupRefs: refs.lookups,
 		variableRefs: variableRefs, out: checked.OutputType()}
+	if scope.Status {
+		p.outSchema, p.outExact = prov.schemaOfCEL(checked.OutputType())
+	}
 	if scope.typed() {
 		p.vt = scope.valueTypes()
 		if prov != nil && checked.OutputType().Kind() == types.ListKind {

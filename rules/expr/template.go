@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"k8s.io/kube-openapi/pkg/validation/spec"
 )
 
 // Template is a compiled ${} template: a tree of maps, lists and scalars in
@@ -29,9 +31,9 @@ type Template struct {
 	// lookupRefs and variableRefs are the lookup ids and variables its
 	// expressions read, sorted.
 	lookupRefs, variableRefs []string
-	// outputs are the types of the strings that are a sole ${expr}, by
-	// path (Path.String()).
-	outputs map[string]OutputType
+	// outputs are the programs of the strings that are a sole ${expr},
+	// by path (Path.String()).
+	outputs map[string]*Program
 	// vt convert the activation's values for typed programs; nil: untyped.
 	vt *valueTypes
 }
@@ -39,8 +41,23 @@ type Template struct {
 // OutputAt is the type of the value at path when its string is a sole
 // ${expr}; false for other strings.
 func (t *Template) OutputAt(path Path) (OutputType, bool) {
-	o, ok := t.outputs[path.String()]
-	return o, ok
+	p, ok := t.outputs[path.String()]
+	if !ok {
+		return TypeDyn, false
+	}
+	return p.Output(), true
+}
+
+// SchemaAt is the schema of the value at path when its string is a sole
+// ${expr} of a status template (Program.OutputSchema); false for other
+// strings.
+func (t *Template) SchemaAt(path Path) (s *spec.Schema, exact, ok bool) {
+	p, ok := t.outputs[path.String()]
+	if !ok {
+		return nil, false, false
+	}
+	s, exact = p.OutputSchema()
+	return s, exact, true
 }
 
 // Path locates a value in a template tree: map keys (string) and list
@@ -254,9 +271,9 @@ func (c *Compiler) compileString(s string, path Path, scope Scope, t *Template, 
 	}
 	if len(parts) == 1 {
 		if t.outputs == nil {
-			t.outputs = map[string]OutputType{}
+			t.outputs = map[string]*Program{}
 		}
-		t.outputs[path.String()] = parts[0].prog.Output()
+		t.outputs[path.String()] = parts[0].prog
 		return &exprNode{prog: parts[0].prog, path: path}, nil
 	}
 	return &interpNode{parts: parts, path: path}, nil

@@ -65,6 +65,9 @@ func Render(ctx context.Context, set *rules.Set, objects []*unstructured.Unstruc
 	if only != "" && set.Get(only) == nil {
 		return nil, fmt.Errorf("no rule named %q", only)
 	}
+	// The kinds the rules define are defaulted, as the API server
+	// would serve them.
+	objects = set.Default(objects)
 	scope := rules.NewOfflineScope(objects)
 	lk := render.Objects(objects)
 	out := &Report{NotEvaluated: map[string][]string{}}

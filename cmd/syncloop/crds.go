@@ -1,0 +1,46 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
+)
+
+func newCRDsCommand() *cobra.Command {
+	var rf ruleFlags
+	cmd := &cobra.Command{
+		Use:   "crds -f PATH...",
+		Short: "Print the CustomResourceDefinitions of the kinds the rules define (spec.api), as YAML",
+		Long: `crds loads the rules as validate does and prints, as a YAML stream, the
+CustomResourceDefinition of every kind a rule defines with spec.api, exactly as
+syncloop run applies it: for review, and for installations whose CRDs come from
+GitOps (run --manage-crds=false). Rules that define no kind print nothing.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			set, err := rf.load(cmd.ErrOrStderr(), nil)
+			if err != nil {
+				return err
+			}
+			first := true
+			for _, r := range set.Rules() {
+				crd := r.CRD()
+				if crd == nil {
+					continue
+				}
+				data, err := yaml.Marshal(crd.Object)
+				if err != nil {
+					return err
+				}
+				if !first {
+					fmt.Fprintln(cmd.OutOrStdout(), "---")
+				}
+				first = false
+				fmt.Fprintf(cmd.OutOrStdout(), "# The kind rule %s defines (%s)\n%s", r.Name, r.API.Pos, data)
+			}
+			return nil
+		},
+	}
+	rf.register(cmd)
+	return cmd
+}
