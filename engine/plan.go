@@ -121,7 +121,7 @@ func (p *PlanPrinter) print(a Action) {
 		object = fmt.Sprintf("resource %s (%s)", a.Resource, strings.TrimSpace(object))
 	}
 	fmt.Fprintf(p.w, "%s %-7s %s  (rule %s", sym, a.Action, object, a.Rule)
-	if a.Action != ActionStatus {
+	if a.Action != ActionStatus && a.Trigger != (rules.ObjectRef{}) {
 		fmt.Fprintf(p.w, ", trigger %s", a.Trigger)
 	}
 	fmt.Fprintln(p.w, ")")
@@ -224,6 +224,13 @@ func project(v, shape any) any {
 		return out
 	}
 	return v
+}
+
+// Diff is the unified diff, live against desired, of the fields desired
+// has, Secret values redacted: an update's diff in a plan. gk is
+// "Kind.group".
+func Diff(gk string, live, desired map[string]any) string {
+	return diffObjects(gk, live, desired, desired)
 }
 
 // diffObjects is the unified diff, live against desired, of the fields of

@@ -40,8 +40,10 @@ type API struct {
 	// object ("spec.ingress.host"), for the errors of a change.
 	at map[string]Pos
 	// defaults applies the schema's defaults to an object, as the API
-	// server does; built when the rule loads.
-	defaults func(obj map[string]any)
+	// server does; built when the rule loads. specDefault is the default
+	// of a spec without required fields: {}, defaulted.
+	defaults    func(obj map[string]any)
+	specDefault map[string]any
 }
 
 // PrinterColumn is a column `kubectl get` shows for the kind.
@@ -105,6 +107,11 @@ func (d *decoder) decodeAPI(n *yaml.Node) *API {
 	}
 	a := &API{Pos: d.pos(resolve(n)), Namespaced: true, at: map[string]Pos{}}
 	a.APIVersion, a.Kind = d.apiVersionKind(n, f, field)
+	for _, key := range []string{"apiVersion", "kind", "scope"} {
+		if kn, ok := f[key]; ok {
+			a.at[key] = d.pos(resolve(kn))
+		}
+	}
 	if gv, err := schema.ParseGroupVersion(a.APIVersion); err == nil && a.APIVersion != "" {
 		a.GVK = gv.WithKind(a.Kind)
 		at := f["apiVersion"]
@@ -133,6 +140,9 @@ func (d *decoder) decodeAPI(n *yaml.Node) *API {
 	} else {
 		a.Spec = d.compileAPISchema(sn, field+".spec", f["types"], field+".types")
 		d.apiFieldPositions(a, sn, "spec")
+		if k := keyNode(n, "spec"); k != nil {
+			a.at["spec"] = d.pos(k)
+		}
 	}
 	if vn, ok := f["validations"]; ok && a.Spec != nil {
 		d.apiRules = d.decodeValidations(a.Spec, vn, field+".validations")
@@ -199,6 +209,17 @@ func (d *decoder) decodeAPINames(a *API, f map[string]*yaml.Node) {
 	if a.Plural != "" && a.GVK.Group != "" && len(a.CRDName()) > 253 {
 		d.errorAt(a.Pos, "spec.api", "the CustomResourceDefinition's name %q is longer than 253 characters", a.CRDName())
 	}
+}
+
+// keyNode is the key node of key in mapping n, or nil.
+func keyNode(n *yaml.Node, key string) *yaml.Node {
+	n = resolve(n)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if k := resolve(n.Content[i]); k.Value == key {
+			return k
+		}
+	}
+	return nil
 }
 
 // apiFieldPositions records where the fields of the spec mapping n, at

@@ -267,3 +267,102 @@ func TestAPIRuleServed(t *testing.T) {
 		t.Errorf("row %v", cells)
 	}
 }
+
+// servedCRDs is a CRDSource of fixed CRDs.
+type servedCRDs map[string]*unstructured.Unstructured
+
+func (s servedCRDs) CRD(name string) (*unstructured.Unstructured, error) { return s[name], nil }
+
+// TestAPIRuleBreakingChanges: against the CRD served from the rule's
+// previous version, a change its objects could not follow is a load
+// error at the field that makes it; a compatible one loads. A CRD that is
+// not syncloop's is never taken over unless handed to the rule.
+func TestAPIRuleBreakingChanges(t *testing.T) {
+	const base = head + `  api:
+    apiVersion: example.com/v1
+    kind: App
+    spec:
+      image: string | required=true
+      replicas: integer | default=1
+      tier: string | enum=gold,silver default=silver
+      ports: "[]integer"
+      labels: map[string]string
+` + cm
+	prev := parseRule(t, strings.Replace(base, "name: r", "name: r", 1))
+	served := prev.CRD()
+	load := func(doc string, crd *unstructured.Unstructured, manage bool) error {
+		l := newLoader(t)
+		l.UseServedCRDs(servedCRDs{"apps.example.com": crd}, manage)
+		_, err := l.Parse("r.yaml", []byte(doc))
+		return err
+	}
+	for _, tt := range []struct{ name, from, to, want string }{
+		{"field removed", "      ports: \"[]integer\"\n", "",
+			`r.yaml:9:5: rule "r": spec.api.spec: breaking change to the served CustomResourceDefinition apps.example.com: field spec.ports is removed`},
+		{"field retyped", "replicas: integer | default=1", "replicas: string | default=one",
+			`r.yaml:11:7: rule "r": spec.api.spec.replicas: breaking change to the served CustomResourceDefinition apps.example.com: spec.replicas is retyped from integer to string`},
+		{"items retyped", `ports: "[]integer"`, `ports: "[]string"`,
+			`r.yaml:13:7: rule "r": spec.api.spec.ports: breaking change to the served CustomResourceDefinition apps.example.com: spec.ports is retyped from []integer to []string`},
+		{"map values retyped", "labels: map[string]string", "labels: map[string]integer",
+			`spec.labels is retyped from map[string]string to map[string]integer`},
+		{"new required field without default", "      labels: map[string]string\n", "      labels: map[string]string\n      owner: string | required=true\n",
+			`r.yaml:15:7: rule "r": spec.api.spec.owner: breaking change to the served CustomResourceDefinition apps.example.com: spec.owner is newly required and has no default`},
+		{"existing field made required", "replicas: integer | default=1", "replicas: integer | required=true",
+			`spec.replicas is newly required and has no default`},
+		{"enum narrowed", "enum=gold,silver default=silver", "enum=silver default=silver",
+			`r.yaml:12:7: rule "r": spec.api.spec.tier: breaking change to the served CustomResourceDefinition apps.example.com: the enum of spec.tier is narrowed: gold no longer allowed`},
+		{"enum added", "image: string | required=true", "image: string | required=true enum=nginx",
+			`spec.image gains an enum`},
+		{"kind changed", "plural: x", "", ""}, // placeholder, replaced below
+		{"scope changed", "    kind: App\n", "    kind: App\n    scope: Cluster\n",
+			`r.yaml:9:12: rule "r": spec.api.scope: breaking change to the served CustomResourceDefinition apps.example.com: the scope changed from Namespaced`},
+		{"version changed", "example.com/v1", "example.com/v2",
+			`r.yaml:7:17: rule "r": spec.api.apiVersion: breaking change to the served CustomResourceDefinition apps.example.com: it serves v1, not v2`},
+		{"new optional field", "      labels: map[string]string\n", "      labels: map[string]string\n      owner: string\n", ""},
+		{"new required field with a default", "      labels: map[string]string\n", "      labels: map[string]string\n      owner: string | required=true default=me\n", ""},
+		{"enum widened", "enum=gold,silver default=silver", "enum=gold,silver,bronze default=silver", ""},
+		{"bounds changed", "replicas: integer | default=1", "replicas: integer | default=1 maximum=5", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			doc := strings.Replace(base, tt.from, tt.to, 1)
+			if tt.name == "kind changed" {
+				doc = strings.Replace(base, "    kind: App\n", "    kind: Application\n    plural: apps\n", 1)
+				tt.want = `r.yaml:8:11: rule "r": spec.api.kind: breaking change to the served CustomResourceDefinition apps.example.com: the kind changed from App to Application`
+			}
+			if doc == base && tt.from != "" {
+				t.Fatal("the change did not apply")
+			}
+			err := load(doc, served, true)
+			switch {
+			case tt.want == "" && err != nil:
+				t.Errorf("a compatible change refused: %v", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Errorf("error:\n%v\nwant one with\n%s", err, tt.want)
+			}
+		})
+	}
+
+	// Not syncloop's: refused, unless handed to the rule; unmanaged, only
+	// compared.
+	foreign := served.DeepCopy()
+	foreign.SetLabels(nil)
+	if err := load(base, foreign, true); err == nil || !strings.Contains(err.Error(), "exists and is not this installation's of syncloop") {
+		t.Errorf("a foreign CRD: %v", err)
+	}
+	foreign.SetAnnotations(map[string]string{AnnotationAdopt: "r"})
+	if err := load(base, foreign, true); err != nil {
+		t.Errorf("a CRD handed to the rule: %v", err)
+	}
+	other := served.DeepCopy()
+	other.SetLabels(map[string]string{LabelManagedBy: ManagedByValue, LabelInstallation: "blue"})
+	if err := load(base, other, true); err == nil || !strings.Contains(err.Error(), "is not this installation's") {
+		t.Errorf("another installation's CRD: %v", err)
+	}
+	if err := load(base, foreign, false); err != nil {
+		t.Errorf("unmanaged, the same CRD: %v", err)
+	}
+	if err := load(strings.Replace(base, "      labels: map[string]string\n", "", 1), foreign, false); err == nil ||
+		!strings.Contains(err.Error(), "schema: openAPIV3Schema.properties.spec.properties.labels is served but not defined") {
+		t.Errorf("unmanaged, a different CRD: %v", err)
+	}
+}

@@ -78,8 +78,10 @@ func (r *Rule) CRD() *unstructured.Unstructured {
 }
 
 // root is the schema of the kind's objects: spec and status. A spec with
-// no required field defaults to {}, so that its fields' defaults apply
-// to an object written without one; otherwise spec is required.
+// no required field defaults to {} with its fields' defaults applied (the
+// API server checks a default against the validations as it is, without
+// defaulting it further), so that an object written without a spec gets
+// them; otherwise spec is required.
 func (a *API) root() *spec.Schema {
 	sp := *a.Spec
 	root := &spec.Schema{}
@@ -88,6 +90,9 @@ func (a *API) root() *spec.Schema {
 		root.Required = []string{"spec"}
 	} else {
 		sp.Default = map[string]any{}
+		if a.specDefault != nil {
+			sp.Default = a.specDefault
+		}
 	}
 	root.Properties = map[string]spec.Schema{"spec": sp}
 	if a.Status != nil {
@@ -274,6 +279,11 @@ func toStructural(s *spec.Schema) (*structuralschema.Structural, error) {
 // the field of each. validations are the nodes of spec.api.validations.
 // It sets the defaulting of a.
 func (d *decoder) checkAPI(a *API, validations []*yaml.Node) {
+	if ss, err := toStructural(a.Spec); err == nil && len(a.Spec.Required) == 0 {
+		def := map[string]any{}
+		defaulting.Default(def, ss)
+		a.specDefault = def
+	}
 	st, err := toStructural(a.root())
 	if err != nil {
 		d.errorAt(a.Pos, "spec.api", "the generated schema is not one the API server takes: %v", err)
@@ -354,8 +364,8 @@ func celDetail(detail string) string {
 	return strings.TrimPrefix(strings.TrimPrefix(detail, "compilation failed: "), "ERROR: ")
 }
 
-// sameKind reports whether two rules define the same kind (group and kind,
-// or the same resource).
-func sameKind(a, b *API) bool {
+// Defines reports whether a and b define the same kind (group and kind)
+// or resource (group and plural): only one rule may.
+func (a *API) Defines(b *API) bool {
 	return a.GVK.Group == b.GVK.Group && (a.Kind == b.Kind || a.Plural == b.Plural)
 }

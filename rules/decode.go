@@ -44,6 +44,12 @@ type decoder struct {
 	// apiRules are the rule nodes of spec.api.validations, for the errors
 	// of their compilation.
 	apiRules []*yaml.Node
+	// installation is the installation the rule acts for; crds, when not
+	// nil, the cluster's CRDs that the kind the rule defines is checked
+	// against (Loader.UseServedCRDs).
+	installation string
+	crds         CRDSource
+	manageCRDs   bool
 }
 
 func (d *decoder) pos(n *yaml.Node) Pos {

@@ -67,6 +67,8 @@ type Loader struct {
 	schemas      kinds.Source
 	scopes       ScopeSource
 	installation string
+	crds         CRDSource // nil: the kinds rules define are not checked against a cluster
+	manageCRDs   bool
 }
 
 // NewLoader returns a Loader whose expressions evaluate under opts.
@@ -205,11 +207,9 @@ func (l *Loader) Parse(path string, data []byte) (*File, error) {
 			f.Skipped++
 			return
 		}
-		d := &decoder{file: path, lines: lines, schemas: schemas, scopes: scopes}
+		d := &decoder{file: path, lines: lines, schemas: schemas, scopes: scopes,
+			installation: l.installation, crds: l.crds, manageCRDs: l.manageCRDs}
 		r := d.decodeRule(root, l.compiler)
-		if r != nil {
-			r.Installation = l.installation
-		}
 		errs = append(errs, d.errs...)
 		f.Warnings = append(f.Warnings, d.warns...)
 		f.Notes = append(f.Notes, d.notes...)
@@ -396,7 +396,7 @@ func (s *Set) checkAPIs() ErrorList {
 			continue
 		}
 		for _, prev := range defined {
-			if sameKind(prev.API, r.API) {
+			if prev.API.Defines(r.API) {
 				errs = append(errs, &Error{Pos: r.API.Pos, Rule: r.Name, Field: "spec.api",
 					Msg: fmt.Sprintf("%s %s (%s) is defined by rule %s too, at %s: one rule serves a kind", r.API.APIVersion, r.API.Kind, r.API.CRDName(), prev.Name, prev.API.Pos)})
 			}
@@ -404,6 +404,18 @@ func (s *Set) checkAPIs() ErrorList {
 		defined = append(defined, r)
 	}
 	return errs
+}
+
+// Only is the set of the rules of s that keep says to keep.
+func (s *Set) Only(keep func(*Rule) bool) *Set {
+	out := &Set{files: s.files, byName: map[string]*Rule{}}
+	for _, r := range s.rules {
+		if keep(r) {
+			out.rules = append(out.rules, r)
+			out.byName[r.Name] = r
+		}
+	}
+	return out
 }
 
 // Default returns objs with the defaults of the kinds the set's rules

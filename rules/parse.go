@@ -113,7 +113,7 @@ func (d *decoder) decodeRule(root *yaml.Node, c *expr.Compiler) *Rule {
 	if top == nil {
 		return nil
 	}
-	r := &Rule{Pos: d.pos(resolve(root))}
+	r := &Rule{Pos: d.pos(resolve(root)), Installation: d.installation}
 
 	if n, ok := top["apiVersion"]; !ok {
 		d.errorf(root, "apiVersion", "required: %s", APIVersion)
@@ -146,6 +146,9 @@ func (d *decoder) decodeRule(root *yaml.Node, c *expr.Compiler) *Rule {
 		return nil
 	}
 	d.decodeSpec(r, spec, docVal, pos, c)
+	if len(d.errs) == errsBefore && r.API != nil {
+		d.checkServedCRD(r)
+	}
 	if len(d.errs) > errsBefore {
 		return nil
 	}

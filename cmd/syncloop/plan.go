@@ -30,13 +30,16 @@ nothing to do, 2 when changes are pending and 1 on any error.`,
 			if err != nil {
 				return err
 			}
-			// The cluster's schemas: custom kinds are typed as installed.
+			// The cluster's schemas: custom kinds are typed as installed;
+			// the kinds rules define are checked against their CRDs.
+			rf.served, rf.manageCRDs = manager.CRDSource(cl, cf.manageCRDs), cf.manageCRDs
 			set, err := rf.load(cmd.ErrOrStderr(), cl)
 			if err != nil {
 				return err
 			}
 			actions, failures, err := manager.Plan(cmd.Context(), cl, set, manager.PlanOptions{
 				Namespace: cf.watchNamespace, JSON: output == "json", Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(),
+				NoManageCRDs: !cf.manageCRDs,
 			})
 			if err != nil {
 				fmt.Fprintln(cmd.ErrOrStderr(), "error:", err)

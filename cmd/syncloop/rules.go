@@ -19,6 +19,10 @@ type ruleFlags struct {
 	paths        []string
 	costLimit    uint64
 	installation string
+	// served, when set, is the cluster's CRDs the kinds rules define are
+	// checked against; manageCRDs as run --manage-crds.
+	served     rules.CRDSource
+	manageCRDs bool
 }
 
 func (f *ruleFlags) register(cmd *cobra.Command) {
@@ -52,6 +56,9 @@ func (f *ruleFlags) load(stderr io.Writer, cl *manager.Clients, crds ...*unstruc
 		l.UseScopes(cl.Mapper)
 	}
 	l.UseCRDs(crds)
+	if f.served != nil {
+		l.UseServedCRDs(f.served, f.manageCRDs)
+	}
 	set, err := l.Load(f.paths...)
 	if err != nil {
 		var list rules.ErrorList

@@ -24,6 +24,7 @@ type clusterFlags struct {
 	qps            float32
 	burst          int
 	watchNamespace string
+	manageCRDs     bool
 }
 
 func (f *clusterFlags) register(cmd *cobra.Command) {
@@ -32,6 +33,7 @@ func (f *clusterFlags) register(cmd *cobra.Command) {
 	cmd.Flags().Float32Var(&f.qps, "qps", 0, "cap on API requests per second, client-side (default 0: no cap; syncloop adapts to the API server's flow control)")
 	cmd.Flags().IntVar(&f.burst, "burst", 0, "with --qps, the burst of API requests allowed over the cap (default 0: twice --qps)")
 	cmd.Flags().StringVar(&f.watchNamespace, "watch-namespace", "", "limit syncloop to this namespace, so that it needs no cluster-wide rights: rules must watch and make namespaced kinds there")
+	cmd.Flags().BoolVar(&f.manageCRDs, "manage-crds", true, "apply the CustomResourceDefinitions of the kinds rules define (spec.api); false: they come from elsewhere (GitOps, syncloop crds) and are only checked")
 }
 
 // clients makes the API clients of the flags' configuration.
@@ -192,5 +194,6 @@ func (f *runFlags) options(cmd *cobra.Command) (manager.Options, error) {
 		Stdout:       cmd.OutOrStdout(),
 		Stderr:       cmd.ErrOrStderr(),
 		Mode:         mode,
+		NoManageCRDs: !f.cf.manageCRDs,
 	}, nil
 }

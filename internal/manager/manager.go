@@ -59,6 +59,10 @@ type Options struct {
 	Stderr   io.Writer
 	// Mode runs the engine: Single (nil), LeaderElection or Sharding.
 	Mode Mode
+	// NoManageCRDs (--manage-crds=false) leaves the CRDs of the kinds
+	// rules define to others (GitOps): syncloop only checks that the
+	// served ones are those the rules generate.
+	NoManageCRDs bool
 }
 
 // process is one running syncloop, built whole by newProcess before
@@ -127,6 +131,7 @@ func newProcess(ctx context.Context, o Options) (*process, error) {
 	}
 	if o.DryRun {
 		eo.Plan = engine.NewPlanPrinter(o.Stdout, o.Stderr, o.PlanJSON, true)
+		p.rules.crds.dryRun = eo.Plan
 	}
 	if err := o.Mode.configure(&eo); err != nil {
 		p.events.Shutdown()
@@ -153,7 +158,7 @@ func (p *process) listen() error {
 		p.servers = append(p.servers, srv)
 	}
 	if o.ProbeAddr != "" && o.ProbeAddr != "0" {
-		srv, err := listen(o.ProbeAddr, "health probes", probes(p.engine, p.rules.files, o.Mode))
+		srv, err := listen(o.ProbeAddr, "health probes", probes(p.engine, p.rules.files, p.rules.crds, o.Mode))
 		if err != nil {
 			p.closeServers()
 			return err

@@ -39,7 +39,7 @@ func (f *fileErrors) get() []reload.FileError {
 // each rule's state and why one is not running, and the rule files that
 // failed to load. A replica is ready when its mode is and every rule's
 // informers have synced, or when it stands by.
-func probes(eng *engine.Engine, files *fileErrors, mode Mode) http.Handler {
+func probes(eng *engine.Engine, files *fileErrors, crds *crdKeeper, mode Mode) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
@@ -63,6 +63,12 @@ func probes(eng *engine.Engine, files *fileErrors, mode Mode) http.Handler {
 		}
 		for _, e := range files.get() {
 			fmt.Fprintf(&b, "file %s: %v\n", e.Path, e)
+		}
+		if failed := crds.failed(); len(failed) > 0 {
+			ready = false
+			for _, f := range failed {
+				fmt.Fprintln(&b, f)
+			}
 		}
 		if !ready {
 			w.WriteHeader(http.StatusServiceUnavailable)

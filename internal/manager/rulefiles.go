@@ -29,6 +29,7 @@ type ruleFiles struct {
 	current   *currentSet
 	updates   chan *rules.Set // the newest set not yet applied by the engine
 	installed sync.Map        // groups of the CRDs there at start
+	crds      *crdKeeper
 }
 
 func newRuleFiles(o Options, c *Clients, m *metrics.Metrics) (*ruleFiles, error) {
@@ -41,9 +42,32 @@ func newRuleFiles(o Options, c *Clients, m *metrics.Metrics) (*ruleFiles, error)
 	}
 	loader.UseSchemas(c.Schemas)
 	loader.UseScopes(c.Mapper)
+	crds := newCRDKeeper(c, !o.NoManageCRDs)
+	loader.UseServedCRDs(crds, crds.manage)
 	src := reload.NewSource(loader, o.Rules)
 	return &ruleFiles{src: src, watcher: reload.NewWatcher(src, 0), clients: c, metrics: m,
-		files: &fileErrors{}, current: &currentSet{}, updates: make(chan *rules.Set, 1)}, nil
+		files: &fileErrors{}, current: &currentSet{}, updates: make(chan *rules.Set, 1), crds: crds}, nil
+}
+
+// keepCRDs keeps the CRDs of the kinds set's rules define, before the set
+// is put in force; when one cannot be kept it tries again, with the set
+// then in force, until it can (or ctx ends).
+func (f *ruleFiles) keepCRDs(ctx context.Context, set *rules.Set) {
+	if !f.crds.keep(ctx, set) {
+		return
+	}
+	go func() {
+		for delay := 2 * time.Second; ; delay = min(2*delay, time.Minute) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(delay):
+			}
+			if !f.crds.keep(ctx, f.current.get()) {
+				return
+			}
+		}
+	}()
 }
 
 // load starts watching CRDs, loads the rule files — after the schemas of
@@ -56,7 +80,8 @@ func (f *ruleFiles) load(ctx context.Context) *rules.Set {
 		switch set := f.current.get(); {
 		case initial:
 			f.installed.Store(group, true)
-		case set != nil && usesGroup(set, group):
+		case set != nil && usesGroup(set, group), len(f.files.get()) > 0:
+			// A broken file may be broken by this CRD: it is checked too.
 			f.recheck(ctx, group)
 		default:
 			served.Forget(group)
@@ -71,6 +96,7 @@ func (f *ruleFiles) load(ctx context.Context) *rules.Set {
 	logWarnings(logger, loaded.Set)
 	f.metrics.RulesLoaded(loaded.Set.Len())
 	f.metrics.Reloaded(len(loaded.Errors) > 0)
+	f.keepCRDs(ctx, loaded.Set)
 	f.current.put(loaded.Set)
 	return loaded.Set
 }
@@ -111,10 +137,12 @@ func (f *ruleFiles) published(ctx context.Context, group string, timeout time.Du
 }
 
 // recheck loads the rules that use group again once its schemas are
-// published (at most 30 seconds on).
+// published (at most 30 seconds on), or at once when no rule read them.
 func (f *ruleFiles) recheck(ctx context.Context, group string) {
 	go func() {
-		f.published(ctx, group, 30*time.Second)
+		if f.clients.Schemas.Fetched(group) {
+			f.published(ctx, group, 30*time.Second)
+		}
 		f.clients.Schemas.Forget(group)
 		klog.FromContext(ctx).Info("CustomResourceDefinition changed: checking the rules that use it again", "group", group)
 		f.watcher.Recheck()
@@ -135,6 +163,7 @@ func (f *ruleFiles) watch(ctx context.Context) <-chan struct{} {
 			f.metrics.Reloaded(len(st.Errors) > 0)
 			f.metrics.RulesLoaded(st.Set.Len())
 			logger.Info("Rule files reloaded", "rules", st.Set.Len(), "fileErrors", len(st.Errors))
+			f.keepCRDs(ctx, st.Set)
 			f.current.put(st.Set)
 			select {
 			case <-f.updates: // superseded

@@ -175,6 +175,7 @@ func (s *Source) build() (*rules.Set, []FileError) {
 		return paths[i] < paths[j]
 	})
 	names := map[string]string{} // rule name → file
+	var kinds []*rules.Rule      // the rules chosen that define a kind
 	var chosen []*rules.File
 	for _, p := range paths {
 		fs := s.files[p]
@@ -189,8 +190,16 @@ func (s *Source) build() (*rules.Set, []FileError) {
 				fs.err = fmt.Errorf("%s: rule %q is also defined in %s", p, other, names[other])
 				continue
 			}
+			if r, other := kindClash(candidate, kinds); r != nil {
+				fs.err = fmt.Errorf("%s: rule %q defines %s, which rule %s of %s defines too: one rule serves a kind",
+					p, r.Name, r.API.CRDName(), other.Name, names[other.Name])
+				continue
+			}
 			for _, r := range candidate.Rules {
 				names[r.Name] = p
+				if r.API != nil {
+					kinds = append(kinds, r)
+				}
 			}
 			chosen = append(chosen, candidate)
 			fs.inForce = candidate
@@ -216,6 +225,19 @@ func clash(f *rules.File, names map[string]string) string {
 		}
 	}
 	return ""
+}
+
+// kindClash returns a rule of f that defines a kind a rule of chosen
+// defines, and that rule.
+func kindClash(f *rules.File, chosen []*rules.Rule) (*rules.Rule, *rules.Rule) {
+	for _, r := range f.Rules {
+		for _, other := range chosen {
+			if r.API != nil && r.API.Defines(other.API) {
+				return r, other
+			}
+		}
+	}
+	return nil, nil
 }
 
 func (s *Source) errors(paths []string) []FileError {

@@ -154,6 +154,19 @@ func (s *Served) Stale(group string, now map[schema.GroupVersion]string) bool {
 	return false
 }
 
+// Fetched reports whether a rule read a kind of group, so that a
+// document of it was fetched (or found not served).
+func (s *Served) Fetched(group string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for gv := range s.docs {
+		if gv.Group == group {
+			return true
+		}
+	}
+	return false
+}
+
 // Missing reports whether a rule read a kind of group whose group-version
 // the server served no document for.
 func (s *Served) Missing(group string) bool {

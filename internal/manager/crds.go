@@ -1,0 +1,209 @@
+package manager
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/klog/v2"
+
+	"github.com/syncloop/syncloop/engine"
+	"github.com/syncloop/syncloop/rules"
+)
+
+var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+// crdWait bounds how long keeping a CRD waits for the API server to
+// establish it (it takes well under a second).
+const crdWait = 60 * time.Second
+
+// crdKeeper keeps the CustomResourceDefinitions of the kinds rules define
+// (spec.api) as the rules generate them: before a set is put in force it
+// server-side applies each CRD that differs from the one served, with its
+// own field manager, and waits until it is established. It never deletes
+// one: that would delete every object of the kind. The loader has checked
+// the changes before (rules.Loader.UseServedCRDs): a rule whose change is
+// breaking, or whose CRD is not syncloop's, never gets here.
+type crdKeeper struct {
+	crds dynamic.ResourceInterface
+	// manage is false with --manage-crds=false: CRDs come from elsewhere
+	// and are only checked.
+	manage bool
+	// dryRun, when set, gets what keep would do instead (run --dry-run).
+	dryRun engine.Planner
+	mu     sync.Mutex // one keep at a time
+	// failures are the CRDs the last keep could not keep, and why, for
+	// /readyz: "crd <name> (rule <rule>): <error>".
+	failures atomic.Pointer[[]string]
+}
+
+// failed are the CRDs the last keep could not keep, and why.
+func (k *crdKeeper) failed() []string {
+	if f := k.failures.Load(); f != nil {
+		return *f
+	}
+	return nil
+}
+
+func newCRDKeeper(c *Clients, manage bool) *crdKeeper {
+	return &crdKeeper{crds: c.Dynamic.Dynamic.Resource(crdResource), manage: manage}
+}
+
+// CRD implements rules.CRDSource: one GET, when a rule that defines a kind
+// loads (at start and when its file changes) — rare enough that a cache
+// of every CRD in the cluster, large in clusters of many operators,
+// would cost more than it saves.
+func (k *crdKeeper) CRD(name string) (*unstructured.Unstructured, error) {
+	got, err := k.crds.Get(context.Background(), name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case apierrors.IsForbidden(err) && !k.manage:
+		// Only checked: without the right to read it, it is not.
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	return got, nil
+}
+
+// keep applies the CRDs of set's rules that differ from those served and
+// waits until each is established. A rule whose CRD cannot be applied is
+// logged; it waits for its kind to be served like any rule whose kind is
+// not (and /readyz says so). It reports whether a CRD failed, for a retry.
+func (k *crdKeeper) keep(ctx context.Context, set *rules.Set) (failed bool) {
+	if !k.manage {
+		return false
+	}
+	if k.dryRun != nil {
+		k.plan(set, k.dryRun)
+		return false
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	logger := klog.FromContext(ctx)
+	var failures []string
+	defer func() { k.failures.Store(&failures) }()
+	fail := func(r *rules.Rule, what string, err error) {
+		logger.Error(err, what, "rule", r.Name, "crd", r.API.CRDName())
+		failures = append(failures, fmt.Sprintf("crd %s (rule %s): %s: %v", r.API.CRDName(), r.Name, strings.ToLower(what[:1])+what[1:], err))
+		failed = true
+	}
+	for _, r := range set.Rules() {
+		if r.API == nil {
+			continue
+		}
+		want := r.CRD()
+		served, err := k.CRD(want.GetName())
+		if err != nil {
+			fail(r, "Reading the CustomResourceDefinition", err)
+			continue
+		}
+		if served != nil && !r.OwnsCRD(served) {
+			continue // the loader refused such a rule; an older version of it may still run
+		}
+		if served == nil || len(rules.CRDDiff(served, want)) > 0 || !labelled(served, want) {
+			if err := k.apply(ctx, want); err != nil {
+				fail(r, "Applying the CustomResourceDefinition", err)
+				continue
+			}
+			logger.Info("CustomResourceDefinition applied", "rule", r.Name, "crd", want.GetName(), "created", served == nil)
+		}
+		if err := k.established(ctx, want.GetName()); err != nil {
+			fail(r, "Waiting for the CustomResourceDefinition to be established", err)
+		}
+	}
+	return failed
+}
+
+// labelled reports whether served carries want's labels.
+func labelled(served, want *unstructured.Unstructured) bool {
+	for k, v := range want.GetLabels() {
+		if served.GetLabels()[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// apply server-side applies crd with syncloop's CRD field manager, taking
+// over the fields another manager set (an adopted CRD's).
+func (k *crdKeeper) apply(ctx context.Context, crd *unstructured.Unstructured) error {
+	data, err := json.Marshal(crd.Object)
+	if err != nil {
+		return err
+	}
+	force := true
+	_, err = k.crds.Patch(ctx, crd.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: rules.FieldManagerCRD, Force: &force})
+	return err
+}
+
+// established waits until the API server has accepted the CRD's names
+// and established it: its kind is then served.
+func (k *crdKeeper) established(ctx context.Context, name string) error {
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, crdWait, true, func(ctx context.Context) (bool, error) {
+		got, err := k.crds.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
+		status := map[string]string{}
+		for _, c := range conds {
+			m, _ := c.(map[string]any)
+			t, _ := m["type"].(string)
+			s, _ := m["status"].(string)
+			status[t] = s
+			if t == "NamesAccepted" && s == "False" {
+				msg, _ := m["message"].(string)
+				last = "names not accepted: " + msg
+			}
+		}
+		return status["Established"] == "True" && status["NamesAccepted"] == "True", nil
+	})
+	if err != nil && last != "" {
+		return fmt.Errorf("%w (%s)", err, last)
+	}
+	return err
+}
+
+// plan adds to p what keep would do to the CRDs of set's rules: a create,
+// or an update with the diff of what changes. It returns the rules whose
+// CRD it would create.
+func (k *crdKeeper) plan(set *rules.Set, p engine.Planner) (created map[string]bool) {
+	created = map[string]bool{}
+	if !k.manage {
+		return created
+	}
+	for _, r := range set.Rules() {
+		if r.API == nil {
+			continue
+		}
+		want := r.CRD()
+		ref := rules.ObjectRef{APIVersion: "apiextensions.k8s.io/v1", Kind: "CustomResourceDefinition", Name: want.GetName()}
+		served, err := k.CRD(want.GetName())
+		switch {
+		case err != nil:
+			p.Failed(r.Name, ref.String(), err)
+		case served == nil:
+			p.Plan(engine.Action{Action: engine.ActionCreate, Rule: r.Name, Object: ref})
+			created[r.Name] = true
+		case r.OwnsCRD(served) && (len(rules.CRDDiff(served, want)) > 0 || !labelled(served, want)):
+			p.Plan(engine.Action{Action: engine.ActionUpdate, Rule: r.Name, Object: ref,
+				Diff: engine.Diff("CustomResourceDefinition.apiextensions.k8s.io", served.Object, want.Object)})
+		}
+	}
+	return created
+}
