@@ -197,8 +197,8 @@ func (d *decoder) decodeAPINames(a *API, f map[string]*yaml.Node) {
 			case !ok:
 			case len(validation.IsDNS1035Label(v)) > 0 || strings.ToLower(v) != v:
 				d.errorf(e, at, "%q is not a name kubectl can take: lower-case letters, digits and '-', starting with a letter", v)
-			case slices.Contains(out, v) || (key == "shortNames" && (v == a.Plural || v == a.Singular)):
-				d.errorf(e, at, "%q is listed twice, or is the plural or singular name", v)
+			case slices.Contains(out, v):
+				d.errorf(e, at, "%q is listed twice", v)
 			default:
 				out = append(out, v)
 			}

@@ -4,7 +4,11 @@
 // defaults, validation, static typing of CEL against the kinds' schemas,
 // the graph of resources and of lookups, and the loaded, immutable Set with
 // a content hash per rule. It also says what syncloop's marks on objects
-// are (labels, annotations, field managers) and how to read them.
+// are (labels, annotations, field managers) and how to read them, and,
+// for the kinds rules define (spec.api), what their CustomResourceDefinition
+// is — the simple schema compiled, the status typed from the rule — and
+// whether a served one may become it (breaking changes); a CRDSource gives
+// it the served ones, it never writes them.
 //
 // It does not render (rules/render does: a rule against a trigger, and
 // whose an existing object is), nor run a rule offline or check a test's

@@ -313,7 +313,9 @@ func TestAPIModeCRDsFromElsewhere(t *testing.T) {
 	if _, err := env.InstallCRDs(ctx, writeFile(t, dir, "crd2.yaml.txt", generated)); err != nil {
 		t.Fatal(err)
 	}
-	poll("the rule running", func() bool { return strings.Contains(readyz(), "rule gadget: running") && !strings.Contains(readyz(), "file ") })
+	poll("the rule running", func() bool {
+		return strings.Contains(readyz(), "rule gadget: running") && !strings.Contains(readyz(), "file ")
+	})
 	widgets := dc.Resource(schema.GroupVersionResource{Group: "gitops.syncloop.dev", Version: "v1", Resource: "widgets"}).Namespace(ns)
 	if _, err := widgets.Create(ctx, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "gitops.syncloop.dev/v1", "kind": "Widget",
 		"metadata": map[string]any{"name": "g"}, "spec": map[string]any{"size": int64(3)}}}, metav1.CreateOptions{}); err != nil {

@@ -187,6 +187,30 @@ func TestChartTemplate(t *testing.T) {
 		}
 	})
 
+	t.Run("CRDs of the kinds rules define", func(t *testing.T) {
+		restricted := []string{"--set-file", tenant, "--set", "rbac.mode=restricted",
+			"--set", "rbac.rules[0].apiGroups[0]=", "--set", "rbac.rules[0].resources[0]=namespaces", "--set", "rbac.rules[0].verbs[0]=list",
+			"--set", "rbac.crds[0]=apps.example.syncloop.dev"}
+		rules := fmt.Sprint(template(t, restricted...).get(t, "ClusterRole", "rel-syncloop").Object["rules"])
+		for _, want := range []string{"resources:[customresourcedefinitions] verbs:[create]",
+			"resourceNames:[apps.example.syncloop.dev] resources:[customresourcedefinitions] verbs:[get patch update]"} {
+			if !strings.Contains(rules, want) {
+				t.Errorf("restricted ClusterRole rules %v lack %s", rules, want)
+			}
+		}
+		r := template(t, append(restricted, "--set", "manageCRDs=false")...)
+		rules = fmt.Sprint(r.get(t, "ClusterRole", "rel-syncloop").Object["rules"])
+		if strings.Contains(rules, "verbs:[create]") || !strings.Contains(rules, "resourceNames:[apps.example.syncloop.dev] resources:[customresourcedefinitions] verbs:[get]") {
+			t.Errorf("manageCRDs=false: ClusterRole rules %v", rules)
+		}
+		if args := strings.Join(podSpec(t, r).Containers[0].Args, " "); !strings.Contains(args, "--manage-crds=false") {
+			t.Errorf("manageCRDs=false: args %s", args)
+		}
+		if args := strings.Join(podSpec(t, template(t, "--set-file", tenant)).Containers[0].Args, " "); strings.Contains(args, "manage-crds") {
+			t.Errorf("by default: args %s", args)
+		}
+	})
+
 	t.Run("restricted RBAC", func(t *testing.T) {
 		r := template(t, "--set-file", tenant, "--set", "rbac.mode=restricted",
 			"--set", "rbac.rules[0].apiGroups[0]=", "--set", "rbac.rules[0].resources[0]=namespaces", "--set", "rbac.rules[0].verbs[0]=list")
@@ -337,9 +361,6 @@ func TestChartInstall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := env.InstallCRDs(ctx, "../../examples/app/crd.yaml"); err != nil {
-		t.Fatal(err)
-	}
 	newNS := func(name string) {
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
 			"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}}}
@@ -423,6 +444,25 @@ func TestChartInstall(t *testing.T) {
 	exists := func(get func() error) bool { return get() == nil }
 
 	stop := runAs("syncloop", "syncloop-system", "--leader-elect", "--events=all")
+	// The app example defines its kind: syncloop creates its CRD with the
+	// chart's RBAC, and the App samples can be applied once it is served.
+	crdClient, err := k8sdynamic.NewForConfig(env.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll("the App CRD, created by syncloop and established", func() bool {
+		crd, err := crdClient.Resource(crdGVR).Get(ctx, "apps.example.syncloop.dev", metav1.GetOptions{})
+		if err != nil || crd.GetLabels()["syncloop.dev/rule"] != "app" {
+			return false
+		}
+		conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
+		for _, c := range conds {
+			if m, _ := c.(map[string]any); m["type"] == "Established" && m["status"] == "True" {
+				return true
+			}
+		}
+		return false
+	})
 	for _, ex := range examples {
 		if err := applySamples(ctx, env, filepath.Join("../../examples", ex, "objects.yaml")); err != nil {
 			t.Fatal(err)
@@ -589,10 +629,12 @@ func TestChartInstall(t *testing.T) {
 	}
 
 	// One namespace: a Role there is all the chart grants, and all the app
-	// example needs.
+	// example needs once its CRD is installed (here it is, from the first
+	// release): a Role cannot grant CRDs, so manageCRDs is off and syncloop
+	// only checks the CRD — as far as it may read it.
 	newNS("apps-team")
 	namespaced := []string{"install", "apps", chartDir, "-n", "apps-team", "--kubeconfig", env.Kubeconfig(),
-		"--set-file", "rules.app\\.yaml=../../examples/app/rules.yaml", "--set", "watchNamespace=apps-team"}
+		"--set-file", "rules.app\\.yaml=../../examples/app/rules.yaml", "--set", "watchNamespace=apps-team", "--set", "manageCRDs=false"}
 	if out, err := helmCmd(t, namespaced...); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
@@ -600,7 +642,7 @@ func TestChartInstall(t *testing.T) {
 	if err != nil || len(bindings.Items) != 0 {
 		t.Fatalf("the namespaced release bound cluster-wide rights: %v %v", bindings, err)
 	}
-	stop = runAs("apps-syncloop", "apps-team", "--leader-elect", "--watch-namespace", "apps-team")
+	stop = runAs("apps-syncloop", "apps-team", "--leader-elect", "--watch-namespace", "apps-team", "--manage-crds=false")
 	app := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "example.syncloop.dev/v1", "kind": "App",
 		"metadata": map[string]any{"name": "api", "namespace": "apps-team"},

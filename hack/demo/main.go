@@ -58,7 +58,7 @@ func main() {
 type cluster struct {
 	cs     kubernetes.Interface
 	dyn    dynamic.Interface
-	mapper meta.RESTMapper
+	mapper *restmapper.DeferredDiscoveryRESTMapper
 }
 
 func demo(ctx context.Context, bin, examples string) error {
@@ -89,21 +89,15 @@ func demo(ctx context.Context, bin, examples string) error {
 	}
 	c := &cluster{cs: cs, dyn: dyn, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))}
 
-	crds, _ := filepath.Glob(filepath.Join(examples, "*", "crd.yaml"))
-	if len(crds) > 0 {
-		step("Installing the examples' CustomResourceDefinitions")
-		names, err := env.InstallCRDs(ctx, crds...)
+	step("Creating the examples' sample objects")
+	objects, _ := filepath.Glob(filepath.Join(examples, "*", "objects.yaml"))
+	var later []*unstructured.Unstructured // of kinds a rule defines: served once syncloop runs
+	for _, f := range objects {
+		notServed, err := c.applyFile(ctx, f)
 		if err != nil {
 			return err
 		}
-		fmt.Printf("   %s\n", strings.Join(names, ", "))
-	}
-	step("Creating the examples' sample objects")
-	objects, _ := filepath.Glob(filepath.Join(examples, "*", "objects.yaml"))
-	for _, f := range objects {
-		if err := c.applyFile(ctx, f); err != nil {
-			return err
-		}
+		later = append(later, notServed...)
 	}
 
 	step("Running: " + bin + " run -f " + examples + "/")
@@ -145,6 +139,27 @@ func demo(ctx context.Context, bin, examples string) error {
 			_ = stopSyncloop()
 		}
 	}()
+
+	if len(later) > 0 {
+		step("Creating the objects of the kinds the rules define, once syncloop has created their CRDs")
+		if err := c.waitFor(ctx, "the CRDs", func(ctx context.Context) (bool, error) {
+			c.mapper.Reset()
+			for _, u := range later {
+				if _, err := c.mapper.RESTMapping(u.GroupVersionKind().GroupKind(), u.GroupVersionKind().Version); err != nil {
+					return false, nil
+				}
+			}
+			return true, nil
+		}); err != nil {
+			tail(logPath)
+			return err
+		}
+		for _, u := range later {
+			if err := c.apply(ctx, u, "demo"); err != nil {
+				return err
+			}
+		}
+	}
 
 	wantChildren, err := expectedChildren(bin, examples)
 	if err != nil {
@@ -222,10 +237,8 @@ func expectedChildren(bin, examples string) (int, error) {
 	for _, rules := range dirs {
 		dir := filepath.Dir(rules)
 		args := []string{"render", "-o", "json", "-f", rules}
-		for _, f := range []string{"crd.yaml", "objects.yaml"} {
-			if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
-				args = append(args, "--objects", filepath.Join(dir, f))
-			}
+		if _, err := os.Stat(filepath.Join(dir, "objects.yaml")); err == nil {
+			args = append(args, "--objects", filepath.Join(dir, "objects.yaml"))
 		}
 		out, err := exec.Command(bin, args...).Output()
 		if err != nil {
@@ -251,34 +264,48 @@ func step(s string) { fmt.Printf("\n== %s\n", s) }
 // applyFile server-side applies every object of a YAML file, creating the
 // namespaces they live in first. Sample uids are dropped: the API server
 // assigns its own.
-func (c *cluster) applyFile(ctx context.Context, path string) error {
+// It returns the objects of kinds not served yet (a rule defines them, and
+// syncloop creates their CRDs): not applied.
+func (c *cluster) applyFile(ctx context.Context, path string) (notServed []*unstructured.Unstructured, err error) {
 	objs, err := rules.ReadObjects(path)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// One field manager per file: two examples' labels on one namespace merge.
 	manager := "demo-" + filepath.Base(filepath.Dir(path))
 	for _, u := range objs {
-		u.SetUID("")
-		if ns := u.GetNamespace(); ns != "" {
-			_, err := c.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-			if err != nil && !apierrors.IsAlreadyExists(err) {
-				return err
-			}
+		if _, err := c.mapper.RESTMapping(u.GroupVersionKind().GroupKind(), u.GroupVersionKind().Version); meta.IsNoMatchError(err) {
+			notServed = append(notServed, u)
+			continue
 		}
-		m, err := c.mapper.RESTMapping(u.GroupVersionKind().GroupKind(), u.GroupVersionKind().Version)
-		if err != nil {
-			return fmt.Errorf("%s: %w", path, err)
+		if err := c.apply(ctx, u, manager); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
 		}
-		var ri dynamic.ResourceInterface = c.dyn.Resource(m.Resource)
-		if m.Scope.Name() == meta.RESTScopeNameNamespace {
-			ri = c.dyn.Resource(m.Resource).Namespace(u.GetNamespace())
-		}
-		if _, err := ri.Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: manager, Force: true}); err != nil {
-			return fmt.Errorf("%s: %s %s: %w", path, u.GetKind(), u.GetName(), err)
-		}
-		fmt.Printf("   %-10s %s/%s\n", u.GetKind(), u.GetNamespace(), u.GetName())
 	}
+	return notServed, nil
+}
+
+// apply server-side applies one object as manager, creating its namespace.
+func (c *cluster) apply(ctx context.Context, u *unstructured.Unstructured, manager string) error {
+	u.SetUID("")
+	if ns := u.GetNamespace(); ns != "" {
+		_, err := c.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+	}
+	m, err := c.mapper.RESTMapping(u.GroupVersionKind().GroupKind(), u.GroupVersionKind().Version)
+	if err != nil {
+		return err
+	}
+	var ri dynamic.ResourceInterface = c.dyn.Resource(m.Resource)
+	if m.Scope.Name() == meta.RESTScopeNameNamespace {
+		ri = c.dyn.Resource(m.Resource).Namespace(u.GetNamespace())
+	}
+	if _, err := ri.Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: manager, Force: true}); err != nil {
+		return fmt.Errorf("%s %s: %w", u.GetKind(), u.GetName(), err)
+	}
+	fmt.Printf("   %-10s %s/%s\n", u.GetKind(), u.GetNamespace(), u.GetName())
 	return nil
 }
 

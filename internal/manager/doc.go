@@ -1,9 +1,11 @@
 // Package manager assembles a running syncloop: newProcess builds every
 // piece — API clients, metrics, the rule files with their loader and
-// reload (rulefiles.go), Events, the mode, the engine, the listeners of
-// /metrics and the probes — and start starts them in order: Events and
-// servers, the CRD watch and the first load of the rule files, their
-// watcher, then the mode, which runs the engine. The modes — Single,
+// reload (rulefiles.go), the keeper of the CRDs of the kinds rules define
+// (crds.go: applied before a rule set is put in force, never deleted),
+// Events, the mode, the engine, the listeners of /metrics and the probes —
+// and start starts them in order: Events and servers, the CRD watch and the
+// first load of the rule files, their watcher, then the mode, which runs
+// the engine. The modes — Single,
 // LeaderElection (one replica works, the others stand by) or Sharding
 // (replicas share the triggers) — are interchangeable wrappers around the
 // engine, in the manner of controller-runtime's manager and its
