@@ -260,7 +260,7 @@ func eachDocument(path string, data []byte, fn func(root *yaml.Node)) *Error {
 // status template, which is typed by the kind.
 func kindsIn(path string, data []byte) []*unstructured.Unstructured {
 	crds := crdsIn(data)
-	if !bytes.Contains(data, []byte("api")) {
+	if !bytes.Contains(data, []byte("api:")) { // not "apiVersion:"
 		return crds
 	}
 	lines := strings.Split(string(data), "\n")

@@ -87,7 +87,29 @@ func TestAPIMode(t *testing.T) {
 		}
 	}
 	write("")
-	_, probes := runInProcess(t, "-f", dir, "--kubeconfig", env.Kubeconfig())
+	// A bystander rule, which a change to the widget rule must not restart.
+	writeFile(t, dir, "bystander.yaml", strings.ReplaceAll(`apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata:
+  name: bystander
+spec:
+  watch: {apiVersion: v1, kind: Namespace, fieldSelector: metadata.name=NS}
+  resources:
+    - id: cm
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: bystander, namespace: "${object.metadata.name}"}
+`, "NS", ns))
+	metricsAddr, probes := runInProcess(t, "-f", dir, "--kubeconfig", env.Kubeconfig())
+	metric := func(series string) string {
+		for _, l := range strings.Split(httpGet("http://"+metricsAddr+"/metrics"), "\n") {
+			if strings.HasPrefix(l, series+" ") {
+				return strings.TrimPrefix(l, series+" ")
+			}
+		}
+		return ""
+	}
 	readyz := func() string { return httpGet("http://" + probes + "/readyz") }
 	poll := func(what string, cond func() bool) {
 		t.Helper()
@@ -151,6 +173,20 @@ func TestAPIMode(t *testing.T) {
 		return size == 1 && name == "w" && ready
 	})
 
+	bystander := `syncloop_reconcile_total{result="success",rule="bystander"}`
+	// Its reconciles: the trigger's, then its child's event's, then none.
+	var reconciled string
+	poll("the bystander reconciled, and then idle", func() bool {
+		prev := reconciled
+		reconciled = metric(bystander)
+		time.Sleep(300 * time.Millisecond)
+		_, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, "bystander", metav1.GetOptions{})
+		return err == nil && reconciled != "" && reconciled == prev
+	})
+	if got := metric(`syncloop_crd_apply_total{result="created",rule="widget"}`); got != "1" {
+		t.Errorf("CRD creates counted: %q", got)
+	}
+
 	// A new optional field: the CRD is updated while syncloop runs.
 	write("      color: string | default=blue\n")
 	poll("the CRD with the new field", func() bool {
@@ -168,6 +204,13 @@ func TestAPIMode(t *testing.T) {
 		color, _, _ := unstructured.NestedString(w.Object, "spec", "color")
 		return err == nil && color == "blue"
 	})
+	if got := metric(`syncloop_crd_apply_total{result="updated",rule="widget"}`); got != "1" {
+		t.Errorf("CRD updates counted: %q", got)
+	}
+	// A restarted rule would list and reconcile its trigger again.
+	if got := metric(bystander); got != reconciled {
+		t.Errorf("the bystander rule reconciled %s times, %s before: restarted by another rule's change", got, reconciled)
+	}
 
 	// A breaking change — size retyped — is refused; the last good
 	// version keeps running and the CRD stays as it was.

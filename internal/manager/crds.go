@@ -46,6 +46,8 @@ type crdKeeper struct {
 	// failures are the CRDs the last keep could not keep, and why, for
 	// /readyz: "crd <name> (rule <rule>): <error>".
 	failures atomic.Pointer[[]string]
+	// applied counts applies (syncloop_crd_apply_total); nil: not counted.
+	applied func(rule, result string)
 }
 
 // failed are the CRDs the last keep could not keep, and why.
@@ -95,7 +97,13 @@ func (k *crdKeeper) keep(ctx context.Context, set *rules.Set) (failed bool) {
 	logger := klog.FromContext(ctx)
 	var failures []string
 	defer func() { k.failures.Store(&failures) }()
+	count := func(rule, result string) {
+		if k.applied != nil {
+			k.applied(rule, result)
+		}
+	}
 	fail := func(r *rules.Rule, what string, err error) {
+		count(r.Name, "failed")
 		logger.Error(err, what, "rule", r.Name, "crd", r.API.CRDName())
 		failures = append(failures, fmt.Sprintf("crd %s (rule %s): %s: %v", r.API.CRDName(), r.Name, strings.ToLower(what[:1])+what[1:], err))
 		failed = true
@@ -119,6 +127,7 @@ func (k *crdKeeper) keep(ctx context.Context, set *rules.Set) (failed bool) {
 				continue
 			}
 			logger.Info("CustomResourceDefinition applied", "rule", r.Name, "crd", want.GetName(), "created", served == nil)
+			count(r.Name, map[bool]string{true: "created", false: "updated"}[served == nil])
 		}
 		if err := k.established(ctx, want.GetName()); err != nil {
 			fail(r, "Waiting for the CustomResourceDefinition to be established", err)

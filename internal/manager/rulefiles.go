@@ -43,6 +43,7 @@ func newRuleFiles(o Options, c *Clients, m *metrics.Metrics) (*ruleFiles, error)
 	loader.UseSchemas(c.Schemas)
 	loader.UseScopes(c.Mapper)
 	crds := newCRDKeeper(c, !o.NoManageCRDs)
+	crds.applied = m.CRDApplied
 	loader.UseServedCRDs(crds, crds.manage)
 	src := reload.NewSource(loader, o.Rules)
 	return &ruleFiles{src: src, watcher: reload.NewWatcher(src, 0), clients: c, metrics: m,

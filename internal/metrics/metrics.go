@@ -26,6 +26,7 @@ type Metrics struct {
 	rules      prometheus.Gauge
 	reloads    *prometheus.CounterVec
 	watchErrs  *prometheus.CounterVec
+	crds       *prometheus.CounterVec
 
 	queue queueMetrics
 
@@ -68,6 +69,9 @@ func New(reg prometheus.Registerer, informers func() int, rules func() map[strin
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "syncloop_rules_reload_total", Help: "Loads of the rule files by result: success, or error when a file failed (its last good version stays in force).",
 		}, []string{"result"}),
+		crds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "syncloop_crd_apply_total", Help: "Applies of the CustomResourceDefinitions of the kinds rules define, by rule and result: created, updated, or failed (retried with backoff; /readyz says why).",
+		}, []string{"rule", "result"}),
 		watchErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "syncloop_watch_errors_total", Help: "Failed lists and watches of an informer by resource and reason (Forbidden: missing RBAC; Expired: etcd compacted, relisting; Unreachable: no answer). Each is retried with backoff.",
 		}, []string{"resource", "reason"}),
@@ -109,7 +113,7 @@ func New(reg prometheus.Registerer, informers func() int, rules func() map[strin
 			Name: "syncloop_api_concurrency_limit", Help: "Concurrent API requests allowed since the server last pushed back; 0 while there is no limit.",
 		}),
 	}
-	reg.MustRegister(m.reconciles, m.duration, m.writes, m.rules, m.reloads, m.watchErrs, m.restRequests, m.tooMany, m.throttled, m.limit,
+	reg.MustRegister(m.reconciles, m.duration, m.writes, m.rules, m.reloads, m.watchErrs, m.crds, m.restRequests, m.tooMany, m.throttled, m.limit,
 		m.queue.depth, m.queue.adds, m.queue.latency, m.queue.work, m.queue.unfinished, m.queue.longest, m.queue.retries,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "syncloop_informers", Help: "Shared informers running.",
@@ -183,6 +187,10 @@ func (m *Metrics) Waited(reason string, d time.Duration) {
 
 // ConcurrencyLimit implements dynamic.FlowMetrics.
 func (m *Metrics) ConcurrencyLimit(n int) { m.limit.Set(float64(n)) }
+
+// CRDApplied counts one apply of the CRD of the kind rule defines:
+// created, updated or failed.
+func (m *Metrics) CRDApplied(rule, result string) { m.crds.WithLabelValues(rule, result).Inc() }
 
 // RulesLoaded sets syncloop_rules_loaded.
 func (m *Metrics) RulesLoaded(n int) { m.rules.Set(float64(n)) }
