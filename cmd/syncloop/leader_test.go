@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	k8sdynamic "k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/syncloop/syncloop/internal/testenv"
@@ -87,9 +88,15 @@ func TestLeaderElection(t *testing.T) {
 	}
 	ns := created.Name
 	rulesPath := filepath.Join(t.TempDir(), "rules.yaml")
-	if err := os.WriteFile(rulesPath, []byte(strings.ReplaceAll(strings.SplitN(planRules, "---", 2)[0], "plan-test", ns)), 0o644); err != nil {
+	// And a rule that defines a kind: only the leader writes its CRD.
+	kind := strings.NewReplacer("apimode.syncloop.dev", "leader.syncloop.dev", "name: widget", "name: widget-"+ns, "{{FIELDS}}\n", "").Replace(widgetRule)
+	if err := os.WriteFile(rulesPath, []byte(strings.ReplaceAll(strings.SplitN(planRules, "---", 2)[0], "plan-test", ns)+"---\n"+kind), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		dc, _ := k8sdynamic.NewForConfig(env.Config())
+		_ = dc.Resource(crdGVR).Delete(context.Background(), "widgets.leader.syncloop.dev", metav1.DeleteOptions{})
+	})
 	poll := func(what string, cond func() bool) {
 		t.Helper()
 		if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 45*time.Second, true, func(context.Context) (bool, error) { return cond(), nil }); err != nil {
@@ -127,6 +134,15 @@ func TestLeaderElection(t *testing.T) {
 	if n := b.reconciles(); n != 0 {
 		t.Errorf("the standby reconciled (%d series of syncloop_reconcile_total)", n)
 	}
+	crdApplies := func(r *replica) string {
+		return grepLines(httpGet("http://"+r.metrics+"/metrics"), "syncloop_crd_apply_total{")
+	}
+	if got := crdApplies(a); !strings.Contains(got, `result="created"`) || strings.Count(got, "\n") > 0 {
+		t.Errorf("the leader's CRD applies: %q", got)
+	}
+	if got := crdApplies(b); got != "" {
+		t.Errorf("the standby applied a CRD: %q", got)
+	}
 
 	// The leader stops cleanly: it drains, releases the Lease, exits 0.
 	a.cancel()
@@ -141,6 +157,9 @@ func TestLeaderElection(t *testing.T) {
 	poll("replica-b to take over the Lease", func() bool { return holder() == "replica-b" })
 	trigger("two")
 	poll("the new leader to reconcile", func() bool { return child("two-copy") && b.reconciles() > 0 })
+	if got := crdApplies(b); got != "" {
+		t.Errorf("the new leader applied the CRD it found as its rule defines it: %q", got)
+	}
 	if !strings.Contains(httpGet("http://"+b.probes+"/readyz"), "rule copy: running") {
 		t.Errorf("the new leader's /readyz does not list its rule running")
 	}

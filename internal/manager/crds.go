@@ -24,6 +24,9 @@ import (
 
 var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
+// crdReadTimeout bounds a rule load's read of a CRD.
+const crdReadTimeout = 30 * time.Second
+
 // crdWait bounds how long keeping a CRD waits for the API server to
 // establish it (it takes well under a second).
 const crdWait = 60 * time.Second
@@ -67,7 +70,9 @@ func newCRDKeeper(c *Clients, manage bool) *crdKeeper {
 // of every CRD in the cluster, large in clusters of many operators,
 // would cost more than it saves.
 func (k *crdKeeper) CRD(name string) (*unstructured.Unstructured, error) {
-	got, err := k.crds.Get(context.Background(), name, metav1.GetOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), crdReadTimeout)
+	defer cancel()
+	got, err := k.crds.Get(ctx, name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil, nil

@@ -197,6 +197,11 @@ func (p *process) start(ctx context.Context) error {
 	logger.Info("Starting", "rules", set.Len(), "host", p.clients.Config.Host, "installation", p.opts.Installation)
 	err := p.opts.Mode.run(ctx, &runner{
 		engine: func(ctx context.Context) {
+			// Only a replica that runs the rules keeps their CRDs: a
+			// standby (perhaps of an older version, mid-upgrade) never
+			// writes them.
+			p.rules.working(ctx, true)
+			defer p.rules.working(ctx, false)
 			if err := p.engine.Run(ctx, p.rules.current.get(), p.rules.updates); err != nil {
 				logger.Error(err, "Engine stopped")
 			}

@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -30,6 +31,18 @@ type ruleFiles struct {
 	updates   chan *rules.Set // the newest set not yet applied by the engine
 	installed sync.Map        // groups of the CRDs there at start
 	crds      *crdKeeper
+	// active is true while this replica runs the engine: only then does
+	// it keep the CRDs of the kinds rules define.
+	active atomic.Bool
+}
+
+// working says whether this replica runs the engine from now on; when it
+// starts to, it keeps the CRDs of the set in force first.
+func (f *ruleFiles) working(ctx context.Context, active bool) {
+	f.active.Store(active)
+	if active {
+		f.keepCRDs(ctx, f.current.get())
+	}
 }
 
 func newRuleFiles(o Options, c *Clients, m *metrics.Metrics) (*ruleFiles, error) {
@@ -54,7 +67,7 @@ func newRuleFiles(o Options, c *Clients, m *metrics.Metrics) (*ruleFiles, error)
 // is put in force; when one cannot be kept it tries again, with the set
 // then in force, until it can (or ctx ends).
 func (f *ruleFiles) keepCRDs(ctx context.Context, set *rules.Set) {
-	if !f.crds.keep(ctx, set) {
+	if !f.active.Load() || !f.crds.keep(ctx, set) {
 		return
 	}
 	go func() {
@@ -64,7 +77,7 @@ func (f *ruleFiles) keepCRDs(ctx context.Context, set *rules.Set) {
 				return
 			case <-time.After(delay):
 			}
-			if !f.crds.keep(ctx, f.current.get()) {
+			if !f.active.Load() || !f.crds.keep(ctx, f.current.get()) {
 				return
 			}
 		}

@@ -126,6 +126,43 @@ func TestSourceDuplicateAcrossFiles(t *testing.T) {
 	}
 }
 
+// kindDoc is a valid rule named name that defines the App kind.
+func kindDoc(name string) string {
+	return fmt.Sprintf(`apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: %s}
+spec:
+  api:
+    apiVersion: example.com/v1
+    kind: App
+    spec: {image: string}
+  resources:
+    - id: cm
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x}}
+`, name)
+}
+
+// TestSourceKindAcrossFiles: a newcomer that defines a kind another
+// file's rule defines loses, as one with a taken name does, and loads once
+// the other lets go.
+func TestSourceKindAcrossFiles(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.yaml"), filepath.Join(dir, "b.yaml")
+	write(t, b, kindDoc("first"))
+	src := newSource(t, dir)
+	src.Load()
+	write(t, a, kindDoc("second"))
+	st := src.Load()
+	if workers(st.Set) != "first=64" || len(st.Errors) != 1 || st.Errors[0].Path != a ||
+		!strings.Contains(st.Errors[0].Error(), `rule "second" defines apps.example.com, which rule first of `+b+` defines too`) {
+		t.Fatalf("a newcomer defining a taken kind: %s, errors %v", workers(st.Set), st.Errors)
+	}
+	write(t, b, doc("first", 1))
+	if st := src.Load(); workers(st.Set) != "first=1,second=64" || len(st.Errors) != 0 {
+		t.Errorf("after the clash is gone: %s, errors %v", workers(st.Set), st.Errors)
+	}
+}
+
 func TestSourceMissingRootKeepsRules(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "rules")
 	write(t, filepath.Join(dir, "r.yaml"), doc("r", 1))
