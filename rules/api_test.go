@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	sigsyaml "sigs.k8s.io/yaml"
 
@@ -186,22 +185,7 @@ func TestAPIRuleServed(t *testing.T) {
 	env := testenv.Get(t)
 	ctx := t.Context()
 	_, r := loadAPIRule(t)
-	data, err := sigsyaml.Marshal(r.CRD().Object)
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(t.TempDir(), "crd.yaml")
-	if err := os.WriteFile(file, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	dc, err := dynamic.NewForConfig(env.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { removeCRD(t, env, dc, "apps.example.syncloop.dev", "example.syncloop.dev/v1") })
-	if _, err := env.InstallCRDs(ctx, file); err != nil {
-		t.Fatalf("the API server refused the generated CRD: %v", err)
-	}
+	dc := serveCRD(t, env, r.CRD().Object, "example.syncloop.dev/v1")
 	apps := dc.Resource(schema.GroupVersionResource{Group: "example.syncloop.dev", Version: "v1", Resource: "apps"}).Namespace("default")
 	app := func(name string, spec map[string]any) *unstructured.Unstructured {
 		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "example.syncloop.dev/v1", "kind": "App",

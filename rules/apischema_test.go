@@ -195,23 +195,7 @@ func TestAPISchemaServed(t *testing.T) {
 					"properties": map[string]any{"spec": s, "status": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}},
 		},
 	}
-	data, err := sigsyaml.Marshal(crd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(t.TempDir(), "crd.yaml")
-	if err := os.WriteFile(file, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	dc, err := dynamic.NewForConfig(env.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The control plane is shared: the other tests list what it serves.
-	t.Cleanup(func() { removeCRD(t, env, dc, "apps.schema.syncloop.dev", "schema.syncloop.dev/v1") })
-	if _, err := env.InstallCRDs(ctx, file); err != nil {
-		t.Fatalf("the API server refused the CRD: %v", err)
-	}
+	dc := serveCRD(t, env, crd, "schema.syncloop.dev/v1")
 	apps := dc.Resource(schema.GroupVersionResource{Group: "schema.syncloop.dev", Version: "v1", Resource: "apps"}).Namespace("default")
 	app := func(name string, spec map[string]any) *unstructured.Unstructured {
 		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "schema.syncloop.dev/v1", "kind": "App",
@@ -248,6 +232,31 @@ func TestAPISchemaServed(t *testing.T) {
 	if _, err := apps.Update(ctx, made, metav1.UpdateOptions{}); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "is immutable") {
 		t.Errorf("changing an immutable field: %v, want refused", err)
 	}
+}
+
+// serveCRD installs crd on env's API server until the test ends — the
+// control plane is shared: the other tests list what it serves — and
+// returns a client; gv is the group-version it serves.
+func serveCRD(t *testing.T, env *testenv.Env, crd map[string]any, gv string) dynamic.Interface {
+	t.Helper()
+	data, err := sigsyaml.Marshal(crd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "crd.yaml")
+	if err := os.WriteFile(file, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dc, err := dynamic.NewForConfig(env.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := crd["metadata"].(map[string]any)["name"].(string)
+	t.Cleanup(func() { removeCRD(t, env, dc, name, gv) })
+	if _, err := env.InstallCRDs(t.Context(), file); err != nil {
+		t.Fatalf("the API server refused the CRD: %v", err)
+	}
+	return dc
 }
 
 // removeCRD deletes CRD name and waits until its group version gv is no

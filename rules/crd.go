@@ -3,8 +3,9 @@ package rules
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"regexp"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -337,12 +338,7 @@ func (d *decoder) compileValidations(a *API, s *structuralschema.Structural, pat
 			}
 		}
 	}
-	names := make([]string, 0, len(s.Properties))
-	for name := range s.Properties {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(s.Properties)) {
 		p := s.Properties[name]
 		d.compileValidations(a, &p, path+"."+name, nil)
 	}

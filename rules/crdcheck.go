@@ -3,6 +3,7 @@ package rules
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -142,12 +143,7 @@ func compareSchemas(a *API, old, new *spec.Schema, path string, out *[]change) {
 		add(path, "%s is retyped from %s to %s", path, ot, nt)
 		return
 	}
-	names := make([]string, 0, len(old.Properties))
-	for name := range old.Properties {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(old.Properties)) {
 		o := old.Properties[name]
 		n, ok := new.Properties[name]
 		if !ok {

@@ -53,15 +53,10 @@ var (
 	widgetGVR = schema.GroupVersionResource{Group: "apimode.syncloop.dev", Version: "v1", Resource: "widgets"}
 )
 
-// TestAPIMode: a rule with spec.api makes syncloop keep its CRD: created
-// at start (syncloop's labels), instances served with their defaults and
-// validations, reconciled, their status typed and Ready; a compatible
-// change updates the CRD while it runs; a breaking change is refused with
-// its file:line:col and the last good version keeps running; removing the
-// rule leaves the CRD and its objects.
-func TestAPIMode(t *testing.T) {
+// clients are the control plane and its admin clients.
+func clients(t *testing.T) (*testenv.Env, kubernetes.Interface, k8sdynamic.Interface) {
+	t.Helper()
 	env := testenv.Get(t)
-	ctx := t.Context()
 	cs, err := kubernetes.NewForConfig(env.Config())
 	if err != nil {
 		t.Fatal(err)
@@ -70,6 +65,18 @@ func TestAPIMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return env, cs, dc
+}
+
+// TestAPIMode: a rule with spec.api makes syncloop keep its CRD: created
+// at start (syncloop's labels), instances served with their defaults and
+// validations, reconciled, their status typed and Ready; a compatible
+// change updates the CRD while it runs; a breaking change is refused with
+// its file:line:col and the last good version keeps running; removing the
+// rule leaves the CRD and its objects.
+func TestAPIMode(t *testing.T) {
+	env, cs, dc := clients(t)
+	ctx := t.Context()
 	ns := newNamespace(t, cs, "apimode")
 	dir := filepath.Join(t.TempDir(), "rules")
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -110,16 +117,7 @@ spec:
 		}
 		return ""
 	}
-	readyz := func() string { return httpGet("http://" + probes + "/readyz") }
-	poll := func(what string, cond func() bool) {
-		t.Helper()
-		defer func() {
-			if t.Failed() {
-				t.Logf("/readyz:\n%s", readyz())
-			}
-		}()
-		pollUntil(t, 60*time.Second, what, cond)
-	}
+	readyz, poll := probing(t, probes, 60*time.Second)
 	crds := dc.Resource(crdGVR)
 	crd := func() *unstructured.Unstructured {
 		got, err := crds.Get(ctx, "widgets.apimode.syncloop.dev", metav1.GetOptions{})
@@ -254,16 +252,8 @@ spec:
 // the rule once it matches — the CRD `syncloop crds` prints. plan shows
 // the CRD it would create, and an update with its diff.
 func TestAPIModeCRDsFromElsewhere(t *testing.T) {
-	env := testenv.Get(t)
+	env, cs, dc := clients(t)
 	ctx := t.Context()
-	cs, err := kubernetes.NewForConfig(env.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
-	dc, err := k8sdynamic.NewForConfig(env.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
 	rule := strings.NewReplacer("apimode.syncloop.dev", "gitops.syncloop.dev", "name: widget", "name: gadget", "{{FIELDS}}\n", "").Replace(widgetRule)
 	file := writeFile(t, dir, "gadget.yaml", rule)
@@ -331,16 +321,7 @@ func TestAPIModeCRDsFromElsewhere(t *testing.T) {
 
 	ns := newNamespace(t, cs, "gitops")
 	_, probes := runInProcess(t, append([]string{"-f", dir, "--manage-crds=false"}, kube...)...)
-	readyz := func() string { return httpGet("http://" + probes + "/readyz") }
-	poll := func(what string, cond func() bool) {
-		t.Helper()
-		defer func() {
-			if t.Failed() {
-				t.Logf("/readyz:\n%s", readyz())
-			}
-		}()
-		pollUntil(t, 60*time.Second, what, cond)
-	}
+	readyz, poll := probing(t, probes, 60*time.Second)
 	poll("the difference reported", func() bool {
 		return strings.Contains(readyz(), "spec.properties.tier is not served")
 	})

@@ -34,6 +34,23 @@ func pollUntil(t *testing.T, timeout time.Duration, what string, cond func() boo
 	}
 }
 
+// probing reads the /readyz of a syncloop serving its probes at probes,
+// and polls for a condition up to timeout, logging /readyz if the test
+// fails.
+func probing(t *testing.T, probes string, timeout time.Duration) (readyz func() string, poll func(what string, cond func() bool)) {
+	readyz = func() string { return httpGet("http://" + probes + "/readyz") }
+	poll = func(what string, cond func() bool) {
+		t.Helper()
+		defer func() {
+			if t.Failed() {
+				t.Logf("/readyz:\n%s", readyz())
+			}
+		}()
+		pollUntil(t, timeout, what, cond)
+	}
+	return readyz, poll
+}
+
 // runInProcess runs `syncloop run` with args, serving metrics and probes on
 // free addresses it returns, until the test ends; the test fails if it
 // exits other than 0.

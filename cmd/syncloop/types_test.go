@@ -104,16 +104,7 @@ func TestRunTypesFromTheCluster(t *testing.T) {
 		}
 	}
 	_, probes := runInProcess(t, "-f", dir, "--kubeconfig", env.Kubeconfig())
-	readyz := func() string { return httpGet("http://" + probes + "/readyz") }
-	poll := func(what string, cond func() bool) {
-		t.Helper()
-		defer func() {
-			if t.Failed() {
-				t.Logf("/readyz:\n%s", readyz())
-			}
-		}()
-		pollUntil(t, 30*time.Second, what, cond)
-	}
+	readyz, poll := probing(t, probes, 30*time.Second)
 
 	// The installed CRD types the trigger: the typo is found at start.
 	poll("the typo reported and the good rule running", func() bool {
