@@ -130,6 +130,8 @@ func TestAPIRuleErrors(t *testing.T) {
 			`r.yaml:9:22: rule "r": spec.api.shortNames[1]: "ap" is listed twice`},
 		{"simple schema mistake", api("    spec:\n      replicas: intger\n"),
 			`r.yaml:10:17: rule "r": spec.api.spec.replicas: unknown type "intger"`},
+		{"defaults that break a validation", api("    spec:\n      replicas: integer | default=1\n    validations:\n      - rule: self.replicas > 2\n        message: more than two\n"),
+			`r.yaml:9:5: rule "r": spec.api.spec: an object written without a spec gets {"replicas":1}, its fields' defaults, which the API server refuses: spec: more than two`},
 		{"validation does not compile", api(spec + "    validations:\n      - rule: self.replicaz > 1\n"),
 			`r.yaml:12:20: rule "r": spec.api.validations[0].rule: undefined field 'replicaz'`},
 		{"validation not bool", api(spec + "    validations:\n      - rule: self.replicas\n"),

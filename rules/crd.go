@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -19,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 	"k8s.io/apiserver/pkg/cel/environment"
 	"k8s.io/kube-openapi/pkg/validation/spec"
@@ -292,7 +294,31 @@ func (d *decoder) checkAPI(a *API, validations []*yaml.Node) {
 	}
 	a.defaults = func(obj map[string]any) { defaulting.Default(obj, st) }
 	spec := st.Properties["spec"]
+	errsBefore := len(d.errs)
 	d.compileValidations(a, &spec, "spec", validations)
+	if a.specDefault != nil && len(d.errs) == errsBefore {
+		d.checkSpecDefault(a, &spec)
+	}
+}
+
+// checkSpecDefault checks the default of a spec with no required field
+// (its fields' defaults) against its validations, as the API server does
+// when the CRD is applied: an object written without a spec must pass.
+func (d *decoder) checkSpecDefault(a *API, spec *structuralschema.Structural) {
+	v := apicel.NewValidator(spec, false, celconfig.PerCallLimit)
+	if v == nil {
+		return
+	}
+	errs, _ := v.Validate(context.Background(), field.NewPath("spec"), spec, runtime.DeepCopyJSON(a.specDefault), nil, celconfig.RuntimeCELCostBudget)
+	for _, e := range errs {
+		d.errorAt(a.FieldPos("spec"), "spec.api.spec", "an object written without a spec gets %s, its fields' defaults, which the API server refuses: %s: %s (give the fields defaults that pass, or make one required)",
+			jsonOf(a.specDefault), e.Field, e.Detail)
+	}
+}
+
+func jsonOf(v any) string {
+	data, _ := json.Marshal(v)
+	return string(data)
 }
 
 var celLocation = regexp.MustCompile(`<input>:(\d+):(\d+): `)
