@@ -146,7 +146,9 @@ func (d *decoder) decodeRule(root *yaml.Node, c *expr.Compiler) *Rule {
 		return nil
 	}
 	d.decodeSpec(r, spec, docVal, pos, c)
-	if len(d.errs) == errsBefore && r.API != nil {
+	if r.API != nil && r.API.Status != nil {
+		// The kind is whole (its own checks may still have failed): a
+		// breaking change is said too.
 		d.checkServedCRD(r)
 	}
 	if len(d.errs) > errsBefore {
@@ -169,6 +171,7 @@ func (d *decoder) decodeRule(root *yaml.Node, c *expr.Compiler) *Rule {
 		}
 	}
 	r.Hash = hex.EncodeToString(h.Sum(nil))
+	r.Source = sum
 	return r
 }
 
@@ -405,6 +408,15 @@ func (d *decoder) decodeRuleOptions(r *Rule, f map[string]*yaml.Node) {
 	r.RateLimit = RateLimit{BaseDelay: DefaultBaseDelay, MaxDelay: DefaultMaxDelay, QPS: DefaultQPS, Burst: DefaultBurst}
 	if n, ok := f["rateLimit"]; ok {
 		d.decodeRateLimit(&r.RateLimit, n)
+	}
+	r.RevisionHistoryLimit = DefaultRevisionHistoryLimit
+	if n, ok := f["revisionHistoryLimit"]; ok {
+		if v, ok := d.integer(n, "spec.revisionHistoryLimit"); ok {
+			if v < 1 || v > maxRevisionHistoryLimit {
+				d.errorf(n, "spec.revisionHistoryLimit", "must be between 1 (the revision in force) and %d, not %d", maxRevisionHistoryLimit, v)
+			}
+			r.RevisionHistoryLimit = int(v)
+		}
 	}
 	if n, ok := f["maxRetries"]; ok {
 		if v, ok := d.integer(n, "spec.maxRetries"); ok {
