@@ -11,6 +11,10 @@ import (
 // say adopt: true.
 const AnnotationAdopt = Group + "/adopt"
 
+// AnnotationRuleHash, on a revision of a rule, is the rule's Hash: the
+// revision's identity.
+const AnnotationRuleHash = Group + "/rule-hash"
+
 // NamespacedName is "<namespace>/<name>", or the name of a cluster-scoped
 // object.
 func (r ObjectRef) NamespacedName() string {

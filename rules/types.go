@@ -37,6 +37,9 @@ const (
 	DefaultMaxDelay     = 1000 * time.Second
 	DefaultQPS          = 10
 	DefaultBurst        = 100
+	// DefaultRevisionHistoryLimit is as a Deployment's.
+	DefaultRevisionHistoryLimit = 10
+	maxRevisionHistoryLimit     = 1000
 )
 
 // Rule is one loaded, validated and compiled rule. It is immutable: the
@@ -49,8 +52,10 @@ type Rule struct {
 	// Pos is where the rule's document starts.
 	Pos Pos
 	// Hash identifies the rule's content: two rules with equal hashes behave
-	// the same, wherever their files are.
-	Hash string
+	// the same, wherever their files are. Source is that content, the rule
+	// document as JSON: what a revision of the rule stores.
+	Hash   string
+	Source []byte
 
 	// API, when not nil, is the kind the rule defines (spec.api): Watch
 	// is that kind.
@@ -86,6 +91,9 @@ type RunOptions struct {
 	ResyncPeriod   time.Duration
 	RateLimit      RateLimit
 	MaxRetries     int
+	// RevisionHistoryLimit is how many revisions of the rule are kept in
+	// the cluster.
+	RevisionHistoryLimit int
 }
 
 // KindRef is a kind as a rule names it: apiVersion and kind as written,

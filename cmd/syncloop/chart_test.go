@@ -177,6 +177,10 @@ func TestChartTemplate(t *testing.T) {
 			t.Errorf("unrestricted ClusterRole rules %v", cr.Object["rules"])
 		}
 		r.get(t, "Role", "rel-syncloop-leader-election")
+		if rules := fmt.Sprint(r.get(t, "Role", "rel-syncloop-revisions").Object["rules"]); !strings.Contains(rules, "resources:[controllerrevisions] verbs:[get list create update delete]") {
+			t.Errorf("revisions Role rules %v", rules)
+		}
+		r.get(t, "RoleBinding", "rel-syncloop-revisions")
 		r.get(t, "ServiceAccount", "rel-syncloop")
 		r.get(t, "Service", "rel-syncloop-metrics")
 		r.get(t, "Pod", "rel-syncloop-validate-rules")
@@ -550,6 +554,10 @@ func TestChartInstall(t *testing.T) {
 		}
 		return false
 	})
+	revs, err := cs.AppsV1().ControllerRevisions("syncloop-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=syncloop,syncloop.dev/rule"})
+	if err != nil || len(revs.Items) < len(examples) {
+		t.Errorf("the rules' revisions, written with the chart's RBAC: %d, %v", len(revs.Items), err)
+	}
 	lease, err := cs.CoordinationV1().Leases("syncloop-system").Get(ctx, "syncloop", metav1.GetOptions{})
 	if err != nil || lease.Spec.HolderIdentity == nil {
 		t.Errorf("no leader Lease held with the chart's RBAC: %v", err)

@@ -140,7 +140,7 @@ func (f *runFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVarP(&f.output, "output", "o", "text", "with --dry-run, the plan format: text or json (one object per line)")
 	cmd.Flags().BoolVar(&f.leaderElect, "leader-elect", false, "run rules only while holding a coordination.k8s.io Lease, so that replicas stand by")
 	cmd.Flags().BoolVar(&f.sharding, "sharding", false, "share the triggers with the other replicas run this way, each holding a coordination.k8s.io Lease of its own (<leader-elect-id>-shard-<identity>)")
-	cmd.Flags().StringVar(&f.leaseNS, "leader-elect-namespace", "", "namespace of the Leases of --leader-elect and --sharding (default: the pod's, or the kubeconfig context's)")
+	cmd.Flags().StringVar(&f.leaseNS, "leader-elect-namespace", "", "namespace of the Leases of --leader-elect and --sharding, and of the rules' revisions (default: the pod's, or the kubeconfig context's)")
 	cmd.Flags().StringVar(&f.leaseID, "leader-elect-id", "syncloop", "name of the leader Lease; with --sharding, the group's name (default with --installation: syncloop-<installation>)")
 	cmd.Flags().StringVar(&f.identity, "leader-elect-identity", "", "this replica's identity (default: hostname_uuid; with --sharding, the host name, which is the pod's name)")
 	_ = cmd.Flags().MarkHidden("leader-elect-identity")
@@ -195,5 +195,7 @@ func (f *runFlags) options(cmd *cobra.Command) (manager.Options, error) {
 		Stderr:       cmd.ErrOrStderr(),
 		Mode:         mode,
 		NoManageCRDs: !f.cf.manageCRDs,
+		// syncloop's own objects live with its Leases.
+		SyncloopNamespace: leaseNS,
 	}, nil
 }

@@ -59,6 +59,9 @@ type Options struct {
 	Stderr   io.Writer
 	// Mode runs the engine: Single (nil), LeaderElection or Sharding.
 	Mode Mode
+	// SyncloopNamespace is where syncloop keeps its own objects: the
+	// revisions of its rules ("" : default).
+	SyncloopNamespace string
 	// NoManageCRDs (--manage-crds=false) leaves the CRDs of the kinds
 	// rules define to others (GitOps): syncloop only checks that the
 	// served ones are those the rules generate.
@@ -101,6 +104,9 @@ func newProcess(ctx context.Context, o Options) (*process, error) {
 	}
 	if o.Stderr == nil {
 		o.Stderr = io.Discard
+	}
+	if o.SyncloopNamespace == "" {
+		o.SyncloopNamespace = "default"
 	}
 	setGCPercent()
 	p := &process{opts: o, reg: prometheus.NewRegistry()}
@@ -158,7 +164,7 @@ func (p *process) listen() error {
 		p.servers = append(p.servers, srv)
 	}
 	if o.ProbeAddr != "" && o.ProbeAddr != "0" {
-		srv, err := listen(o.ProbeAddr, "health probes", probes(p.engine, p.rules.files, p.rules.crds, o.Mode))
+		srv, err := listen(o.ProbeAddr, "health probes", probes(p.engine, p.rules.files, p.rules.crds, p.rules.revisions, o.Mode))
 		if err != nil {
 			p.closeServers()
 			return err

@@ -39,7 +39,7 @@ func (f *fileErrors) get() []reload.FileError {
 // each rule's state and why one is not running, and the rule files that
 // failed to load. A replica is ready when its mode is and every rule's
 // informers have synced, or when it stands by.
-func probes(eng *engine.Engine, files *fileErrors, crds *crdKeeper, mode Mode) http.Handler {
+func probes(eng *engine.Engine, files *fileErrors, crds *crdKeeper, revisions *revisionKeeper, mode Mode) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
@@ -63,6 +63,10 @@ func probes(eng *engine.Engine, files *fileErrors, crds *crdKeeper, mode Mode) h
 		}
 		for _, e := range files.get() {
 			fmt.Fprintf(&b, "file %s: %v\n", e.Path, e)
+		}
+		// A revision not recorded is history missing, not a rule stopped.
+		for _, f := range revisions.failed() {
+			fmt.Fprintln(&b, f)
 		}
 		if failed := crds.failed(); len(failed) > 0 {
 			ready = false

@@ -31,17 +31,29 @@ type ruleFiles struct {
 	updates   chan *rules.Set // the newest set not yet applied by the engine
 	installed sync.Map        // groups of the CRDs there at start
 	crds      *crdKeeper
+	revisions *revisionKeeper
 	// active is true while this replica runs the engine: only then does
 	// it keep the CRDs of the kinds rules define.
 	active atomic.Bool
 }
 
 // working says whether this replica runs the engine from now on; when it
-// starts to, it keeps the CRDs of the set in force first.
+// starts to, it keeps the CRDs and revisions of the set in force first.
 func (f *ruleFiles) working(ctx context.Context, active bool) {
 	f.active.Store(active)
 	if active {
-		f.keepCRDs(ctx, f.current.get())
+		f.inForce(ctx, f.current.get())
+	}
+}
+
+// inForce does, on a replica that runs the rules, what putting set in
+// force takes before the engine sees it: the CRDs of the kinds its rules
+// define, and a revision of each rule. A dry run writes neither (its
+// plan shows the CRDs).
+func (f *ruleFiles) inForce(ctx context.Context, set *rules.Set) {
+	f.keepCRDs(ctx, set)
+	if f.active.Load() && f.crds.dryRun == nil {
+		f.revisions.keep(ctx, set)
 	}
 }
 
@@ -60,7 +72,8 @@ func newRuleFiles(o Options, c *Clients, m *metrics.Metrics) (*ruleFiles, error)
 	loader.UseServedCRDs(crds, crds.manage)
 	src := reload.NewSource(loader, o.Rules)
 	return &ruleFiles{src: src, watcher: reload.NewWatcher(src, 0), clients: c, metrics: m,
-		files: &fileErrors{}, current: &currentSet{}, updates: make(chan *rules.Set, 1), crds: crds}, nil
+		files: &fileErrors{}, current: &currentSet{}, updates: make(chan *rules.Set, 1), crds: crds,
+		revisions: newRevisionKeeper(c, o.SyncloopNamespace, o.Installation)}, nil
 }
 
 // keepCRDs keeps the CRDs of the kinds set's rules define, before the set
@@ -110,7 +123,7 @@ func (f *ruleFiles) load(ctx context.Context) *rules.Set {
 	logWarnings(logger, loaded.Set)
 	f.metrics.RulesLoaded(loaded.Set.Len())
 	f.metrics.Reloaded(len(loaded.Errors) > 0)
-	f.keepCRDs(ctx, loaded.Set)
+	f.inForce(ctx, loaded.Set)
 	f.current.put(loaded.Set)
 	return loaded.Set
 }
@@ -177,7 +190,7 @@ func (f *ruleFiles) watch(ctx context.Context) <-chan struct{} {
 			f.metrics.Reloaded(len(st.Errors) > 0)
 			f.metrics.RulesLoaded(st.Set.Len())
 			logger.Info("Rule files reloaded", "rules", st.Set.Len(), "fileErrors", len(st.Errors))
-			f.keepCRDs(ctx, st.Set)
+			f.inForce(ctx, st.Set)
 			f.current.put(st.Set)
 			select {
 			case <-f.updates: // superseded

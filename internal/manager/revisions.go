@@ -1,0 +1,143 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/klog/v2"
+
+	"github.com/syncloop/syncloop/dynamic"
+	"github.com/syncloop/syncloop/rules"
+)
+
+// revisionKeeper records every version of a rule put in force as a
+// revision: an apps/v1 ControllerRevision in syncloop's namespace, named
+// <rule>-<hash> (<installation>-<rule>-<hash> for a named installation),
+// labelled with the rule, holding the rule's source, numbered in the order
+// the versions came. A version that comes back — a change undone — is the
+// revision it was, renumbered as the newest, as a Deployment's rollback
+// is. The newest RevisionHistoryLimit of each rule are kept, the others
+// deleted; a rule removed from the files keeps its revisions. Only a
+// replica that runs the rules writes them.
+type revisionKeeper struct {
+	store        *dynamic.Revisions
+	installation string
+	mu           sync.Mutex
+	// failures are the rules whose revision the last keep could not
+	// record, and why, for /readyz.
+	failures atomic.Pointer[[]string]
+}
+
+func newRevisionKeeper(c *Clients, namespace, installation string) *revisionKeeper {
+	return &revisionKeeper{store: dynamic.NewRevisions(c.Core, namespace), installation: installation}
+}
+
+// failed are the rules whose revision the last keep could not record.
+func (k *revisionKeeper) failed() []string {
+	if f := k.failures.Load(); f != nil {
+		return *f
+	}
+	return nil
+}
+
+// selector selects this installation's revisions.
+func (k *revisionKeeper) selector() string {
+	sel := rules.LabelManagedBy + "=" + rules.ManagedByValue + ","
+	if k.installation == "" {
+		return sel + "!" + rules.LabelInstallation
+	}
+	return sel + rules.LabelInstallation + "=" + k.installation
+}
+
+// name is the revision's object name.
+func (k *revisionKeeper) name(r *rules.Rule) string {
+	name := r.Name + "-" + r.Hash[:10]
+	if k.installation != "" {
+		name = k.installation + "-" + name
+	}
+	return name
+}
+
+// keep records the revision of every rule of set and prunes each rule's
+// history to its limit: one LIST, and a write only for a rule whose
+// version in force is not the newest revision already. It reports whether
+// a write failed.
+func (k *revisionKeeper) keep(ctx context.Context, set *rules.Set) (failed bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	logger := klog.FromContext(ctx)
+	var failures []string
+	defer func() { k.failures.Store(&failures) }()
+	fail := func(r *rules.Rule, err error) {
+		logger.Error(err, "Recording the rule's revision", "rule", r.Name, "namespace", k.store.Namespace())
+		failures = append(failures, fmt.Sprintf("revision of rule %s: %v", r.Name, err))
+		failed = true
+	}
+	all, err := k.store.List(ctx, k.selector())
+	if err != nil {
+		for _, r := range set.Rules() {
+			fail(r, err)
+		}
+		return failed
+	}
+	byRule := map[string][]appsv1.ControllerRevision{}
+	for _, cr := range all {
+		byRule[cr.Labels[rules.LabelRule]] = append(byRule[cr.Labels[rules.LabelRule]], cr)
+	}
+	for _, r := range set.Rules() {
+		revs, err := k.record(ctx, r, byRule[r.Name])
+		if err != nil {
+			fail(r, err)
+			continue
+		}
+		// The oldest beyond the limit go; the newest, in force, never.
+		for len(revs) > r.RevisionHistoryLimit {
+			if err := k.store.Delete(ctx, revs[0]); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				fail(r, err)
+				break
+			}
+			revs = revs[1:]
+		}
+	}
+	return failed
+}
+
+// record makes r's version the newest of its revisions revs (oldest
+// first), and returns them as they then are.
+func (k *revisionKeeper) record(ctx context.Context, r *rules.Rule, revs []appsv1.ControllerRevision) ([]appsv1.ControllerRevision, error) {
+	var newest int64
+	mine := -1
+	for i, cr := range revs {
+		newest = max(newest, cr.Revision)
+		if cr.Annotations[rules.AnnotationRuleHash] == r.Hash {
+			mine = i
+		}
+	}
+	switch {
+	case mine >= 0 && revs[mine].Revision == newest:
+		return revs, nil
+	case mine >= 0:
+		cr := revs[mine]
+		if err := k.store.Renumber(ctx, cr, newest+1); apierrors.IsConflict(err) {
+			return revs, nil // another replica of a sharded group renumbered it
+		} else if err != nil {
+			return nil, err
+		}
+		cr.Revision = newest + 1
+		return append(append(revs[:mine:mine], revs[mine+1:]...), cr), nil
+	}
+	labels := map[string]string{rules.LabelManagedBy: rules.ManagedByValue, rules.LabelRule: r.Name}
+	if k.installation != "" {
+		labels[rules.LabelInstallation] = k.installation
+	}
+	name := k.name(r)
+	err := k.store.Create(ctx, name, labels, map[string]string{rules.AnnotationRuleHash: r.Hash}, r.Source, newest+1)
+	if err != nil && !apierrors.IsAlreadyExists(err) { // another replica of a sharded group was first
+		return nil, err
+	}
+	return append(revs, appsv1.ControllerRevision{}), nil // counted; the oldest are what pruning deletes
+}
