@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -140,7 +141,7 @@ func TestChartTemplate(t *testing.T) {
 		spec := podSpec(t, r)
 		c := spec.Containers[0]
 		args := strings.Join(c.Args, " ")
-		for _, want := range []string{"run", "--rules=/etc/syncloop/rules", "--leader-elect", "--leader-elect-namespace=syncloop-system", "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081"} {
+		for _, want := range []string{"run", "--rules=/etc/syncloop/rules", "--rules-configmap=syncloop-system/rel-syncloop-rules", "--leader-elect", "--leader-elect-namespace=syncloop-system", "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081"} {
 			if !strings.Contains(args, want) {
 				t.Errorf("args %q lack %q", args, want)
 			}
@@ -177,10 +178,11 @@ func TestChartTemplate(t *testing.T) {
 			t.Errorf("unrestricted ClusterRole rules %v", cr.Object["rules"])
 		}
 		r.get(t, "Role", "rel-syncloop-leader-election")
-		if rules := fmt.Sprint(r.get(t, "Role", "rel-syncloop-revisions").Object["rules"]); !strings.Contains(rules, "resources:[controllerrevisions] verbs:[get list create update delete]") {
-			t.Errorf("revisions Role rules %v", rules)
+		if rules := fmt.Sprint(r.get(t, "Role", "rel-syncloop-self").Object["rules"]); !strings.Contains(rules, "resources:[controllerrevisions] verbs:[get list create update delete]") ||
+			!strings.Contains(rules, "resourceNames:[rel-syncloop-rules] resources:[configmaps] verbs:[get]") {
+			t.Errorf("the Role of syncloop's own objects: rules %v", rules)
 		}
-		r.get(t, "RoleBinding", "rel-syncloop-revisions")
+		r.get(t, "RoleBinding", "rel-syncloop-self")
 		r.get(t, "ServiceAccount", "rel-syncloop")
 		r.get(t, "Service", "rel-syncloop-metrics")
 		r.get(t, "Pod", "rel-syncloop-validate-rules")
@@ -426,7 +428,7 @@ func TestChartInstall(t *testing.T) {
 		exited := make(chan int, 1)
 		go func() {
 			exited <- runContext(runCtx, append([]string{"run", "-f", dir, "--kubeconfig", kubeconfig,
-				"--leader-elect-namespace", namespace, "--leader-elect-id", release,
+				"--leader-elect-namespace", namespace, "--leader-elect-id", release, "--rules-configmap", namespace + "/" + release + "-rules",
 				"--metrics-bind-address", "0", "--health-probe-bind-address", "0"}, extra...), io.Discard, &logs)
 		}()
 		return func() {
@@ -581,6 +583,19 @@ func TestChartInstall(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	stop = runAs("tenant-syncloop", "syncloop-restricted", "--leader-elect")
+	// What saying a load error on the rules ConfigMap takes, granted in
+	// the release's namespace even in restricted mode.
+	for _, attr := range []authorizationv1.ResourceAttributes{
+		{Namespace: "syncloop-restricted", Verb: "get", Resource: "configmaps", Name: "tenant-syncloop-rules"},
+		{Namespace: "syncloop-restricted", Verb: "create", Resource: "events"},
+		{Namespace: "syncloop-restricted", Verb: "create", Group: "apps", Resource: "controllerrevisions"},
+	} {
+		review, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: "system:serviceaccount:syncloop-restricted:tenant-syncloop", ResourceAttributes: &attr}}, metav1.CreateOptions{})
+		if err != nil || !review.Status.Allowed {
+			t.Errorf("restricted release may not %s %s %s: %v %+v", attr.Verb, attr.Resource, attr.Name, err, review.Status)
+		}
+	}
 	team := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "restricted-team", Labels: map[string]string{"tenant": "r", "tier": "gold"}}}
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, team, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -95,5 +96,70 @@ spec:
 	poll("the rule gone", func() bool { return !strings.Contains(httpGet("http://"+probes+"/readyz"), "versioned") })
 	if got := history(); got != "4:3 5:4" {
 		t.Errorf("revisions after the rule's removal: %s", got)
+	}
+}
+
+// TestLoadErrorsOnConfigMap: with --rules-configmap, a rule file that
+// does not load is a Warning Event on that ConfigMap — where `kubectl
+// describe configmap` shows it — with its file:line:col, said once; when
+// every file loads again, a Normal Event says so.
+func TestLoadErrorsOnConfigMap(t *testing.T) {
+	env, cs, _ := clients(t)
+	ctx := t.Context()
+	ns := newNamespace(t, cs, "announce")
+	cm, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "syncloop-rules"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	good := "apiVersion: syncloop.dev/v1alpha1\nkind: Rule\nmetadata: {name: announced}\nspec:\n  watch: {apiVersion: v1, kind: Namespace, fieldSelector: metadata.name=" + ns + "}\n  status: {}\n"
+	file := writeFile(t, dir, "rule.yaml", good)
+	_, probes := runInProcess(t, "-f", dir, "--kubeconfig", env.Kubeconfig(), "--leader-elect-namespace", ns, "--rules-configmap", ns+"/syncloop-rules")
+	_, poll := probing(t, probes, 30*time.Second)
+	poll("the rule running", func() bool { return strings.Contains(httpGet("http://"+probes+"/readyz"), "rule announced: running") })
+
+	// events are the ConfigMap's Events, as kubectl describe finds them.
+	events := func() []corev1.Event {
+		list, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=ConfigMap,involvedObject.name=syncloop-rules,involvedObject.uid=" + string(cm.UID)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return list.Items
+	}
+	if evs := events(); len(evs) != 0 {
+		t.Errorf("Events with every file loading: %v", evs)
+	}
+	if err := os.WriteFile(file, []byte(strings.Replace(good, "  status: {}\n", "  status: {}\n  workerz: 2\n", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	poll("a Warning Event on the ConfigMap", func() bool {
+		for _, e := range events() {
+			if e.Type == corev1.EventTypeWarning && e.Reason == "RuleFileNotLoaded" &&
+				strings.Contains(e.Message, `rule.yaml:7:3: rule "announced": spec: unknown field "workerz" (did you mean "workers"?)`) &&
+				strings.Contains(e.Message, "its last good version stays in force") {
+				return true
+			}
+		}
+		return false
+	})
+	if err := os.WriteFile(file, []byte(good), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	poll("a Normal Event once it loads again", func() bool {
+		for _, e := range events() {
+			if e.Type == corev1.EventTypeNormal && e.Reason == "RulesLoaded" {
+				return true
+			}
+		}
+		return false
+	})
+	warnings := 0
+	for _, e := range events() {
+		if e.Type == corev1.EventTypeWarning {
+			warnings += int(e.Count)
+		}
+	}
+	if warnings != 1 {
+		t.Errorf("%d Warning Events for one broken version, want 1", warnings)
 	}
 }

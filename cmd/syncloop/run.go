@@ -98,6 +98,7 @@ type runFlags struct {
 	output, events         string
 	leaderElect, sharding  bool
 	leaseNS, leaseID       string
+	rulesConfigMap         string
 	identity               string
 }
 
@@ -144,6 +145,7 @@ func (f *runFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.leaseID, "leader-elect-id", "syncloop", "name of the leader Lease; with --sharding, the group's name (default with --installation: syncloop-<installation>)")
 	cmd.Flags().StringVar(&f.identity, "leader-elect-identity", "", "this replica's identity (default: hostname_uuid; with --sharding, the host name, which is the pod's name)")
 	_ = cmd.Flags().MarkHidden("leader-elect-identity")
+	cmd.Flags().StringVar(&f.rulesConfigMap, "rules-configmap", "", "NAMESPACE/NAME of the ConfigMap the rule files are mounted from: why a file did not load becomes a Warning Event on it (the chart sets it)")
 }
 
 // options turns the flags into the manager's options.
@@ -197,5 +199,6 @@ func (f *runFlags) options(cmd *cobra.Command) (manager.Options, error) {
 		NoManageCRDs: !f.cf.manageCRDs,
 		// syncloop's own objects live with its Leases.
 		SyncloopNamespace: leaseNS,
+		RulesConfigMap:    f.rulesConfigMap,
 	}, nil
 }

@@ -62,6 +62,10 @@ type Options struct {
 	// SyncloopNamespace is where syncloop keeps its own objects: the
 	// revisions of its rules ("" : default).
 	SyncloopNamespace string
+	// RulesConfigMap, NAMESPACE/NAME (or NAME in SyncloopNamespace), is
+	// the ConfigMap the rule files are mounted from: why a file did not
+	// load becomes a Warning Event on it. "": none.
+	RulesConfigMap string
 	// NoManageCRDs (--manage-crds=false) leaves the CRDs of the kinds
 	// rules define to others (GitOps): syncloop only checks that the
 	// served ones are those the rules generate.
@@ -125,10 +129,17 @@ func newProcess(ctx context.Context, o Options) (*process, error) {
 		return nil, err
 	}
 	p.events = record.NewBroadcaster(record.WithContext(ctx))
+	recorder := p.events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "syncloop"})
+	cm, err := parseConfigMap(o.RulesConfigMap, o.SyncloopNamespace)
+	if err != nil {
+		p.events.Shutdown()
+		return nil, err
+	}
+	p.rules.announcer = &announcer{configMap: cm, core: p.clients.Core, recorder: recorder}
 	eo := engine.Options{
 		Client:       p.clients.Dynamic,
 		Mapper:       p.clients.Mapper,
-		Recorder:     p.events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "syncloop"}),
+		Recorder:     recorder,
 		Metrics:      p.metrics,
 		QueueMetrics: p.metrics.Workqueue(),
 		DrainTimeout: o.DrainTimeout,

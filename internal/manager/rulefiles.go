@@ -32,6 +32,7 @@ type ruleFiles struct {
 	installed sync.Map        // groups of the CRDs there at start
 	crds      *crdKeeper
 	revisions *revisionKeeper
+	announcer *announcer // Events on the rules ConfigMap; nil: none
 	// active is true while this replica runs the engine: only then does
 	// it keep the CRDs of the kinds rules define.
 	active atomic.Bool
@@ -48,12 +49,13 @@ func (f *ruleFiles) working(ctx context.Context, active bool) {
 
 // inForce does, on a replica that runs the rules, what putting set in
 // force takes before the engine sees it: the CRDs of the kinds its rules
-// define, and a revision of each rule. A dry run writes neither (its
-// plan shows the CRDs).
+// define, a revision of each rule, and the load's outcome said on the
+// rules ConfigMap. A dry run writes none of it (its plan shows the CRDs).
 func (f *ruleFiles) inForce(ctx context.Context, set *rules.Set) {
 	f.keepCRDs(ctx, set)
 	if f.active.Load() && f.crds.dryRun == nil {
 		f.revisions.keep(ctx, set)
+		f.announcer.announce(ctx, f.files.get(), set.Len())
 	}
 }
 
