@@ -22,12 +22,18 @@ func TestREADMECommandLine(t *testing.T) {
 	block, _, _ = strings.Cut(block, "```")
 
 	// Each command's text: its line and the indented lines after it.
+	// A command of subcommands is shown with one: `syncloop rollout status`.
 	texts := map[string]string{}
+	sub := map[string]string{}
 	var cur string
 	for _, line := range strings.Split(block, "\n") {
 		if rest, ok := strings.CutPrefix(line, "syncloop "); ok {
-			cur = strings.Fields(rest)[0]
+			fields := strings.Fields(rest)
+			cur = fields[0]
 			texts[cur] = ""
+			if len(fields) > 1 && !strings.HasPrefix(fields[1], "-") && strings.ToLower(fields[1]) == fields[1] && !strings.ContainsAny(fields[1], "[|#") {
+				sub[cur] = fields[1]
+			}
 		}
 		if cur != "" {
 			code, _, _ := strings.Cut(line, "#") // comments may name flags in passing
@@ -54,7 +60,11 @@ func TestREADMECommandLine(t *testing.T) {
 
 	flagRE := regexp.MustCompile(`(?:^|[\s\[])(--?[a-z][a-z-]*)`)
 	for _, name := range want {
-		cmd, _, err := root.Find([]string{name})
+		path := []string{name}
+		if s, ok := sub[name]; ok {
+			path = append(path, s)
+		}
+		cmd, _, err := root.Find(path)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -89,6 +89,28 @@ spec:
 	expect("3:1 4:3")
 	write(version(4, "  revisionHistoryLimit: 2\n"))
 	expect("4:3 5:4")
+
+	// syncloop rollout status reads them back, newest first.
+	code, out, errOut := syncloop(t, "rollout", "status", "versioned", "-n", ns, "--kubeconfig", env.Kubeconfig())
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 3 || !strings.HasPrefix(lines[0], "RULE") ||
+		!strings.HasPrefix(strings.Join(strings.Fields(lines[1])[:4], " "), "versioned 5 (newest) versioned-") || strings.Fields(lines[2])[1] != "4" {
+		t.Errorf("rollout status: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, _ = syncloop(t, "rollout", "status", "-n", ns, "-o", "json", "--kubeconfig", env.Kubeconfig())
+	var doc struct {
+		Revisions []struct {
+			Rule     string
+			Revision int64
+			Hash     string
+			Newest   bool
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &doc); code != 0 || err != nil || len(doc.Revisions) != 2 ||
+		doc.Revisions[0].Revision != 5 || !doc.Revisions[0].Newest || doc.Revisions[1].Newest || len(doc.Revisions[0].Hash) != 64 {
+		t.Errorf("rollout status -o json: exit %d, %v\n%s", code, err, out)
+	}
+
 	// The rule removed: its history stays.
 	if err := os.Remove(file); err != nil {
 		t.Fatal(err)

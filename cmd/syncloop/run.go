@@ -28,12 +28,18 @@ type clusterFlags struct {
 }
 
 func (f *clusterFlags) register(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)")
-	cmd.Flags().StringVar(&f.context, "context", "", "kubeconfig context to use")
+	f.registerKubeconfig(cmd)
 	cmd.Flags().Float32Var(&f.qps, "qps", 0, "cap on API requests per second, client-side (default 0: no cap; syncloop adapts to the API server's flow control)")
 	cmd.Flags().IntVar(&f.burst, "burst", 0, "with --qps, the burst of API requests allowed over the cap (default 0: twice --qps)")
 	cmd.Flags().StringVar(&f.watchNamespace, "watch-namespace", "", "limit syncloop to this namespace, so that it needs no cluster-wide rights: rules must watch and make namespaced kinds there")
 	cmd.Flags().BoolVar(&f.manageCRDs, "manage-crds", true, "apply the CustomResourceDefinitions of the kinds rules define (spec.api); false: they come from elsewhere (GitOps, syncloop crds) and are only checked")
+}
+
+// registerKubeconfig adds only --kubeconfig and --context, for commands
+// that read a few objects.
+func (f *clusterFlags) registerKubeconfig(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)")
+	cmd.Flags().StringVar(&f.context, "context", "", "kubeconfig context to use")
 }
 
 // clients makes the API clients of the flags' configuration.

@@ -3,8 +3,10 @@ package manager
 import (
 	"context"
 	"fmt"
+	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -140,4 +142,46 @@ func (k *revisionKeeper) record(ctx context.Context, r *rules.Rule, revs []appsv
 		return nil, err
 	}
 	return append(revs, appsv1.ControllerRevision{}), nil // counted; the oldest are what pruning deletes
+}
+
+// Revision is one recorded version of a rule.
+type Revision struct {
+	Rule     string    `json:"rule"`
+	Revision int64     `json:"revision"`
+	Name     string    `json:"name"`
+	Hash     string    `json:"hash"`
+	Created  time.Time `json:"created"`
+	// Newest: the version put in force last.
+	Newest bool `json:"newest"`
+}
+
+// Revisions lists the revisions of the rules of installation recorded in
+// namespace (only rule's, when not ""), by rule, newest first.
+func Revisions(ctx context.Context, c *Clients, namespace, installation, rule string) ([]Revision, error) {
+	k := newRevisionKeeper(c, namespace, installation)
+	sel := k.selector()
+	if rule != "" {
+		sel += "," + rules.LabelRule + "=" + rule
+	}
+	list, err := k.store.List(ctx, sel)
+	if err != nil {
+		return nil, err
+	}
+	newest := map[string]int64{}
+	for _, cr := range list {
+		newest[cr.Labels[rules.LabelRule]] = max(newest[cr.Labels[rules.LabelRule]], cr.Revision)
+	}
+	out := make([]Revision, 0, len(list))
+	for _, cr := range list {
+		r := cr.Labels[rules.LabelRule]
+		out = append(out, Revision{Rule: r, Revision: cr.Revision, Name: cr.Name, Hash: cr.Annotations[rules.AnnotationRuleHash],
+			Created: cr.CreationTimestamp.Time, Newest: cr.Revision == newest[r]})
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Rule != out[j].Rule {
+			return out[i].Rule < out[j].Rule
+		}
+		return out[i].Revision > out[j].Revision
+	})
+	return out, nil
 }

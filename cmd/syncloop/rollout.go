@@ -1,0 +1,87 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/syncloop/syncloop/internal/manager"
+)
+
+func newRolloutCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "rollout",
+		Short: "Inspect the revisions of the rules in force in a cluster",
+	}
+	cmd.AddCommand(newRolloutStatusCommand())
+	return cmd
+}
+
+func newRolloutStatusCommand() *cobra.Command {
+	var (
+		cf           clusterFlags
+		namespace    string
+		installation string
+		output       string
+	)
+	cmd := &cobra.Command{
+		Use:   "status [RULE] [-n NAMESPACE] [-o text|json]",
+		Short: "Print each rule's revisions, newest first, from the cluster",
+		Long: `rollout status reads the revisions syncloop recorded of each rule — the
+ControllerRevisions in its namespace (-n; the Leases' namespace of syncloop
+run) — and prints them newest first: number, object name, content hash and
+when it was recorded. The newest is the version put in force last.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if output != "text" && output != "json" {
+				return fmt.Errorf("--output must be text or json, not %q", output)
+			}
+			cl, err := cf.clients()
+			if err != nil {
+				return err
+			}
+			if namespace == "" {
+				namespace = cf.namespace()
+			}
+			rule := ""
+			if len(args) == 1 {
+				rule = args[0]
+			}
+			revs, err := manager.Revisions(cmd.Context(), cl, namespace, installation, rule)
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(map[string]any{"namespace": namespace, "revisions": revs})
+			}
+			if len(revs) == 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "no revisions in namespace %s\n", namespace)
+				return nil
+			}
+			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+			fmt.Fprintln(w, "RULE\tREVISION\tNAME\tHASH\tRECORDED")
+			for _, r := range revs {
+				num := fmt.Sprint(r.Revision)
+				if r.Newest {
+					num += " (newest)"
+				}
+				hash := r.Hash
+				if len(hash) > 12 {
+					hash = hash[:12]
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s ago\n", r.Rule, num, r.Name, hash, time.Since(r.Created).Round(time.Second))
+			}
+			return w.Flush()
+		},
+	}
+	cf.registerKubeconfig(cmd)
+	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "syncloop's namespace, where the revisions are (default: the kubeconfig context's)")
+	cmd.Flags().StringVar(&installation, "installation", "", "the installation of syncloop whose rules to show (default: the default installation)")
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
+	return cmd
+}
