@@ -405,3 +405,35 @@ func TestRenderInstallation(t *testing.T) {
 		t.Errorf("--installation Team_A: exit %d, stderr %q", code, errOut)
 	}
 }
+
+// TestCRDsCommand: syncloop crds prints, as YAML, the CRD of every kind
+// the rules define — the app example's is the golden file's, and the API
+// server takes it (TestAPIRuleServed) — and nothing for rules that define
+// none; validate -v=2 notes a status field the CRD types as any value.
+func TestCRDsCommand(t *testing.T) {
+	code, out, errOut := syncloop(t, "crds", "-f", filepath.Join(examplesDir, "app"))
+	if code != 0 || !strings.HasPrefix(out, "# The kind rule app defines (") {
+		t.Fatalf("crds: exit %d\n%s%s", code, out, errOut)
+	}
+	golden(t, filepath.Join("testdata", "crds-app.yaml"), out[strings.Index(out, "\n")+1:])
+	if code, out, _ := syncloop(t, "crds", "-f", filepath.Join(examplesDir, "tenant-defaults")); code != 0 || out != "" {
+		t.Errorf("crds of rules that define no kind: exit %d, %q", code, out)
+	}
+	dir := t.TempDir()
+	rule := writeFile(t, dir, "dyn.yaml", `apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: dyn}
+spec:
+  api:
+    apiVersion: example.com/v1
+    kind: Thing
+    spec: {size: integer}
+  status:
+    size: ${object.spec.size}
+    anything: ${dyn(object.spec).size}
+`)
+	code, _, errOut = syncloop(t, "validate", "-v=2", "-f", rule)
+	if code != 0 || !strings.Contains(errOut, `dyn.yaml:11:15: rule "dyn": spec.status.anything: note: the CRD types status.anything as any value`) || strings.Contains(errOut, "status.size") {
+		t.Errorf("validate -v=2: exit %d, stderr %s", code, errOut)
+	}
+}
