@@ -85,6 +85,13 @@ func (w *watches) resolve(ctx context.Context, mapper *dynamic.Mapper, waiting f
 				missing = fmt.Errorf("kind %s: %w", gvk, err)
 				break
 			}
+			// The kind a rule defines is its own CRD's resource, never
+			// another CRD's of the same kind (one whose names the API
+			// server accepted before the rule's).
+			if a := w.rule.API; a != nil && gvk == a.GVK && m.Resource.Resource != a.Plural {
+				missing = fmt.Errorf("kind %s is served as %s, not by the rule's CustomResourceDefinition %s", gvk, m.Resource.GroupResource(), a.CRDName())
+				break
+			}
 			mappings[gvk] = m
 		}
 		if missing == nil {

@@ -357,3 +357,61 @@ func TestAPIModeCRDsFromElsewhere(t *testing.T) {
 		t.Errorf("plan of a new field: exit %d\n%s%s", code, out, errOut)
 	}
 }
+
+// TestAPIModeNamesRefused: a kind whose names another CRD holds is
+// refused by the API server (NamesAccepted False): syncloop says why in
+// /readyz at once rather than waiting; the rule never runs against the
+// other CRD's resource that serves its kind, and the other rules run.
+func TestAPIModeNamesRefused(t *testing.T) {
+	env, cs, dc := clients(t)
+	ctx := t.Context()
+	dir := t.TempDir()
+	// Another CRD of the group already serves kind Widget, as "things".
+	foreign := `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: things.taken.syncloop.dev}
+spec:
+  group: taken.syncloop.dev
+  scope: Namespaced
+  names: {kind: Widget, plural: things, singular: thing, listKind: WidgetList}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+`
+	if _, err := env.InstallCRDs(ctx, writeFile(t, dir, "foreign.yaml.txt", foreign)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, name := range []string{"things.taken.syncloop.dev", "widgets.taken.syncloop.dev"} {
+			_ = dc.Resource(crdGVR).Delete(context.Background(), name, metav1.DeleteOptions{})
+		}
+	})
+	rules := filepath.Join(dir, "rules")
+	if err := os.Mkdir(rules, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, rules, "widget.yaml", strings.NewReplacer("apimode.syncloop.dev", "taken.syncloop.dev", "{{FIELDS}}\n", "").Replace(widgetRule))
+	ns := newNamespace(t, cs, "taken")
+	writeFile(t, rules, "other.yaml", `apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: other}
+spec:
+  watch: {apiVersion: v1, kind: Namespace, fieldSelector: metadata.name=`+ns+`}
+  resources:
+    - id: cm
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: other, namespace: "${object.metadata.name}"}}
+`)
+	_, probes := runInProcess(t, "-f", rules, "--kubeconfig", env.Kubeconfig())
+	_, poll := probing(t, probes, 60*time.Second)
+	poll("the refused names in /readyz, the other rule running", func() bool {
+		b := httpGet("http://" + probes + "/readyz")
+		return strings.Contains(b, `crd widgets.taken.syncloop.dev (rule widget): waiting for the CustomResourceDefinition to be established: its names are not accepted: "WidgetList" is already in use`) &&
+			strings.Contains(b, "rule widget: waiting: kind taken.syncloop.dev/v1, Kind=Widget is served as things.taken.syncloop.dev, not by the rule's CustomResourceDefinition widgets.taken.syncloop.dev") &&
+			strings.Contains(b, "rule other: running")
+	})
+	if _, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, "other", metav1.GetOptions{}); err != nil {
+		t.Errorf("the other rule's child: %v", err)
+	}
+}

@@ -27,9 +27,12 @@ var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Ver
 // crdReadTimeout bounds a rule load's read of a CRD.
 const crdReadTimeout = 30 * time.Second
 
-// crdWait bounds how long keeping a CRD waits for the API server to
-// establish it (it takes well under a second).
-const crdWait = 60 * time.Second
+// crdWait bounds how long one keep waits, for all its CRDs together, for
+// the API server to establish them (it takes well under a second): the
+// rule set waits that long at most — a rule whose CRD takes longer waits
+// for its kind in the engine, as any rule whose kind is not served, and
+// the others are not held up.
+const crdWait = 10 * time.Second
 
 // crdKeeper keeps the CustomResourceDefinitions of the kinds rules define
 // (spec.api) as the rules generate them: before a set is put in force it
@@ -113,6 +116,7 @@ func (k *crdKeeper) keep(ctx context.Context, set *rules.Set) (failed bool) {
 		failures = append(failures, fmt.Sprintf("crd %s (rule %s): %s: %v", r.API.CRDName(), r.Name, strings.ToLower(what[:1])+what[1:], err))
 		failed = true
 	}
+	deadline := time.Now().Add(crdWait)
 	for _, r := range set.Rules() {
 		if r.API == nil {
 			continue
@@ -134,7 +138,7 @@ func (k *crdKeeper) keep(ctx context.Context, set *rules.Set) (failed bool) {
 			logger.Info("CustomResourceDefinition applied", "rule", r.Name, "crd", want.GetName(), "created", served == nil)
 			count(r.Name, map[bool]string{true: "created", false: "updated"}[served == nil])
 		}
-		if err := k.established(ctx, want.GetName()); err != nil {
+		if err := k.established(ctx, want.GetName(), time.Until(deadline)); err != nil {
 			fail(r, "Waiting for the CustomResourceDefinition to be established", err)
 		}
 	}
@@ -165,9 +169,10 @@ func (k *crdKeeper) apply(ctx context.Context, crd *unstructured.Unstructured) e
 
 // established waits until the API server has accepted the CRD's names
 // and established it: its kind is then served.
-func (k *crdKeeper) established(ctx context.Context, name string) error {
+func (k *crdKeeper) established(ctx context.Context, name string, timeout time.Duration) error {
 	var last string
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, crdWait, true, func(ctx context.Context) (bool, error) {
+	var refused error
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, max(timeout, 100*time.Millisecond), true, func(ctx context.Context) (bool, error) {
 		got, err := k.crds.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			last = err.Error()
@@ -181,13 +186,18 @@ func (k *crdKeeper) established(ctx context.Context, name string) error {
 			s, _ := m["status"].(string)
 			status[t] = s
 			if t == "NamesAccepted" && s == "False" {
+				// Another CRD holds a name: waiting does not help.
 				msg, _ := m["message"].(string)
-				last = "names not accepted: " + msg
+				refused = fmt.Errorf("its names are not accepted: %s", msg)
+				return false, refused
 			}
 		}
 		return status["Established"] == "True" && status["NamesAccepted"] == "True", nil
 	})
-	if err != nil && last != "" {
+	switch {
+	case refused != nil:
+		return refused
+	case err != nil && last != "":
 		return fmt.Errorf("%w (%s)", err, last)
 	}
 	return err
