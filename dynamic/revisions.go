@@ -7,7 +7,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -62,6 +61,6 @@ func (s *Revisions) Renumber(ctx context.Context, cr appsv1.ControllerRevision, 
 
 // Delete deletes a revision, if it is still the object read (its UID).
 func (s *Revisions) Delete(ctx context.Context, cr appsv1.ControllerRevision) error {
-	uid := types.UID(cr.UID)
+	uid := cr.UID
 	return s.client.AppsV1().ControllerRevisions(s.namespace).Delete(ctx, cr.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 }

@@ -90,9 +90,9 @@ func (a *API) Default(obj map[string]any) {
 }
 
 var (
-	kindPattern  = regexp.MustCompile(`^[A-Z][A-Za-z0-9]*$`)
-	columnTypes  = []string{"string", "integer", "number", "boolean", "date"}
-	columnReason = []string{"FieldValueInvalid", "FieldValueForbidden", "FieldValueRequired", "FieldValueDuplicate"}
+	kindPattern       = regexp.MustCompile(`^[A-Z][A-Za-z0-9]*$`)
+	columnTypes       = []string{"string", "integer", "number", "boolean", "date"}
+	validationReasons = []string{"FieldValueInvalid", "FieldValueForbidden", "FieldValueRequired", "FieldValueDuplicate"}
 )
 
 // decodeAPI decodes spec.api: the kind, its names and scope, the schema
@@ -140,7 +140,7 @@ func (d *decoder) decodeAPI(n *yaml.Node) *API {
 	} else {
 		a.Spec = d.compileAPISchema(sn, field+".spec", f["types"], field+".types")
 		d.apiFieldPositions(a, sn, "spec")
-		if k := keyNode(n, "spec"); k != nil {
+		if k, _ := entry(n, "spec"); k != nil {
 			a.at["spec"] = d.pos(k)
 		}
 	}
@@ -211,15 +211,19 @@ func (d *decoder) decodeAPINames(a *API, f map[string]*yaml.Node) {
 	}
 }
 
-// keyNode is the key node of key in mapping n, or nil.
-func keyNode(n *yaml.Node, key string) *yaml.Node {
+// entry is the key and value nodes of key in mapping n; nil when n is
+// not a mapping or has no such key.
+func entry(n *yaml.Node, key string) (k, v *yaml.Node) {
 	n = resolve(n)
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil, nil
+	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		if k := resolve(n.Content[i]); k.Value == key {
-			return k
+			return k, n.Content[i+1]
 		}
 	}
-	return nil
+	return nil, nil
 }
 
 // apiFieldPositions records where the fields of the spec mapping n, at
@@ -266,8 +270,8 @@ func (d *decoder) decodeValidations(s *spec.Schema, n *yaml.Node, field string) 
 			d.errorf(vn, at+".rule", "required: a CEL expression over self, the spec")
 		}
 		nodes = append(nodes, resolve(vf["rule"]))
-		if r, ok := rule["reason"].(string); ok && !slices.Contains(columnReason, r) {
-			d.errorf(vf["reason"], at+".reason", "%q is not a reason: one of %s", r, strings.Join(columnReason, ", "))
+		if r, ok := rule["reason"].(string); ok && !slices.Contains(validationReasons, r) {
+			d.errorf(vf["reason"], at+".reason", "%q is not a reason: one of %s", r, strings.Join(validationReasons, ", "))
 		}
 		if p, ok := rule["fieldPath"].(string); ok && !strings.HasPrefix(p, ".") {
 			d.errorf(vf["fieldPath"], at+".fieldPath", "%q: a field path starts with a dot, e.g. .replicas", p)

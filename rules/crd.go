@@ -207,7 +207,7 @@ func (d *decoder) statusValue(r *Rule, v any, path expr.Path) *spec.Schema {
 		var items *spec.Schema
 		for i, e := range v {
 			is := d.statusValue(r, e, path.With(i))
-			if items != nil && !sameSchema(items, is) {
+			if items != nil && jsonOf(items) != jsonOf(is) {
 				d.noteDyn(r, path, "its items differ in type")
 				items = expr.AnySchema()
 				break
@@ -237,12 +237,6 @@ func (d *decoder) statusValue(r *Rule, v any, path expr.Path) *spec.Schema {
 		return expr.AnySchema()
 	}
 	return s
-}
-
-func sameSchema(a, b *spec.Schema) bool {
-	x, _ := json.Marshal(a)
-	y, _ := json.Marshal(b)
-	return string(x) == string(y)
 }
 
 // noteDyn notes a status field whose CRD type keeps any value.

@@ -52,7 +52,7 @@ func (d *decoder) checkServedCRD(r *Rule) {
 		}
 		return
 	}
-	if !ownsCRD(r, served) {
+	if !r.OwnsCRD(served) {
 		d.errorAt(a.Pos, "spec.api", "CustomResourceDefinition %s exists and is not this installation's of syncloop: syncloop never takes over a CRD it did not create (annotate it %s=%s to hand it to this rule, or run with --manage-crds=false)",
 			a.CRDName(), AnnotationAdopt, r.Name)
 		return
@@ -63,20 +63,16 @@ func (d *decoder) checkServedCRD(r *Rule) {
 	}
 }
 
-// ownsCRD reports whether a served CRD is the rule's to change: made by
-// this installation of syncloop, or handed to the rule by its adopt
-// annotation.
-func ownsCRD(r *Rule, served *unstructured.Unstructured) bool {
+// OwnsCRD reports whether a served CRD is r's to change (see
+// UseServedCRDs): made by this installation of syncloop, or handed to the
+// rule by its adopt annotation.
+func (r *Rule) OwnsCRD(served *unstructured.Unstructured) bool {
 	l := served.GetLabels()
 	if l[LabelManagedBy] == ManagedByValue && l[LabelInstallation] == r.Installation {
 		return true
 	}
 	return served.GetAnnotations()[AnnotationAdopt] == r.Name
 }
-
-// OwnsCRD reports whether syncloop may apply the CRD r generates over
-// served (see UseServedCRDs).
-func (r *Rule) OwnsCRD(served *unstructured.Unstructured) bool { return ownsCRD(r, served) }
 
 // change is one breaking change, at the field of the rule that makes it.
 type change struct {

@@ -286,19 +286,9 @@ func kindsIn(path string, data []byte) []*unstructured.Unstructured {
 
 // apiNode is a rule document's spec.api, or nil.
 func apiNode(root *yaml.Node) *yaml.Node {
-	child := func(n *yaml.Node, key string) *yaml.Node {
-		n = resolve(n)
-		if n == nil || n.Kind != yaml.MappingNode {
-			return nil
-		}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			if resolve(n.Content[i]).Value == key {
-				return n.Content[i+1]
-			}
-		}
-		return nil
-	}
-	return child(child(root, "spec"), "api")
+	_, spec := entry(root, "spec")
+	_, api := entry(spec, "api")
+	return api
 }
 
 // crdsIn returns the CustomResourceDefinitions among the documents of a

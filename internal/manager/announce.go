@@ -62,10 +62,8 @@ func (a *announcer) announce(ctx context.Context, errs []reload.FileError, rules
 	}
 	ref := &corev1.ObjectReference{APIVersion: "v1", Kind: "ConfigMap", Namespace: cm.Namespace, Name: cm.Name,
 		UID: cm.UID, ResourceVersion: cm.ResourceVersion}
-	if len(errs) == 0 {
-		if a.last != "" {
-			a.recorder.Eventf(ref, corev1.EventTypeNormal, ReasonRulesLoaded, "every rule file loads again: %d rule(s) in force", rules)
-		}
+	if len(errs) == 0 { // and some did not load before
+		a.recorder.Eventf(ref, corev1.EventTypeNormal, ReasonRulesLoaded, "every rule file loads again: %d rule(s) in force", rules)
 	}
 	for _, e := range errs {
 		msg := e.Error()

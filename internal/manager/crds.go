@@ -130,69 +130,66 @@ func (k *crdKeeper) keep(ctx context.Context, set *rules.Set) (failed bool) {
 		if served != nil && !r.OwnsCRD(served) {
 			continue // the loader refused such a rule; an older version of it may still run
 		}
-		if served == nil || len(rules.CRDDiff(served, want)) > 0 || !labelled(served, want) {
-			if err := k.apply(ctx, want); err != nil {
+		current := served
+		if needsApply(served, want) {
+			if current, err = k.apply(ctx, want); err != nil {
 				fail(r, "Applying the CustomResourceDefinition", err)
 				continue
 			}
 			logger.Info("CustomResourceDefinition applied", "rule", r.Name, "crd", want.GetName(), "created", served == nil)
 			count(r.Name, map[bool]string{true: "created", false: "updated"}[served == nil])
 		}
-		if err := k.established(ctx, want.GetName(), time.Until(deadline)); err != nil {
+		if err := k.established(ctx, current, time.Until(deadline)); err != nil {
 			fail(r, "Waiting for the CustomResourceDefinition to be established", err)
 		}
 	}
 	return failed
 }
 
-// labelled reports whether served carries want's labels.
-func labelled(served, want *unstructured.Unstructured) bool {
+// needsApply reports whether the served CRD (nil: none) is not yet want:
+// it differs in what the rule decides, or lacks syncloop's labels.
+func needsApply(served, want *unstructured.Unstructured) bool {
+	if served == nil || len(rules.CRDDiff(served, want)) > 0 {
+		return true
+	}
 	for k, v := range want.GetLabels() {
 		if served.GetLabels()[k] != v {
-			return false
+			return true
 		}
 	}
-	return true
+	return false
 }
 
 // apply server-side applies crd with syncloop's CRD field manager, taking
-// over the fields another manager set (an adopted CRD's).
-func (k *crdKeeper) apply(ctx context.Context, crd *unstructured.Unstructured) error {
+// over the fields another manager set (an adopted CRD's), and returns the
+// CRD as the API server then has it.
+func (k *crdKeeper) apply(ctx context.Context, crd *unstructured.Unstructured) (*unstructured.Unstructured, error) {
 	data, err := json.Marshal(crd.Object)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	force := true
-	_, err = k.crds.Patch(ctx, crd.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: rules.FieldManagerCRD, Force: &force})
-	return err
+	return k.crds.Patch(ctx, crd.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: rules.FieldManagerCRD, Force: &force})
 }
 
-// established waits until the API server has accepted the CRD's names
-// and established it: its kind is then served.
-func (k *crdKeeper) established(ctx context.Context, name string, timeout time.Duration) error {
+// established waits until the API server has accepted the names of crd
+// (as last read or applied) and established it: its kind is then served.
+// One already established is not read again.
+func (k *crdKeeper) established(ctx context.Context, crd *unstructured.Unstructured, timeout time.Duration) error {
+	if ok, err := crdEstablished(crd); ok || err != nil {
+		return err
+	}
 	var last string
 	var refused error
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, max(timeout, 100*time.Millisecond), true, func(ctx context.Context) (bool, error) {
-		got, err := k.crds.Get(ctx, name, metav1.GetOptions{})
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, max(timeout, 100*time.Millisecond), false, func(ctx context.Context) (bool, error) {
+		got, err := k.crds.Get(ctx, crd.GetName(), metav1.GetOptions{})
 		if err != nil {
 			last = err.Error()
 			return false, nil
 		}
-		conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
-		status := map[string]string{}
-		for _, c := range conds {
-			m, _ := c.(map[string]any)
-			t, _ := m["type"].(string)
-			s, _ := m["status"].(string)
-			status[t] = s
-			if t == "NamesAccepted" && s == "False" {
-				// Another CRD holds a name: waiting does not help.
-				msg, _ := m["message"].(string)
-				refused = fmt.Errorf("its names are not accepted: %s", msg)
-				return false, refused
-			}
-		}
-		return status["Established"] == "True" && status["NamesAccepted"] == "True", nil
+		ok, err := crdEstablished(got)
+		refused = err
+		return ok, err
 	})
 	switch {
 	case refused != nil:
@@ -201,6 +198,25 @@ func (k *crdKeeper) established(ctx context.Context, name string, timeout time.D
 		return fmt.Errorf("%w (%s)", err, last)
 	}
 	return err
+}
+
+// crdEstablished reads a CRD's conditions: whether its names are accepted
+// and it is established, or an error when its names are refused (another
+// CRD holds one: waiting does not help).
+func crdEstablished(crd *unstructured.Unstructured) (bool, error) {
+	conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
+	status := map[string]string{}
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		t, _ := m["type"].(string)
+		s, _ := m["status"].(string)
+		status[t] = s
+		if t == "NamesAccepted" && s == "False" {
+			msg, _ := m["message"].(string)
+			return false, fmt.Errorf("its names are not accepted: %s", msg)
+		}
+	}
+	return status["Established"] == "True" && status["NamesAccepted"] == "True", nil
 }
 
 // plan adds to p what keep would do to the CRDs of set's rules: a create,
@@ -224,7 +240,7 @@ func (k *crdKeeper) plan(set *rules.Set, p engine.Planner) (created map[string]b
 		case served == nil:
 			p.Plan(engine.Action{Action: engine.ActionCreate, Rule: r.Name, Object: ref})
 			created[r.Name] = true
-		case r.OwnsCRD(served) && (len(rules.CRDDiff(served, want)) > 0 || !labelled(served, want)):
+		case r.OwnsCRD(served) && needsApply(served, want):
 			p.Plan(engine.Action{Action: engine.ActionUpdate, Rule: r.Name, Object: ref,
 				Diff: engine.Diff("CustomResourceDefinition.apiextensions.k8s.io", served.Object, want.Object)})
 		}

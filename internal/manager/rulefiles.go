@@ -52,8 +52,11 @@ func (f *ruleFiles) working(ctx context.Context, active bool) {
 // define, a revision of each rule, and the load's outcome said on the
 // rules ConfigMap. A dry run writes none of it (its plan shows the CRDs).
 func (f *ruleFiles) inForce(ctx context.Context, set *rules.Set) {
+	if !f.active.Load() {
+		return
+	}
 	f.keepCRDs(ctx, set)
-	if f.active.Load() && f.crds.dryRun == nil {
+	if f.crds.dryRun == nil {
 		f.revisions.keep(ctx, set)
 		f.announcer.announce(ctx, f.files.get(), set.Len())
 	}
@@ -82,7 +85,7 @@ func newRuleFiles(o Options, c *Clients, m *metrics.Metrics) (*ruleFiles, error)
 // is put in force; when one cannot be kept it tries again, with the set
 // then in force, until it can (or ctx ends).
 func (f *ruleFiles) keepCRDs(ctx context.Context, set *rules.Set) {
-	if !f.active.Load() || !f.crds.keep(ctx, set) {
+	if !f.crds.keep(ctx, set) {
 		return
 	}
 	go func() {
