@@ -2,11 +2,13 @@ package dynamic
 
 import (
 	"context"
+	"encoding/json"
 	"sort"
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -63,4 +65,14 @@ func (s *Revisions) Renumber(ctx context.Context, cr appsv1.ControllerRevision, 
 func (s *Revisions) Delete(ctx context.Context, cr appsv1.ControllerRevision) error {
 	uid := cr.UID
 	return s.client.AppsV1().ControllerRevisions(s.namespace).Delete(ctx, cr.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+}
+
+// Annotate sets one annotation of a revision (a merge patch) and returns
+// the revision as it then is.
+func (s *Revisions) Annotate(ctx context.Context, name, key, value string) (*appsv1.ControllerRevision, error) {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{key: value}}})
+	if err != nil {
+		return nil, err
+	}
+	return s.client.AppsV1().ControllerRevisions(s.namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 }

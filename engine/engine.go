@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -75,6 +76,10 @@ type Options struct {
 	// Shard, when set, limits the engine to the triggers it owns (replicas
 	// sharing the triggers); SetShard changes it. Nil: every trigger.
 	Shard Shard
+	// Rollouts keeps the rules' rollouts where a restart finds them, and
+	// says their transitions; nil keeps them in memory only (a restart
+	// moves a changed rule's triggers at once).
+	Rollouts RolloutStore
 	// Plan, when set, makes the engine a dry run: every write becomes a
 	// server-side dry-run request (dryRun=All: defaulting and admission
 	// apply, nothing is persisted) and an Action for Plan. No Event is
@@ -113,12 +118,13 @@ type Engine struct {
 	registry *dynamic.Registry
 	client   *dynamic.Writer // DryRun in a dry run
 	// writers makes each rule's writer: live, or a plan (Options.Plan).
-	writers func(r *rules.Rule, writes *ownWrites, requeue func(cache.ObjectName)) writer
-	plan    Planner // Options.Plan
-	metrics Metrics
-	queues  workqueue.MetricsProvider
-	drain   time.Duration
-	ns      string // Options.Namespace
+	writers  func(r *rules.Rule, writes *ownWrites, requeue func(cache.ObjectName)) writer
+	plan     Planner // Options.Plan
+	metrics  Metrics
+	queues   workqueue.MetricsProvider
+	drain    time.Duration
+	ns       string // Options.Namespace
+	rollouts RolloutStore
 
 	shardMu sync.RWMutex // guards shard and shards; SetShard holds it to change them
 	shard   Shard
@@ -144,6 +150,7 @@ func New(o Options) *Engine {
 		queues:   o.QueueMetrics,
 		drain:    o.DrainTimeout,
 		ns:       o.Namespace,
+		rollouts: o.Rollouts,
 		shard:    o.Shard,
 		loops:    map[string]*ruleLoop{},
 	}
@@ -263,13 +270,32 @@ func (e *Engine) Apply(ctx context.Context, set *rules.Set) {
 	var stopping []*ruleLoop
 	retired := map[string][]schema.GroupVersionKind{}
 	retiredPatches := map[string][]*patchWatch{}
+	rollouts := map[string]*rolloutPlan{}
 	for name, l := range e.loops {
-		if r, ok := want[name]; !ok || r.Hash != l.rule.Hash {
-			stopping = append(stopping, l)
-			delete(e.loops, name)
-			if ok {
-				retired[name] = retiredKinds(l.watches, r)
-				retiredPatches[name] = l.watches.patches
+		r, ok := want[name]
+		if ok && r.Hash == l.rule.Hash {
+			if ro := l.ro.Load(); ro != nil {
+				ro.setSettings(ctx, r.Rollout)
+			}
+			continue
+		}
+		stopping = append(stopping, l)
+		delete(e.loops, name)
+		if ok {
+			retired[name] = retiredKinds(l.watches, r)
+			retiredPatches[name] = l.watches.patches
+			if p := e.rolloutFrom(l, r); p != nil {
+				rollouts[name] = p
+			}
+			if ro := l.ro.Load(); ro != nil {
+				go ro.supersede(ctx, r)
+				// What the revision rolled out from made is pruned too.
+				for _, gvk := range retiredKinds(ro.from.w, r) {
+					if !slices.Contains(retired[name], gvk) {
+						retired[name] = append(retired[name], gvk)
+					}
+				}
+				retiredPatches[name] = append(retiredPatches[name], ro.from.w.patches...)
 			}
 		}
 	}
@@ -285,7 +311,11 @@ func (e *Engine) Apply(ctx context.Context, set *rules.Set) {
 	}
 	for name, r := range want {
 		if _, running := e.loops[name]; !running {
-			l := newRuleLoop(e, r, retired[name], retiredPatches[name])
+			p, changed := rollouts[name]
+			if _, stopped := retired[name]; !changed && !stopped {
+				p = e.resumeRollout(ctx, r) // new here: perhaps changed while syncloop was down
+			}
+			l := newRuleLoop(e, r, retired[name], retiredPatches[name], p)
 			e.loops[name] = l
 			l.start(klog.NewContext(ctx, klog.FromContext(ctx).WithValues("rule", name)))
 		}

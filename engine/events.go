@@ -17,23 +17,19 @@ import (
 // shard owns (add).
 
 // handlers turn the informers' events into trigger keys.
-func (l *ruleLoop) handlers() handlers {
+func (l *ruleLoop) handlers() handlers { return l.handlersOf(l.rc, true) }
+
+// handlersOf are the event handlers of rc's watches: the loop's own
+// reconciler's (primary), or those of the revision a rollout moves from,
+// whose trigger events — the same informer's — the primary's handle, and
+// whose child informers the primary's share are skipped (subscribe).
+func (l *ruleLoop) handlersOf(rc *reconciler, primary bool) handlers {
+	trigger := cache.ResourceEventHandler(cache.ResourceEventHandlerFuncs{})
+	if primary {
+		trigger = l.triggerHandler()
+	}
 	return handlers{
-		trigger: cache.ResourceEventHandlerFuncs{
-			AddFunc: func(obj any) {
-				if l.wants(obj) {
-					l.enqueue(obj)
-				}
-			},
-			UpdateFunc: func(old, obj any) {
-				// Old or new: a trigger that stops matching is reconciled
-				// once more, and its children pruned.
-				if l.wants(old) || l.wants(obj) {
-					l.enqueue(obj)
-				}
-			},
-			DeleteFunc: l.enqueue,
-		},
+		trigger: trigger,
 		child: cache.ResourceEventHandlerFuncs{
 			AddFunc:    l.childChanged,
 			UpdateFunc: func(_, obj any) { l.childChanged(obj) },
@@ -43,7 +39,7 @@ func (l *ruleLoop) handlers() handlers {
 			},
 		},
 		lookup: func(lw *lookupWatch) cache.ResourceEventHandler {
-			changed := func(objs ...any) { l.rc.deps.queue(lw.index, objs, l.add) }
+			changed := func(objs ...any) { rc.deps.queue(lw.index, objs, l.add) }
 			return cache.ResourceEventHandlerFuncs{
 				AddFunc:    func(obj any) { changed(obj) },
 				UpdateFunc: func(old, obj any) { changed(old, obj) },
@@ -53,7 +49,7 @@ func (l *ruleLoop) handlers() handlers {
 		patch: func(pw *patchWatch) cache.ResourceEventHandler {
 			changed := func(obj any) {
 				if pw.res != nil {
-					l.patchChanged(pw.res.Index, obj)
+					l.patchChanged(rc, pw.res.Index, obj)
 				}
 			}
 			return cache.ResourceEventHandlerFuncs{
@@ -65,17 +61,43 @@ func (l *ruleLoop) handlers() handlers {
 	}
 }
 
+// triggerHandler queues the triggers the rule wants.
+func (l *ruleLoop) triggerHandler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if l.wants(obj) {
+				l.enqueue(obj)
+			}
+		},
+		UpdateFunc: func(old, obj any) {
+			// Old or new: a trigger that stops matching is reconciled
+			// once more, and its children pruned.
+			if l.wants(old) || l.wants(obj) {
+				l.enqueue(obj)
+			}
+		},
+		DeleteFunc: l.enqueue,
+	}
+}
+
 // wants evaluates the rule's `when` for an event's object. An evaluation
 // error counts as wanted: the reconcile reports it.
 func (l *ruleLoop) wants(obj any) bool {
-	if l.rule.When == nil {
+	if ro := l.ro.Load(); ro != nil && !ro.settled.Load() && wants(ro.from.rule, obj) {
+		return true // during a rollout, either revision's when
+	}
+	return wants(l.rule, obj)
+}
+
+func wants(r *rules.Rule, obj any) bool {
+	if r.When == nil {
 		return true
 	}
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
 		return true
 	}
-	ok, err := l.rule.When.EvalBool(context.Background(), &expr.Activation{Object: u.Object, Rule: l.rule.Name})
+	ok, err := r.When.EvalBool(context.Background(), &expr.Activation{Object: u.Object, Rule: r.Name})
 	return ok || err != nil
 }
 
@@ -115,27 +137,56 @@ func (l *ruleLoop) enqueueOwner(obj any) {
 // the child is still returning is held (ownWrites.echo): the apply's end
 // queues the trigger if it was not the echo.
 func (l *ruleLoop) childChanged(obj any) {
-	if u, ok := obj.(*unstructured.Unstructured); ok && l.rc.writes.echo(refOf(u), u.GetResourceVersion()) {
-		return
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		for _, rc := range l.reconcilers() {
+			if rc.writes.echo(refOf(u), u.GetResourceVersion()) {
+				return
+			}
+		}
 	}
 	l.enqueueOwner(obj)
 }
 
-// patchChanged queues the triggers whose resource number i patches obj —
-// unless the event is the echo of syncloop's own last apply of it.
-func (l *ruleLoop) patchChanged(i int, obj any) {
+// patchChanged queues the triggers whose resource number i of rc's rule
+// patches obj — unless the event is the echo of syncloop's own last apply
+// of it.
+func (l *ruleLoop) patchChanged(rc *reconciler, i int, obj any) {
 	u, ok := unwrap(obj).(*unstructured.Unstructured)
-	if !ok || l.rc.writes.isOwnVersion(refOf(u), u.GetResourceVersion()) {
+	if !ok {
 		return
 	}
-	l.rc.patches.each(i, u.GetNamespace(), u.GetName(), nil, l.add)
+	for _, o := range l.reconcilers() {
+		if o.writes.isOwnVersion(refOf(u), u.GetResourceVersion()) {
+			return
+		}
+	}
+	rc.patches.each(i, u.GetNamespace(), u.GetName(), nil, l.add)
 }
 
 // forget drops what is remembered of a written object that is gone.
 func (l *ruleLoop) forget(obj any) {
 	if u, ok := unwrap(obj).(*unstructured.Unstructured); ok {
-		l.rc.writes.gone(refOf(u))
+		for _, rc := range l.reconcilers() {
+			rc.writes.gone(refOf(u))
+		}
 	}
+}
+
+// reconcilers are the loop's reconciler and, during a rollout, the one of
+// the revision it moves from.
+func (l *ruleLoop) reconcilers() []*reconciler {
+	if ro := l.ro.Load(); ro != nil {
+		return ro.both
+	}
+	return l.own
+}
+
+// reconcilerFor is the reconciler of the revision trigger key is on.
+func (l *ruleLoop) reconcilerFor(key cache.ObjectName) *reconciler {
+	if ro := l.ro.Load(); ro != nil && !ro.onNew(key) {
+		return ro.from
+	}
+	return l.rc
 }
 
 // ownTrigger parses a child's owner annotation and reports whether the

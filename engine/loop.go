@@ -17,6 +17,7 @@ import (
 
 	"github.com/syncloop/syncloop/dynamic"
 	"github.com/syncloop/syncloop/rules"
+	"github.com/syncloop/syncloop/rules/render"
 )
 
 // A rule's loop is in one of these states (RuleState.State).
@@ -58,6 +59,11 @@ type ruleLoop struct {
 
 	watches *watches    // resolved and subscribed by run before any worker starts
 	rc      *reconciler // reconciles one trigger
+	own     []*reconciler
+	// ro is the rule's rollout from its previous revision, if one is
+	// under way (or was, since the loop started): nil, every trigger is
+	// on the loop's revision.
+	ro atomic.Pointer[rollout]
 
 	loopCounters
 
@@ -88,7 +94,7 @@ type loopCounters struct {
 // version of the rule made and r does not: their children are pruned.
 // retiredPatches are the patch watches of earlier versions: what they
 // patched and r does not is released.
-func newRuleLoop(e *Engine, r *rules.Rule, retired []schema.GroupVersionKind, retiredPatches []*patchWatch) *ruleLoop {
+func newRuleLoop(e *Engine, r *rules.Rule, retired []schema.GroupVersionKind, retiredPatches []*patchWatch, plan *rolloutPlan) *ruleLoop {
 	limiter := workqueue.NewTypedMaxOfRateLimiter(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](r.RateLimit.BaseDelay, r.RateLimit.MaxDelay),
 		&workqueue.TypedBucketRateLimiter[cache.ObjectName]{Limiter: rate.NewLimiter(rate.Limit(r.RateLimit.QPS), r.RateLimit.Burst)},
@@ -116,6 +122,16 @@ func newRuleLoop(e *Engine, r *rules.Rule, retired []schema.GroupVersionKind, re
 		patches: newLookupIndex(),
 		metrics: e.metrics,
 		mayLag:  l.mayLag,
+	}
+	l.own = []*reconciler{l.rc}
+	if plan != nil {
+		ro := newRollout(l, plan)
+		l.ro.Store(ro)
+		l.rc.observe = func(key cache.ObjectName, rd *render.Rendered, err error) {
+			if ro := l.ro.Load(); ro != nil {
+				ro.observe(key, rd, err)
+			}
+		}
 	}
 	return l
 }
@@ -153,9 +169,14 @@ func (l *ruleLoop) getState() (string, string) {
 func (l *ruleLoop) run(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	defer l.watches.unsubscribe()
+	defer func() {
+		if ro := l.ro.Load(); ro != nil {
+			ro.from.w.unsubscribe()
+		}
+	}()
 	defer l.queue.ShutDown()
 	l.shardSeen = l.e.currentShard()
-	if !l.prepare(ctx) || !l.waitForSync(ctx, l.watches.needed()) {
+	if !l.prepare(ctx) || !l.prepareRollout(ctx) || !l.waitForSync(ctx, l.needed()) {
 		return
 	}
 	l.mu.Lock()
@@ -180,6 +201,9 @@ func (l *ruleLoop) run(ctx context.Context) {
 		l.sweep(ctx) // children whose trigger went away while syncloop was down
 		l.setState(StateRunning, "")
 		logger.Info("Rule running", "workers", l.rule.Workers)
+		if ro := l.ro.Load(); ro != nil {
+			go ro.run(ctx)
+		}
 	}
 
 	var tick <-chan time.Time
@@ -232,6 +256,63 @@ func (l *ruleLoop) prepare(ctx context.Context) bool {
 	}
 	l.triggerSub.Store(l.watches.trigger)
 	return true
+}
+
+// prepareRollout resolves and subscribes the watches of the revision a
+// rollout moves from. When they cannot be had soon — a kind it used is no
+// longer served — the rollout is given up: every trigger moves at once.
+// It returns false only when ctx ended.
+func (l *ruleLoop) prepareRollout(ctx context.Context) bool {
+	ro := l.ro.Load()
+	if ro == nil {
+		return true
+	}
+	logger := klog.FromContext(ctx)
+	w := ro.from.w
+	rctx, cancel := context.WithTimeout(ctx, rolloutResolveWait)
+	defer cancel()
+	var why error
+	if !w.resolve(rctx, l.e.mapper, func(err error) { why = err }) {
+		if ctx.Err() != nil {
+			return false
+		}
+		l.giveUpRollout(ctx, fmt.Errorf("the revision it rolls out from cannot be watched: %w", why))
+		return true
+	}
+	if err := w.checkNamespace(); err != nil {
+		l.giveUpRollout(ctx, err)
+		return true
+	}
+	h := l.handlersOf(ro.from, false)
+	h.skip = l.watches.childKeys()
+	if err := w.subscribe(ctx, l.e.registry, h); err != nil {
+		w.unsubscribe()
+		l.giveUpRollout(ctx, err)
+		return true
+	}
+	logger.Info("Rolling out a change of the rule", "from", short(ro.rec.From), "to", short(l.rule.Hash), "settings", l.rule.Rollout.String())
+	return true
+}
+
+// rolloutResolveWait bounds how long a rollout waits for the kinds of the
+// revision it moves from.
+const rolloutResolveWait = 10 * time.Second
+
+// giveUpRollout ends the loop's rollout before it began: every trigger is
+// on the loop's revision.
+func (l *ruleLoop) giveUpRollout(ctx context.Context, why error) {
+	klog.FromContext(ctx).Error(why, "Cannot roll the change out in steps: every trigger moves at once")
+	l.ro.Store(nil)
+}
+
+// needed are the informers the workers need synced: the rule's, and
+// during a rollout those of the revision it moves from.
+func (l *ruleLoop) needed() []*dynamic.Subscription {
+	subs := l.watches.needed()
+	if ro := l.ro.Load(); ro != nil {
+		subs = append(subs, ro.from.w.needed()...)
+	}
+	return subs
 }
 
 // waitForSync waits until the informers of subs have synced, and reports
@@ -399,7 +480,8 @@ func (l *ruleLoop) processNext(ctx context.Context) bool {
 	defer l.inFlight.Add(-1)
 	start := time.Now()
 	logger := klog.FromContext(ctx).WithValues("trigger", key.String())
-	err := l.rc.reconcile(klog.NewContext(ctx, logger), key)
+	rc := l.reconcilerFor(key)
+	err := rc.reconcile(klog.NewContext(ctx, logger), key)
 	result := "success"
 	if err != nil {
 		result = "error"
@@ -407,7 +489,7 @@ func (l *ruleLoop) processNext(ctx context.Context) bool {
 	l.e.metrics.ReconcileDone(l.rule.Name, result, time.Since(start))
 	l.reconciles.Add(1)
 	switch {
-	case err == nil, !l.rc.out.retry(key, err):
+	case err == nil, !rc.out.retry(key, err):
 		l.queue.Forget(key)
 	case l.rule.MaxRetries > 0 && l.queue.NumRequeues(key) >= l.rule.MaxRetries-1:
 		logger.Error(err, "Giving up on trigger after retries", "retries", l.rule.MaxRetries)

@@ -24,20 +24,7 @@ import (
 // nothing before its informers have synced, and a relist replaces a cache
 // whole, so a stale or empty cache never stands for an absent child.
 func (rc *reconciler) prune(ctx context.Context, ch *changes, triggerRef rules.ObjectRef, owner string, existing []*unstructured.Unstructured, desired map[childRef]bool, waiting map[string]bool) error {
-	var doomed []*unstructured.Unstructured
-	for _, child := range existing {
-		id := child.GetAnnotations()[rules.AnnotationResourceID]
-		if waiting[id] || rc.deletionPolicy(id) == rules.DeletionOrphan || !mayPrune(rc.rule.Name, owner, child, desired) {
-			continue
-		}
-		if l := rc.readByLookup(child); l != nil {
-			// An object a lookup reads is a source, whatever its labels say
-			// (an earlier syncloop may have taken it over): never deleted.
-			klog.FromContext(ctx).Info("Not pruning a child that a lookup reads", "kind", child.GetKind(), "child", klog.KObj(child), "lookup", l.ID)
-			continue
-		}
-		doomed = append(doomed, child)
-	}
+	doomed := rc.prunable(ctx, owner, existing, desired, waiting, true)
 	// Reverse dependency order; a child whose resource is gone from the
 	// rule depends on nothing syncloop knows, and goes first.
 	rank := func(u *unstructured.Unstructured) int {
@@ -62,6 +49,29 @@ func (rc *reconciler) prune(ctx context.Context, ch *changes, triggerRef rules.O
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// prunable are the children of existing that prune deletes: not desired,
+// not of a resource that waits or orphans, not what a lookup reads (which
+// is logged when say is true).
+func (rc *reconciler) prunable(ctx context.Context, owner string, existing []*unstructured.Unstructured, desired map[childRef]bool, waiting map[string]bool, say bool) []*unstructured.Unstructured {
+	var doomed []*unstructured.Unstructured
+	for _, child := range existing {
+		id := child.GetAnnotations()[rules.AnnotationResourceID]
+		if waiting[id] || rc.deletionPolicy(id) == rules.DeletionOrphan || !mayPrune(rc.rule.Name, owner, child, desired) {
+			continue
+		}
+		if l := rc.readByLookup(child); l != nil {
+			// An object a lookup reads is a source, whatever its labels say
+			// (an earlier syncloop may have taken it over): never deleted.
+			if say {
+				klog.FromContext(ctx).Info("Not pruning a child that a lookup reads", "kind", child.GetKind(), "child", klog.KObj(child), "lookup", l.ID)
+			}
+			continue
+		}
+		doomed = append(doomed, child)
+	}
+	return doomed
 }
 
 // readByLookup returns the rule's lookup by name that reads obj, as its

@@ -40,6 +40,9 @@ type reconciler struct {
 	patches *lookupIndex // which triggers patch which objects (by resource index)
 
 	metrics Metrics
+	// observe, when set, is told what each reconcile made of its trigger
+	// (a rollout's health; rd nil when the trigger wanted no children).
+	observe func(key cache.ObjectName, rd *render.Rendered, err error)
 	// mayLag reports whether the caches may lack a write the previous
 	// owner of a trigger made (a handover: see handoverVerify).
 	mayLag func(cache.ObjectName) bool
@@ -48,7 +51,11 @@ type reconciler struct {
 // reconcile brings one trigger's children and status to what the rule
 // wants. It reads only from the informer caches; it writes only what
 // differs.
-func (rc *reconciler) reconcile(ctx context.Context, key cache.ObjectName) error {
+func (rc *reconciler) reconcile(ctx context.Context, key cache.ObjectName) (err error) {
+	var rd *render.Rendered
+	if rc.observe != nil {
+		defer func() { rc.observe(key, rd, err) }()
+	}
 	watch := rc.rule.Watch
 	ref := rules.ObjectRef{APIVersion: watch.APIVersion, Kind: watch.Kind, Namespace: key.Namespace, Name: key.Name}
 	owner := rules.Trigger{APIVersion: watch.APIVersion, Kind: watch.Kind, Namespace: key.Namespace, Name: key.Name}.String()
@@ -77,7 +84,7 @@ func (rc *reconciler) reconcile(ctx context.Context, key cache.ObjectName) error
 	lk := &cacheLookuper{rc: rc, trigger: key}
 	ap := &applier{rc: rc, ch: ch, trigger: trigger, key: key,
 		desired: map[childRef]bool{}, patched: map[childRef]bool{}, patchKeys: map[depKey]bool{}}
-	rd, err := render.Rule(ctx, rc.rule, trigger, rc.mapper, lk, ap)
+	rd, err = render.Rule(ctx, rc.rule, trigger, rc.mapper, lk, ap)
 	// What the render read, even when it failed: a source created or
 	// fixed later queues the trigger again.
 	rc.deps.set(key, lk.queries)

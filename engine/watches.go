@@ -247,6 +247,18 @@ type handlers struct {
 	trigger, child cache.ResourceEventHandler
 	lookup         func(lw *lookupWatch) cache.ResourceEventHandler
 	patch          func(pw *patchWatch) cache.ResourceEventHandler
+	// skip are child informers whose events another set of handlers of
+	// the loop handles already: subscribed without handlers.
+	skip map[dynamic.WatchKey]bool
+}
+
+// childKeys are the informers of the children's kinds.
+func (w *watches) childKeys() map[dynamic.WatchKey]bool {
+	out := map[dynamic.WatchKey]bool{}
+	for _, ck := range w.children {
+		out[w.childKey(ck)] = true
+	}
+	return out
 }
 
 // subscribe starts (or shares) every informer of the rule. An informer of
@@ -258,7 +270,11 @@ func (w *watches) subscribe(ctx context.Context, registry *dynamic.Registry, h h
 	}
 	w.trigger = sub
 	for _, ck := range w.children {
-		sub, err := registry.Subscribe(ctx, w.childKey(ck), h.child)
+		handler := h.child
+		if key := w.childKey(ck); h.skip[key] {
+			handler = cache.ResourceEventHandlerFuncs{}
+		}
+		sub, err := registry.Subscribe(ctx, w.childKey(ck), handler)
 		switch {
 		case err != nil && ck.retired:
 			continue

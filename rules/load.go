@@ -80,6 +80,15 @@ func NewLoader(opts expr.Options) (*Loader, error) {
 	return &Loader{compiler: c, schemas: kinds.Builtin(), scopes: builtinScopes{}}, nil
 }
 
+// ForRevisions is a copy of l that compiles the recorded revisions of
+// rules (a rollout's previous one): the served CRDs of the kinds rules
+// define are not checked — they are the newer revision's.
+func (l *Loader) ForRevisions() *Loader {
+	c := *l
+	c.crds = nil
+	return &c
+}
+
 // UseSchemas makes s the source of the schemas later loads check against
 // (CRDs among the files still come first): `run` gives the API server's
 // (kinds.Served), so that installed custom kinds are known.

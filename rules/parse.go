@@ -160,7 +160,7 @@ func (d *decoder) decodeRule(root *yaml.Node, c *expr.Compiler) *Rule {
 		return nil
 	}
 	h := sha256.New()
-	h.Write(sum)
+	h.Write(revisionContent(docVal, sum))
 	// The schemas that typed the rule are part of it: when one changes (a
 	// CRD is updated), the rule is compiled and started again.
 	if v, ok := d.schemas.(kinds.Versioner); ok {
@@ -173,6 +173,33 @@ func (d *decoder) decodeRule(root *yaml.Node, c *expr.Compiler) *Rule {
 	r.Hash = hex.EncodeToString(h.Sum(nil))
 	r.Source = sum
 	return r
+}
+
+// revisionContent is what a rule's revision is named by: its document
+// (JSON) without spec.rollout, which says how a change rolls out, not what
+// the rule does.
+func revisionContent(doc any, sum []byte) []byte {
+	m, _ := doc.(map[string]any)
+	spec, _ := m["spec"].(map[string]any)
+	if _, ok := spec["rollout"]; !ok {
+		return sum
+	}
+	rest := make(map[string]any, len(spec))
+	for k, v := range spec {
+		if k != "rollout" {
+			rest[k] = v
+		}
+	}
+	top := make(map[string]any, len(m))
+	for k, v := range m {
+		top[k] = v
+	}
+	top["spec"] = rest
+	out, err := json.Marshal(top)
+	if err != nil {
+		return sum
+	}
+	return out
 }
 
 // kinds are the kinds the rule reads and writes: its trigger's, its
@@ -417,6 +444,10 @@ func (d *decoder) decodeRuleOptions(r *Rule, f map[string]*yaml.Node) {
 			}
 			r.RevisionHistoryLimit = int(v)
 		}
+	}
+	r.Rollout = DefaultRollout
+	if n, ok := f["rollout"]; ok {
+		d.decodeRollout(&r.Rollout, n)
 	}
 	if n, ok := f["maxRetries"]; ok {
 		if v, ok := d.integer(n, "spec.maxRetries"); ok {

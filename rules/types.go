@@ -94,6 +94,8 @@ type RunOptions struct {
 	// RevisionHistoryLimit is how many revisions of the rule are kept in
 	// the cluster.
 	RevisionHistoryLimit int
+	// Rollout says how a change of the rule reaches its triggers.
+	Rollout Rollout
 }
 
 // KindRef is a kind as a rule names it: apiVersion and kind as written,

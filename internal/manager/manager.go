@@ -136,6 +136,7 @@ func newProcess(ctx context.Context, o Options) (*process, error) {
 		return nil, err
 	}
 	p.rules.announcer = &announcer{configMap: cm, core: p.clients.Core, recorder: recorder}
+	p.rules.revisions.recorder = recorder
 	eo := engine.Options{
 		Client:       p.clients.Dynamic,
 		Mapper:       p.clients.Mapper,
@@ -149,12 +150,22 @@ func newProcess(ctx context.Context, o Options) (*process, error) {
 	if o.DryRun {
 		eo.Plan = engine.NewPlanPrinter(o.Stdout, o.Stderr, o.PlanJSON, true)
 		p.rules.crds.dryRun = eo.Plan
+	} else {
+		eo.Rollouts = p.rules.revisions
 	}
 	if err := o.Mode.configure(&eo); err != nil {
 		p.events.Shutdown()
 		return nil, err
 	}
 	p.engine = engine.New(eo)
+	p.metrics.WatchRollouts(p.reg, func() []metrics.Rollout {
+		var out []metrics.Rollout
+		for _, r := range p.engine.Rollouts() {
+			out = append(out, metrics.Rollout{Rule: r.Rule, State: r.State, Step: r.Step, Steps: r.Steps,
+				From: shortHash(r.From), To: shortHash(r.To), OnFrom: r.OnFrom, OnTo: r.OnTo})
+		}
+		return out
+	})
 	if err := p.listen(); err != nil {
 		p.events.Shutdown()
 		return nil, err
@@ -319,3 +330,6 @@ func logWarnings(logger klog.Logger, set *rules.Set) {
 		}
 	}
 }
+
+// shortHash is a revision's hash as its object is named: 10 digits.
+func shortHash(h string) string { return h[:min(10, len(h))] }

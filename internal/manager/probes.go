@@ -60,6 +60,11 @@ func probes(eng *engine.Engine, files *fileErrors, crds *crdKeeper, revisions *r
 				b.WriteByte('\n')
 			}
 			ready = st.ready && eng.Ready()
+			// A rollout halted is a rule change waiting for the user,
+			// not a replica unfit to serve.
+			for _, r := range eng.Rollouts() {
+				fmt.Fprintf(&b, "rollout %s: %s\n", r.Rule, rolloutLine(r))
+			}
 		}
 		for _, e := range files.get() {
 			fmt.Fprintf(&b, "file %s: %v\n", e.Path, e)
@@ -80,4 +85,13 @@ func probes(eng *engine.Engine, files *fileErrors, crds *crdKeeper, revisions *r
 		fmt.Fprint(w, b.String())
 	})
 	return mux
+}
+
+// rolloutLine says where a rollout stands, in one line.
+func rolloutLine(r engine.RolloutStatus) string {
+	line := fmt.Sprintf("%s, step %d of %d, %d triggers on revision %s, %d on %s", r.State, r.Step, r.Steps, r.OnTo, shortHash(r.To), r.OnFrom, shortHash(r.From))
+	if r.Message != "" {
+		line += ": " + r.Message
+	}
+	return line
 }

@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"sync"
@@ -10,9 +11,11 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/syncloop/syncloop/dynamic"
+	"github.com/syncloop/syncloop/engine"
 	"github.com/syncloop/syncloop/rules"
 )
 
@@ -25,10 +28,21 @@ import (
 // is. The newest RevisionHistoryLimit of each rule are kept, the others
 // deleted; a rule removed from the files keeps its revisions. Only a
 // replica that runs the rules writes them.
+//
+// It is also the engine's RolloutStore: a rollout's record is an
+// annotation (AnnotationRollout) of the revision it rolls out to, and each
+// transition an Event on that object.
 type revisionKeeper struct {
 	store        *dynamic.Revisions
 	installation string
-	mu           sync.Mutex
+	// compile compiles a recorded revision (the rule a rollout moves
+	// from); recorder emits the rollouts' Events (nil: none).
+	compile  func(name string, source []byte) (*rules.Rule, error)
+	recorder record.EventRecorder
+	mu       sync.Mutex
+	// seen are each rule's revisions as the last keep listed them, before
+	// it recorded the version put in force: where a rollout resumes from.
+	seen map[string][]appsv1.ControllerRevision
 	// failures are the rules whose revision the last keep could not
 	// record, and why, for /readyz.
 	failures atomic.Pointer[[]string]
@@ -90,6 +104,7 @@ func (k *revisionKeeper) keep(ctx context.Context, set *rules.Set) (failed bool)
 	for _, cr := range all {
 		byRule[cr.Labels[rules.LabelRule]] = append(byRule[cr.Labels[rules.LabelRule]], cr)
 	}
+	k.seen = byRule
 	for _, r := range set.Rules() {
 		revs, err := k.record(ctx, r, byRule[r.Name])
 		if err != nil {
@@ -153,6 +168,8 @@ type Revision struct {
 	Created  time.Time `json:"created"`
 	// Newest: the version put in force last.
 	Newest bool `json:"newest"`
+	// Rollout is the rollout to this revision, if it had one.
+	Rollout *engine.RolloutRecord `json:"rollout,omitempty"`
 }
 
 // Revisions lists the revisions of the rules of installation recorded in
@@ -175,7 +192,7 @@ func Revisions(ctx context.Context, c *Clients, namespace, installation, rule st
 	for _, cr := range list {
 		r := cr.Labels[rules.LabelRule]
 		out = append(out, Revision{Rule: r, Revision: cr.Revision, Name: cr.Name, Hash: cr.Annotations[rules.AnnotationRuleHash],
-			Created: cr.CreationTimestamp.Time, Newest: cr.Revision == newest[r]})
+			Created: cr.CreationTimestamp.Time, Newest: cr.Revision == newest[r], Rollout: rolloutOf(cr)})
 	}
 	sort.SliceStable(out, func(i, j int) bool {
 		if out[i].Rule != out[j].Rule {
@@ -184,4 +201,86 @@ func Revisions(ctx context.Context, c *Clients, namespace, installation, rule st
 		return out[i].Revision > out[j].Revision
 	})
 	return out, nil
+}
+
+// AnnotationRollout, on a revision, holds the record of the rollout to it
+// (engine.RolloutRecord, JSON).
+const AnnotationRollout = rules.Group + "/rollout"
+
+// rolloutOf is the rollout recorded on cr; nil if none (or unreadable).
+func rolloutOf(cr appsv1.ControllerRevision) *engine.RolloutRecord {
+	s, ok := cr.Annotations[AnnotationRollout]
+	if !ok {
+		return nil
+	}
+	var rec engine.RolloutRecord
+	if json.Unmarshal([]byte(s), &rec) != nil {
+		return nil
+	}
+	return &rec
+}
+
+// Resume implements engine.RolloutStore from the revisions the last keep
+// listed. When r's version was already the newest, a rollout recorded on
+// it that had not ended goes on; when r is new, a rollout begins from the
+// newest — or, if that one's own rollout had not ended, from where that
+// one came, with what it had moved.
+func (k *revisionKeeper) Resume(_ context.Context, r *rules.Rule) (*engine.RolloutRecord, *rules.Rule, error) {
+	k.mu.Lock()
+	revs := k.seen[r.Name]
+	k.mu.Unlock()
+	if len(revs) == 0 || k.compile == nil {
+		return nil, nil, nil
+	}
+	byHash := map[string]appsv1.ControllerRevision{}
+	for _, cr := range revs {
+		byHash[cr.Annotations[rules.AnnotationRuleHash]] = cr
+	}
+	newest := revs[len(revs)-1]
+	rec := rolloutOf(newest)
+	unfinished := rec != nil && (rec.State == engine.RolloutProgressing || rec.State == engine.RolloutHalted || rec.State == engine.RolloutRolledBack)
+	if newest.Annotations[rules.AnnotationRuleHash] == r.Hash {
+		if !unfinished {
+			return nil, nil, nil
+		}
+		from, ok := byHash[rec.From]
+		if !ok {
+			return nil, nil, fmt.Errorf("the revision its rollout moves from (%s) is no longer recorded", rec.From)
+		}
+		compiled, err := k.compile(from.Name, from.Data.Raw)
+		return rec, compiled, err
+	}
+	from, begin := newest, &engine.RolloutRecord{}
+	if unfinished {
+		if older, ok := byHash[rec.From]; ok {
+			from = older
+			if rec.State != engine.RolloutRolledBack {
+				begin.Threshold, begin.Started = rec.Threshold, rec.Started
+			}
+		}
+	}
+	if from.Annotations[rules.AnnotationRuleHash] == r.Hash {
+		return nil, nil, nil // put back
+	}
+	compiled, err := k.compile(from.Name, from.Data.Raw)
+	return begin, compiled, err
+}
+
+// Record implements engine.RolloutStore: rec becomes the annotation of
+// r's revision, and the transition an Event on it.
+func (k *revisionKeeper) Record(ctx context.Context, r *rules.Rule, rec engine.RolloutRecord, eventType, reason, message string) {
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cr, err := k.store.Annotate(ctx, k.name(r), AnnotationRollout, string(data))
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Recording the rule's rollout", "rule", r.Name, "revision", k.name(r))
+		return
+	}
+	if reason != "" && k.recorder != nil {
+		k.recorder.Event(cr, eventType, reason, message)
+	}
 }

@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -76,9 +77,25 @@ func newRuleFiles(o Options, c *Clients, m *metrics.Metrics) (*ruleFiles, error)
 	crds.applied = m.CRDApplied
 	loader.UseServedCRDs(crds, crds.manage)
 	src := reload.NewSource(loader, o.Rules)
+	revisions := newRevisionKeeper(c, o.SyncloopNamespace, o.Installation)
+	revisions.compile = compileRevision(loader.ForRevisions())
 	return &ruleFiles{src: src, watcher: reload.NewWatcher(src, 0), clients: c, metrics: m,
 		files: &fileErrors{}, current: &currentSet{}, updates: make(chan *rules.Set, 1), crds: crds,
-		revisions: newRevisionKeeper(c, o.SyncloopNamespace, o.Installation)}, nil
+		revisions: revisions}, nil
+}
+
+// compileRevision compiles the rule a revision object holds.
+func compileRevision(l *rules.Loader) func(string, []byte) (*rules.Rule, error) {
+	return func(name string, source []byte) (*rules.Rule, error) {
+		f, err := l.Parse("revision "+name, source)
+		if err != nil {
+			return nil, err
+		}
+		if len(f.Rules) != 1 {
+			return nil, fmt.Errorf("revision %s holds %d rules, not one", name, len(f.Rules))
+		}
+		return f.Rules[0], nil
+	}
 }
 
 // keepCRDs keeps the CRDs of the kinds set's rules define, before the set

@@ -295,3 +295,60 @@ func (o ownedKeys) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(ownedKeysDesc, prometheus.GaugeValue, float64(n), rule)
 	}
 }
+
+// Rollout is one rule's rollout, as syncloop_rollout_* report it.
+type Rollout struct {
+	Rule, State string
+	Step, Steps int
+	// From and To name the revisions (short hashes); OnFrom and OnTo
+	// count the triggers on each.
+	From, To     string
+	OnFrom, OnTo int
+}
+
+// RolloutStates are the states syncloop_rollout_state reports, one series
+// each per rule.
+var RolloutStates = []string{"Progressing", "Complete", "Halted", "RolledBack"}
+
+// WatchRollouts registers syncloop_rollout_state, _step, _steps and
+// _triggers, read from rollouts at every scrape.
+func (m *Metrics) WatchRollouts(reg prometheus.Registerer, rollouts func() []Rollout) {
+	reg.MustRegister(rolloutCollector{rollouts})
+}
+
+type rolloutCollector struct{ rollouts func() []Rollout }
+
+var (
+	rolloutStateDesc = prometheus.NewDesc("syncloop_rollout_state",
+		"1 for the state the rule's rollout is in (Progressing, Complete, Halted, RolledBack), 0 for the others; no series for a rule that has not changed since syncloop started.",
+		[]string{"rule", "state"}, nil)
+	rolloutStepDesc = prometheus.NewDesc("syncloop_rollout_step",
+		"The step the rule's rollout has reached (1 is the first).", []string{"rule"}, nil)
+	rolloutStepsDesc = prometheus.NewDesc("syncloop_rollout_steps",
+		"The steps the rule's rollout takes in all, as far as its triggers say.", []string{"rule"}, nil)
+	rolloutTriggersDesc = prometheus.NewDesc("syncloop_rollout_triggers",
+		"Triggers of the rule on each revision of its rollout (the revision's hash, first 10 digits; role from or to).", []string{"rule", "revision", "role"}, nil)
+)
+
+func (c rolloutCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- rolloutStateDesc
+	ch <- rolloutStepDesc
+	ch <- rolloutStepsDesc
+	ch <- rolloutTriggersDesc
+}
+
+func (c rolloutCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, r := range c.rollouts() {
+		for _, s := range RolloutStates {
+			v := 0.0
+			if s == r.State {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(rolloutStateDesc, prometheus.GaugeValue, v, r.Rule, s)
+		}
+		ch <- prometheus.MustNewConstMetric(rolloutStepDesc, prometheus.GaugeValue, float64(r.Step), r.Rule)
+		ch <- prometheus.MustNewConstMetric(rolloutStepsDesc, prometheus.GaugeValue, float64(r.Steps), r.Rule)
+		ch <- prometheus.MustNewConstMetric(rolloutTriggersDesc, prometheus.GaugeValue, float64(r.OnFrom), r.Rule, r.From, "from")
+		ch <- prometheus.MustNewConstMetric(rolloutTriggersDesc, prometheus.GaugeValue, float64(r.OnTo), r.Rule, r.To, "to")
+	}
+}

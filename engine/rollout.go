@@ -1,0 +1,695 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/syncloop/syncloop/rules"
+	"github.com/syncloop/syncloop/rules/render"
+)
+
+// The states of a rollout (RolloutRecord.State).
+const (
+	// RolloutProgressing: steps are under way.
+	RolloutProgressing = "Progressing"
+	// RolloutComplete: every trigger is on the new revision.
+	RolloutComplete = "Complete"
+	// RolloutHalted: a step failed, or the next would remove more
+	// children than maxPrunes allows; nothing moves until the rule or its
+	// rollout settings change.
+	RolloutHalted = "Halted"
+	// RolloutRolledBack: a step failed under onFailure: Rollback; every
+	// trigger is on the revision rolled out from.
+	RolloutRolledBack = "RolledBack"
+	// RolloutSuperseded: the rule changed again before the rollout
+	// ended; the rollout to the newer revision took its triggers over.
+	RolloutSuperseded = "Superseded"
+)
+
+// Why a rollout halted or rolled back (RolloutRecord.Reason).
+const (
+	ReasonStepFailed  = "StepFailed"
+	ReasonPruneBudget = "PruneBudget"
+)
+
+// RolloutRecord is where one rollout of a rule stands: what its store
+// keeps, so that a restart, or a new leader, continues it. Which revision
+// a trigger is on follows from it alone: a trigger is on the new revision
+// when the digest of its key salted with the rule's name (rolloutDigest)
+// is below Threshold, or when it was created after Started — the same
+// answer on every replica, at no cost per child.
+type RolloutRecord struct {
+	// From and To are the hashes of the revisions rolled out from and to.
+	From  string `json:"from"`
+	To    string `json:"to"`
+	State string `json:"state"`
+	// Step is the step under way (0: none yet); Steps how many there
+	// are, as far as the triggers there now say.
+	Step  int `json:"step"`
+	Steps int `json:"steps"`
+	// Threshold bounds the digests of the triggers moved so far;
+	// StepFrom is where the step under way began.
+	Threshold uint64 `json:"threshold,string"`
+	StepFrom  uint64 `json:"stepFrom,string"`
+	// Started is when the rollout began (to the second: as creation
+	// times are); triggers created after it are on the new revision.
+	Started     time.Time `json:"started"`
+	StepStarted time.Time `json:"stepStarted"`
+	// Moved of Total triggers (those there when it began) are on the new
+	// revision.
+	Moved int `json:"moved"`
+	Total int `json:"total"`
+	// Children is how many children the rule had when the rollout began;
+	// Pruned how many its steps have removed (as rendered before each).
+	Children int `json:"children"`
+	Pruned   int `json:"pruned"`
+	// Reason and Message say why it halted or rolled back.
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
+}
+
+// active reports whether the rollout still decides which revision
+// triggers are on step by step.
+func (r *RolloutRecord) active() bool {
+	return r.State == RolloutProgressing || r.State == RolloutHalted
+}
+
+// RolloutStore keeps rollouts where a restarted syncloop finds them (the
+// manager keeps them on the rule's revision objects) and says each
+// transition where the user looks (an Event on the revision).
+type RolloutStore interface {
+	// Resume returns the rollout of r recorded or to begin — a record
+	// whose State is empty begins one, from its Threshold and Started if
+	// set — and the revision it rolls out from, compiled; nil, nil when r
+	// has none (its revision is the one recorded in force, or the first).
+	Resume(ctx context.Context, r *rules.Rule) (*RolloutRecord, *rules.Rule, error)
+	// Record keeps rec as r's rollout and, when reason is set, says so:
+	// eventType is Normal or Warning.
+	Record(ctx context.Context, r *rules.Rule, rec RolloutRecord, eventType, reason, message string)
+}
+
+// RolloutStatus is one rule's rollout as the engine runs it, for
+// metrics and /readyz.
+type RolloutStatus struct {
+	Rule string
+	RolloutRecord
+	// OnFrom and OnTo count the triggers in the cache on each revision.
+	OnFrom, OnTo int
+}
+
+// rollout is a loop's rollout of a changed rule: the loop's own
+// reconciler is the new revision's, from the previous one's. It moves the
+// triggers there when it began in steps, in the order of their salted
+// digests, each step once the one before is healthy, and keeps the
+// record.
+type rollout struct {
+	l    *ruleLoop
+	from *reconciler
+	both []*reconciler // the loop's and from
+	// settled: complete, every trigger is on the new revision for good.
+	settled  atomic.Bool
+	settings atomic.Pointer[rules.Rollout]
+	store    RolloutStore
+	poke     chan struct{}
+
+	mu  sync.Mutex
+	rec RolloutRecord
+	// step are the triggers of the step under way; health what the last
+	// reconcile under the new revision made of each trigger on it.
+	step   map[cache.ObjectName]bool
+	health map[cache.ObjectName]health
+}
+
+// health is one trigger's last reconcile under the new revision: ok when
+// it succeeded and every child is ready; why, when not.
+type health struct {
+	ok  bool
+	why string
+}
+
+// rolloutPlan is what a loop is made with to run a rollout: the revision
+// from and the record to begin or continue.
+type rolloutPlan struct {
+	from *rules.Rule
+	rec  RolloutRecord
+}
+
+// rolloutDigest orders a rule's triggers for its rollouts: the same order
+// for every rollout of the rule (a rollout superseded mid-way continues
+// with the triggers it had moved), another for another rule.
+func rolloutDigest(rule string, key cache.ObjectName) uint64 {
+	sum := sha256.Sum256([]byte(rule + "\x00" + key.String()))
+	return binary.BigEndian.Uint64(sum[:8])
+}
+
+// sameTriggers reports whether two versions of a rule watch the same
+// objects: a rollout moves triggers between revisions only then.
+func sameTriggers(a, b *rules.Rule) bool {
+	return a.Watch.GVK == b.Watch.GVK && a.Watch.Namespace == b.Watch.Namespace &&
+		a.Watch.LabelSelector.String() == b.Watch.LabelSelector.String() &&
+		a.Watch.FieldSelector.String() == b.Watch.FieldSelector.String()
+}
+
+// rolloutFrom decides how the running loop old gives way to r: a rollout
+// from the revision its triggers are on, or nil (at once): r's strategy
+// is Immediate, the engine is sharded, old never ran or has no triggers,
+// r watches other objects, or r is the revision rolled out from (a change
+// put back).
+func (e *Engine) rolloutFrom(old *ruleLoop, r *rules.Rule) *rolloutPlan {
+	if r.Rollout.Strategy != rules.RolloutProgressive || e.currentShard() != nil {
+		return nil
+	}
+	if st, _ := old.getState(); st != StateRunning || !sameTriggers(old.rule, r) || len(old.watches.trigger.Indexer().ListKeys()) == 0 {
+		return nil
+	}
+	p := &rolloutPlan{from: old.rule, rec: RolloutRecord{Started: time.Now().Truncate(time.Second)}}
+	if ro := old.ro.Load(); ro != nil {
+		rec := ro.record()
+		switch rec.State {
+		case RolloutComplete:
+		case RolloutRolledBack:
+			p.from = ro.from.rule
+		default: // superseded mid-way: what it moved stays moved
+			p.from = ro.from.rule
+			p.rec.Threshold, p.rec.Started = rec.Threshold, rec.Started
+		}
+	}
+	if p.from.Hash == r.Hash || !sameTriggers(p.from, r) {
+		return nil
+	}
+	return p
+}
+
+// resumeRollout is the rollout of r that the store has recorded or that
+// begins now (a rule changed while syncloop was down), or nil.
+func (e *Engine) resumeRollout(ctx context.Context, r *rules.Rule) *rolloutPlan {
+	if e.rollouts == nil || r.Rollout.Strategy != rules.RolloutProgressive || e.currentShard() != nil {
+		return nil
+	}
+	rec, from, err := e.rollouts.Resume(ctx, r)
+	switch {
+	case err != nil:
+		klog.FromContext(ctx).Error(err, "Cannot resume the rule's rollout: its triggers move at once", "rule", r.Name)
+		return nil
+	case rec == nil || from == nil || !sameTriggers(from, r):
+		return nil
+	}
+	p := &rolloutPlan{from: from, rec: *rec}
+	if rec.State == "" {
+		p.rec = RolloutRecord{Threshold: rec.Threshold, Started: rec.Started}
+		if p.rec.Started.IsZero() {
+			p.rec.Started = time.Now().Truncate(time.Second)
+		}
+	}
+	return p
+}
+
+// newRollout makes loop l's rollout as p says.
+func newRollout(l *ruleLoop, p *rolloutPlan) *rollout {
+	e := l.e
+	from := p.from
+	writes := newOwnWrites()
+	w := &watches{rule: from, ns: e.ns, retired: retiredKinds(l.watches, from)}
+	ro := &rollout{l: l, store: e.rollouts, poke: make(chan struct{}, 1), rec: p.rec,
+		step: map[cache.ObjectName]bool{}, health: map[cache.ObjectName]health{}}
+	ro.rec.From, ro.rec.To = from.Hash, l.rule.Hash
+	s := l.rule.Rollout
+	ro.settings.Store(&s)
+	ro.from = &reconciler{
+		rule:    from,
+		w:       w,
+		mapper:  e.mapper,
+		client:  e.client,
+		out:     e.writers(from, writes, l.add),
+		writes:  writes,
+		deps:    newLookupIndex(),
+		patches: newLookupIndex(),
+		metrics: e.metrics,
+		mayLag:  l.mayLag,
+	}
+	ro.both = []*reconciler{l.rc, ro.from}
+	ro.settled.Store(ro.rec.State == RolloutComplete)
+	return ro
+}
+
+func (ro *rollout) record() RolloutRecord {
+	ro.mu.Lock()
+	defer ro.mu.Unlock()
+	return ro.rec
+}
+
+// onNew reports whether trigger key is on the new revision.
+func (ro *rollout) onNew(key cache.ObjectName) bool {
+	ro.mu.Lock()
+	state, threshold, started := ro.rec.State, ro.rec.Threshold, ro.rec.Started
+	ro.mu.Unlock()
+	switch state {
+	case RolloutComplete:
+		return true
+	case RolloutRolledBack:
+		return false
+	}
+	if rolloutDigest(ro.l.rule.Name, key) < threshold {
+		return true
+	}
+	return ro.createdAfter(key, started)
+}
+
+// createdAfter reports whether the cached trigger key was created after t.
+func (ro *rollout) createdAfter(key cache.ObjectName, t time.Time) bool {
+	obj, ok, _ := ro.l.watches.trigger.Indexer().GetByKey(key.String())
+	if !ok {
+		return false
+	}
+	return obj.(*unstructured.Unstructured).GetCreationTimestamp().After(t)
+}
+
+// observe notes what a reconcile under the new revision made of trigger
+// key, and wakes the rollout when it is one it waits for.
+func (ro *rollout) observe(key cache.ObjectName, rd *render.Rendered, err error) {
+	h := health{ok: true}
+	switch {
+	case err != nil:
+		h = health{why: err.Error()}
+	case rd != nil && !rd.Skipped:
+		if c := rd.Readiness(); !c.Status {
+			h = health{why: c.Message}
+		}
+	}
+	ro.mu.Lock()
+	if !ro.rec.active() && ro.rec.State != "" {
+		ro.mu.Unlock()
+		return
+	}
+	ro.health[key] = h
+	waited := ro.step[key]
+	ro.mu.Unlock()
+	if waited {
+		ro.wake()
+	}
+}
+
+func (ro *rollout) wake() {
+	select {
+	case ro.poke <- struct{}{}:
+	default:
+	}
+}
+
+// setSettings takes the rule's rollout settings as they now are; a
+// halted rollout goes on under them (raising maxPrunes confirms a
+// removal).
+func (ro *rollout) setSettings(ctx context.Context, s rules.Rollout) {
+	if old := ro.settings.Load(); old != nil && *old == s {
+		return
+	}
+	ro.settings.Store(&s)
+	ro.mu.Lock()
+	halted := ro.rec.State == RolloutHalted
+	if halted { // the step under way is checked again, under them
+		ro.rec.State, ro.rec.Reason, ro.rec.Message = RolloutProgressing, "", ""
+		ro.rec.StepStarted = time.Now()
+	}
+	rec := ro.rec
+	ro.mu.Unlock()
+	if halted {
+		ro.save(ctx, rec, "Normal", "RolloutResumed", fmt.Sprintf("the rollout settings changed (%s): going on from step %d", s, rec.Step))
+		ro.wake()
+	}
+}
+
+// run drives the rollout once the loop's informers have synced, until
+// ctx ends: it checks the step under way when a trigger it waits for was
+// reconciled, and every second for the deadline.
+func (ro *rollout) run(ctx context.Context) {
+	ro.mu.Lock()
+	if ro.rec.State == "" {
+		ro.rec.State = RolloutProgressing
+		ro.rec.Total, ro.rec.Moved = ro.counts()
+		ro.rec.Children = ro.children()
+	} else {
+		ro.step = ro.stepKeys(ro.rec.StepFrom, ro.rec.Threshold)
+	}
+	ro.mu.Unlock()
+	if ro.record().State == RolloutProgressing && ro.record().Step == 0 {
+		ro.next(ctx)
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ro.poke:
+		case <-tick.C:
+		}
+		ro.check(ctx)
+	}
+}
+
+// counts are the triggers there when the rollout began, and how many of
+// them it has moved. Called with ro.mu held.
+func (ro *rollout) counts() (total, moved int) {
+	for _, k := range ro.l.watches.trigger.Indexer().ListKeys() {
+		key, err := cache.ParseObjectName(k)
+		if err != nil || ro.createdAfter(key, ro.rec.Started) {
+			continue
+		}
+		total++
+		if rolloutDigest(ro.l.rule.Name, key) < ro.rec.Threshold {
+			moved++
+		}
+	}
+	return total, moved
+}
+
+// children counts the rule's children in the caches: those of triggers
+// it watches.
+func (ro *rollout) children() int {
+	n := 0
+	for _, ck := range ro.l.watches.children {
+		if ck.sub == nil {
+			continue
+		}
+		objs, _ := ck.sub.Indexer().ByIndex(ruleIndex, ro.l.rule.Name)
+		for _, o := range objs {
+			if _, ok := ro.l.ownTrigger(o.(*unstructured.Unstructured).GetAnnotations()[rules.AnnotationOwner]); ok {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// stepKeys are the cached triggers whose digests are in [lo, hi). Called
+// with ro.mu held.
+func (ro *rollout) stepKeys(lo, hi uint64) map[cache.ObjectName]bool {
+	out := map[cache.ObjectName]bool{}
+	for _, k := range ro.l.watches.trigger.Indexer().ListKeys() {
+		if key, err := cache.ParseObjectName(k); err == nil {
+			if d := rolloutDigest(ro.l.rule.Name, key); d >= lo && d < hi {
+				out[key] = true
+			}
+		}
+	}
+	return out
+}
+
+// waiting are the triggers still on the previous revision that were there
+// when the rollout began, in rollout order.
+func (ro *rollout) waiting(rec RolloutRecord) []cache.ObjectName {
+	type keyed struct {
+		key cache.ObjectName
+		d   uint64
+	}
+	var out []keyed
+	for _, k := range ro.l.watches.trigger.Indexer().ListKeys() {
+		key, err := cache.ParseObjectName(k)
+		if err != nil || ro.createdAfter(key, rec.Started) {
+			continue
+		}
+		if d := rolloutDigest(ro.l.rule.Name, key); d >= rec.Threshold {
+			out = append(out, keyed{key, d})
+		}
+	}
+	slices.SortFunc(out, func(a, b keyed) int {
+		switch {
+		case a.d < b.d:
+			return -1
+		case a.d > b.d:
+			return 1
+		}
+		return 0
+	})
+	keys := make([]cache.ObjectName, len(out))
+	for i, k := range out {
+		keys[i] = k.key
+	}
+	return keys
+}
+
+// next begins the next step: the next triggers in rollout order move to
+// the new revision — unless what the change would remove so far passes
+// maxPrunes, when the rollout halts and says how much it would remove in
+// all — or, when none is left, the rollout is complete.
+func (ro *rollout) next(ctx context.Context) {
+	s := *ro.settings.Load()
+	rec := ro.record()
+	left := ro.waiting(rec)
+	if len(left) == 0 {
+		ro.complete(ctx)
+		return
+	}
+	size := max(1, s.Step.Of(rec.Total))
+	batch := left[:min(size, len(left))]
+	prunes := ro.prunes(ctx, batch)
+	if budget := s.MaxPrunes.Of(rec.Children); prunes > 0 && rec.Pruned+prunes > budget {
+		all := rec.Pruned + ro.prunes(ctx, left)
+		ro.halt(ctx, ReasonPruneBudget, fmt.Sprintf(
+			"the change removes %d of the rule's %d children in all (%d so far), more than maxPrunes %s allows (%d): to confirm, raise spec.rollout.maxPrunes (100%% allows any removal)",
+			all, rec.Children, rec.Pruned, s.MaxPrunes, budget))
+		return
+	}
+	threshold := uint64(math.MaxUint64)
+	if len(batch) < len(left) {
+		threshold = rolloutDigest(ro.l.rule.Name, left[len(batch)])
+	}
+	ro.mu.Lock()
+	ro.rec.StepFrom, ro.rec.Threshold = ro.rec.Threshold, threshold
+	ro.rec.Step++
+	ro.rec.Steps = ro.rec.Step + (len(left)-len(batch)+size-1)/size
+	ro.rec.Moved += len(batch)
+	ro.rec.Pruned += prunes
+	ro.rec.StepStarted = time.Now()
+	ro.step = map[cache.ObjectName]bool{}
+	for _, k := range batch {
+		ro.step[k] = true
+		delete(ro.health, k)
+	}
+	rec = ro.rec
+	ro.mu.Unlock()
+	msg := fmt.Sprintf("step %d of %d: %d triggers move to revision %s (%d of %d moved)", rec.Step, rec.Steps, len(batch), short(rec.To), rec.Moved, rec.Total)
+	if prunes > 0 {
+		msg += fmt.Sprintf("; it removes %d children (%d in all so far)", prunes, rec.Pruned)
+	}
+	klog.FromContext(ctx).Info("Rollout step", "rule", ro.l.rule.Name, "step", rec.Step, "steps", rec.Steps, "triggers", len(batch), "moved", rec.Moved, "total", rec.Total)
+	ro.save(ctx, rec, "Normal", "RolloutStep", msg)
+	for _, k := range batch {
+		ro.l.add(k)
+	}
+}
+
+// check moves on when the step under way is healthy, or fails it when its
+// deadline has passed with more failed triggers than maxFailures allows.
+func (ro *rollout) check(ctx context.Context) {
+	s := *ro.settings.Load()
+	ro.mu.Lock()
+	if ro.rec.State != RolloutProgressing || ro.rec.Step == 0 {
+		ro.mu.Unlock()
+		return
+	}
+	triggers := ro.l.watches.trigger.Indexer()
+	unhealthy := 0
+	for key := range ro.step {
+		if h := ro.health[key]; !h.ok {
+			if _, exists, _ := triggers.GetByKey(key.String()); !exists {
+				delete(ro.step, key) // deleted: simply gone
+				continue
+			}
+			unhealthy++
+		}
+	}
+	overdue := time.Since(ro.rec.StepStarted) > s.ProgressDeadline
+	var failed []string
+	if unhealthy > s.MaxFailures && overdue {
+		for key := range ro.step {
+			if h, seen := ro.health[key]; !seen {
+				failed = append(failed, key.String()+": not reconciled under the new revision yet")
+			} else if !h.ok {
+				failed = append(failed, key.String()+": "+h.why)
+			}
+		}
+	}
+	ro.mu.Unlock()
+	switch {
+	case unhealthy == 0:
+	case !overdue:
+		return
+	case unhealthy > s.MaxFailures:
+		ro.fail(ctx, s, failed)
+		return
+	}
+	ro.next(ctx)
+}
+
+// fail ends a step that failed: the rollout halts, or rolls back.
+func (ro *rollout) fail(ctx context.Context, s rules.Rollout, failed []string) {
+	slices.Sort(failed)
+	msg := fmt.Sprintf("step %d: %d triggers not healthy within %v (maxFailures %d): %s", ro.record().Step, len(failed), s.ProgressDeadline, s.MaxFailures, summarize(failed, 5))
+	if s.OnFailure == rules.RolloutRollback {
+		ro.rollBack(ctx, msg)
+		return
+	}
+	ro.halt(ctx, ReasonStepFailed, msg)
+}
+
+func (ro *rollout) halt(ctx context.Context, reason, msg string) {
+	ro.mu.Lock()
+	ro.rec.State, ro.rec.Reason, ro.rec.Message = RolloutHalted, reason, msg
+	rec := ro.rec
+	ro.mu.Unlock()
+	klog.FromContext(ctx).Info("Rollout halted", "rule", ro.l.rule.Name, "reason", reason, "message", msg)
+	ro.save(ctx, rec, "Warning", "RolloutHalted", msg)
+}
+
+// rollBack moves every trigger on the new revision back: each is
+// reconciled by the previous revision again.
+func (ro *rollout) rollBack(ctx context.Context, msg string) {
+	ro.mu.Lock()
+	var back []cache.ObjectName
+	for _, k := range ro.l.watches.trigger.Indexer().ListKeys() {
+		if key, err := cache.ParseObjectName(k); err == nil &&
+			(rolloutDigest(ro.l.rule.Name, key) < ro.rec.Threshold || ro.createdAfter(key, ro.rec.Started)) {
+			back = append(back, key)
+		}
+	}
+	ro.rec.State, ro.rec.Reason, ro.rec.Message = RolloutRolledBack, ReasonStepFailed, msg
+	rec := ro.rec
+	ro.mu.Unlock()
+	klog.FromContext(ctx).Info("Rollout rolled back", "rule", ro.l.rule.Name, "triggers", len(back), "message", msg)
+	ro.save(ctx, rec, "Warning", "RolloutRolledBack", fmt.Sprintf("%s; %d triggers go back to revision %s", msg, len(back), short(rec.From)))
+	for _, k := range back {
+		ro.l.add(k)
+	}
+}
+
+func (ro *rollout) complete(ctx context.Context) {
+	ro.mu.Lock()
+	ro.settled.Store(true)
+	ro.rec.State, ro.rec.Reason, ro.rec.Message = RolloutComplete, "", ""
+	ro.rec.Threshold = math.MaxUint64
+	ro.rec.Moved = ro.rec.Total
+	ro.step = map[cache.ObjectName]bool{}
+	rec := ro.rec
+	ro.mu.Unlock()
+	klog.FromContext(ctx).Info("Rollout complete", "rule", ro.l.rule.Name, "steps", rec.Step, "triggers", rec.Total)
+	ro.save(ctx, rec, "Normal", "RolloutComplete", fmt.Sprintf("every trigger is on revision %s, after %d steps", short(rec.To), rec.Step))
+}
+
+// supersede records that the rule changed again before the rollout ended.
+func (ro *rollout) supersede(ctx context.Context, by *rules.Rule) {
+	ro.mu.Lock()
+	if !ro.rec.active() {
+		ro.mu.Unlock()
+		return
+	}
+	ro.rec.State, ro.rec.Reason, ro.rec.Message = RolloutSuperseded, "", "the rule changed again: revision "+short(by.Hash)+" took its triggers over"
+	rec := ro.rec
+	ro.mu.Unlock()
+	ro.save(ctx, rec, "Normal", "RolloutSuperseded", rec.Message)
+}
+
+func (ro *rollout) save(ctx context.Context, rec RolloutRecord, eventType, reason, msg string) {
+	if ro.store != nil && ro.l.e.plan == nil {
+		ro.store.Record(ctx, ro.l.rule, rec, eventType, reason, msg)
+	}
+}
+
+// prunes counts the children that moving keys to the new revision would
+// remove: each trigger is rendered by it against the caches, as its
+// reconcile will, and its children that are no longer wanted counted.
+func (ro *rollout) prunes(ctx context.Context, keys []cache.ObjectName) int {
+	rc := ro.l.rc
+	watch := rc.rule.Watch
+	n := 0
+	for _, key := range keys {
+		obj, ok, _ := rc.w.trigger.Indexer().GetByKey(key.String())
+		if !ok {
+			continue
+		}
+		trigger := obj.(*unstructured.Unstructured)
+		owner := rules.Trigger{APIVersion: watch.APIVersion, Kind: watch.Kind, Namespace: key.Namespace, Name: key.Name}.String()
+		existing := rc.childrenOf(owner)
+		if len(existing) == 0 {
+			continue
+		}
+		rd, err := render.Rule(ctx, rc.rule, trigger, rc.mapper, &cacheLookuper{rc: rc, trigger: key}, nil)
+		if err != nil {
+			continue // a render that fails prunes nothing
+		}
+		var desired map[childRef]bool
+		waiting := map[string]bool{}
+		if !rd.Skipped {
+			desired = map[childRef]bool{}
+			for _, c := range rd.Children {
+				desired[refOf(c.Object)] = true
+			}
+			for _, ce := range rd.Conflicts {
+				desired[childRef{gvk: schema.FromAPIVersionAndKind(ce.Object.APIVersion, ce.Object.Kind), namespace: ce.Object.Namespace, name: ce.Object.Name}] = true
+			}
+			for _, st := range rd.Waiting() {
+				waiting[st.Resource.ID] = true
+			}
+		}
+		n += len(rc.prunable(ctx, owner, existing, desired, waiting, false))
+	}
+	return n
+}
+
+// status is the rollout as it stands, with the cached triggers counted
+// on each revision.
+func (ro *rollout) status() RolloutStatus {
+	st := RolloutStatus{Rule: ro.l.rule.Name, RolloutRecord: ro.record()}
+	for _, k := range ro.l.watches.trigger.Indexer().ListKeys() {
+		if key, err := cache.ParseObjectName(k); err == nil {
+			if ro.onNew(key) {
+				st.OnTo++
+			} else {
+				st.OnFrom++
+			}
+		}
+	}
+	return st
+}
+
+// Rollouts returns the rollouts of the rules in force, by rule.
+func (e *Engine) Rollouts() []RolloutStatus {
+	e.mu.Lock()
+	var ros []*rollout
+	for _, l := range e.loops {
+		if ro := l.ro.Load(); ro != nil {
+			ros = append(ros, ro)
+		}
+	}
+	e.mu.Unlock()
+	out := make([]RolloutStatus, 0, len(ros))
+	for _, ro := range ros {
+		out = append(out, ro.status())
+	}
+	slices.SortFunc(out, func(a, b RolloutStatus) int { return strings.Compare(a.Rule, b.Rule) })
+	return out
+}
+
+// short is a revision hash as revisions are named: its first 10 digits.
+func short(hash string) string { return hash[:min(10, len(hash))] }
+
+// summarize lists the first n of items, and how many more there are.
+func summarize(items []string, n int) string {
+	if len(items) <= n {
+		return strings.Join(items, "; ")
+	}
+	return fmt.Sprintf("%s; and %d more", strings.Join(items[:n], "; "), len(items)-n)
+}
