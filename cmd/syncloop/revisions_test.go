@@ -90,11 +90,18 @@ spec:
 	write(version(4, "  revisionHistoryLimit: 2\n"))
 	expect("4:3 5:4")
 
-	// syncloop rollout status reads them back, newest first.
-	code, out, errOut := syncloop(t, "rollout", "status", "versioned", "-n", ns, "--kubeconfig", env.Kubeconfig())
+	// syncloop rollout status reads them back, newest first, with the
+	// rollout to the newest (one trigger: one step).
+	var code int
+	var out, errOut string
+	poll("the rollout to revision 5 complete", func() bool {
+		code, out, errOut = syncloop(t, "rollout", "status", "versioned", "-n", ns, "--kubeconfig", env.Kubeconfig())
+		return strings.Contains(out, "rollout of versioned to revision 5: Complete: step 1 of 1, 1 of 1 triggers moved")
+	})
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if code != 0 || len(lines) != 3 || !strings.HasPrefix(lines[0], "RULE") ||
-		!strings.HasPrefix(strings.Join(strings.Fields(lines[1])[:4], " "), "versioned 5 (newest) versioned-") || strings.Fields(lines[2])[1] != "4" {
+	if code != 0 || len(lines) != 4 || !strings.HasPrefix(lines[0], "RULE") ||
+		!strings.HasPrefix(strings.Join(strings.Fields(lines[1])[:4], " "), "versioned 5 (newest) versioned-") || strings.Fields(lines[2])[1] != "4" ||
+		!strings.HasSuffix(lines[1], " Complete") {
 		t.Errorf("rollout status: exit %d\n%s%s", code, out, errOut)
 	}
 	code, out, _ = syncloop(t, "rollout", "status", "-n", ns, "-o", "json", "--kubeconfig", env.Kubeconfig())

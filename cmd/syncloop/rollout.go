@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/syncloop/syncloop/engine"
 	"github.com/syncloop/syncloop/internal/manager"
 )
 
@@ -32,8 +33,10 @@ func newRolloutStatusCommand() *cobra.Command {
 		Short: "Print each rule's revisions, newest first, from the cluster",
 		Long: `rollout status reads the revisions syncloop recorded of each rule — the
 ControllerRevisions in its namespace (-n; the Leases' namespace of syncloop
-run) — and prints them newest first: number, object name, content hash and
-when it was recorded. The newest is the version put in force last.`,
+run) — and prints them newest first: number, object name, content hash,
+when it was recorded and the state of the rollout to it. The newest is the
+version put in force last; where its rollout stands follows the table:
+the step, the triggers moved, and why it halted or rolled back.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if output != "text" && output != "json" {
@@ -64,7 +67,8 @@ when it was recorded. The newest is the version put in force last.`,
 				return nil
 			}
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-			fmt.Fprintln(w, "RULE\tREVISION\tNAME\tHASH\tRECORDED")
+			fmt.Fprintln(w, "RULE\tREVISION\tNAME\tHASH\tRECORDED\tROLLOUT")
+			var rollouts []string
 			for _, r := range revs {
 				num := fmt.Sprint(r.Revision)
 				if r.Newest {
@@ -74,9 +78,22 @@ when it was recorded. The newest is the version put in force last.`,
 				if len(hash) > 12 {
 					hash = hash[:12]
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s ago\n", r.Rule, num, r.Name, hash, time.Since(r.Created).Round(time.Second))
+				state := "-"
+				if ro := r.Rollout; ro != nil {
+					state = ro.State
+					if r.Newest {
+						rollouts = append(rollouts, rolloutSummary(r.Rule, r.Revision, ro))
+					}
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s ago\t%s\n", r.Rule, num, r.Name, hash, time.Since(r.Created).Round(time.Second), state)
 			}
-			return w.Flush()
+			if err := w.Flush(); err != nil {
+				return err
+			}
+			for _, line := range rollouts {
+				fmt.Fprintln(cmd.OutOrStdout(), line)
+			}
+			return nil
 		},
 	}
 	cf.registerKubeconfig(cmd)
@@ -84,4 +101,19 @@ when it was recorded. The newest is the version put in force last.`,
 	cmd.Flags().StringVar(&installation, "installation", "", "the installation of syncloop whose rules to show (default: the default installation)")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
 	return cmd
+}
+
+// rolloutSummary says where the rollout to a rule's newest revision stands.
+func rolloutSummary(rule string, revision int64, ro *engine.RolloutRecord) string {
+	line := fmt.Sprintf("rollout of %s to revision %d: %s: step %d of %d, %d of %d triggers moved", rule, revision, ro.State, ro.Step, ro.Steps, ro.Moved, ro.Total)
+	if ro.Pruned > 0 {
+		line += fmt.Sprintf(", %d children removed", ro.Pruned)
+	}
+	if !ro.Started.IsZero() {
+		line += fmt.Sprintf(", started %s ago", time.Since(ro.Started).Round(time.Second))
+	}
+	if ro.Message != "" {
+		line += fmt.Sprintf("\n  %s: %s", ro.Reason, ro.Message)
+	}
+	return line
 }

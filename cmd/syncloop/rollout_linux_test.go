@@ -1,0 +1,215 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/syncloop/syncloop/rules"
+)
+
+// rolloutRules is a rule over the ConfigMaps labelled rollout=trigger in
+// NS, one child each holding VERSION; READY, when set, is the version the
+// child's test/ready annotation must hold for it to be ready.
+const rolloutRules = `apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: roll}
+spec:
+  watch: {apiVersion: v1, kind: ConfigMap, namespace: NS, labelSelector: rollout=trigger}
+  rollout: {ROLLOUT}
+  resources:
+    - id: child
+      readyWhen: ["READY == '' || self.metadata.?annotations[?'test/ready'].orValue('') == READY"]
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "${object.metadata.name}-child"}
+        data: {version: VERSION}
+`
+
+func rolloutRuleFile(ns, version, ready, rollout string) string {
+	return strings.NewReplacer("NS", ns, "VERSION", version, "READY", "'"+ready+"'", "ROLLOUT", rollout).Replace(rolloutRules)
+}
+
+// TestRolloutAcrossRestart: a rule change rolls out in steps recorded on
+// its revision object — annotation, Events — and in /readyz, the metrics
+// and rollout status; syncloop killed mid-way and started again continues
+// from the step it had reached; a step that fails halts it, said on the
+// revision.
+func TestRolloutAcrossRestart(t *testing.T) {
+	env, cs, _ := clients(t)
+	ctx := t.Context()
+	ns := newNamespace(t, cs, "rollout")
+	cms := cs.CoreV1().ConfigMaps(ns)
+	dir := t.TempDir()
+	writeFile(t, dir, "rules.yaml", rolloutRuleFile(ns, "v1", "", ""))
+	for i := range 100 {
+		if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+			Name: fmt.Sprintf("t%03d", i), Labels: map[string]string{"rollout": "trigger"}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	children := func(version string) []string {
+		t.Helper()
+		list, err := cms.List(ctx, metav1.ListOptions{LabelSelector: rules.LabelRule + "=roll"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, cm := range list.Items {
+			if cm.Data["version"] == version {
+				out = append(out, cm.Name)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	poll := func(what string, cond func() bool) { t.Helper(); pollUntil(t, 60*time.Second, what, cond) }
+	metrics, probes := freeAddr(t), freeAddr(t)
+	start := func(name string) *exec.Cmd {
+		return syncloopProcess(t, name, "run", "-f", dir, "--kubeconfig", env.Kubeconfig(), "--leader-elect-namespace", ns,
+			"--metrics-bind-address", metrics, "--health-probe-bind-address", probes)
+	}
+	first := start("first")
+	poll("100 children at v1", func() bool { return len(children("v1")) == 100 })
+
+	writeFile(t, dir, "rules.yaml", rolloutRuleFile(ns, "v2", "v2", "progressDeadline: 1h"))
+	atV2 := func(n int) []string {
+		t.Helper()
+		var got []string
+		poll(fmt.Sprintf("%d children at v2", n), func() bool { got = children("v2"); return len(got) == n && len(children("v1")) == 100-n })
+		return got
+	}
+	step1 := atV2(10)
+	rec := revisionRollout(t, cs, ns)
+	if rec.State != "Progressing" || rec.Step != 1 || rec.Steps != 10 || rec.Moved != 10 {
+		t.Fatalf("recorded after step 1: %+v", rec)
+	}
+	markReady(t, cms, "v2", step1)
+	step2 := atV2(20)
+	poll("step 2 recorded", func() bool { return revisionRollout(t, cs, ns).Step == 2 })
+
+	// Killed in step 2; the restarted process continues it.
+	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Wait()
+	start("second")
+	poll("the rollout resumed in /readyz", func() bool {
+		return strings.Contains(httpGet("http://"+probes+"/readyz"), "rollout roll: Progressing, step 2 of 10, 20 triggers on revision")
+	})
+	if got := children("v2"); len(got) != 20 {
+		t.Fatalf("after the restart %d children at v2, want the 20 of step 2", len(got))
+	}
+	markReady(t, cms, "v2", step2)
+	step3 := atV2(30)
+	if m := httpGet("http://" + metrics + "/metrics"); !strings.Contains(m, `syncloop_rollout_step{rule="roll"} 3`) ||
+		!strings.Contains(m, `syncloop_rollout_state{rule="roll",state="Progressing"} 1`) || !strings.Contains(m, `role="to",rule="roll"} 30`) {
+		t.Errorf("rollout metrics:\n%s", grepLines(m, "syncloop_rollout_"))
+	}
+	code, out, errOut := syncloop(t, "rollout", "status", "roll", "-n", ns, "--kubeconfig", env.Kubeconfig())
+	if code != 0 || !strings.Contains(out, "Progressing: step 3 of 10, 30 of 100 triggers moved") {
+		t.Errorf("rollout status: exit %d\n%s%s", code, out, errOut)
+	}
+
+	// One child of step 3 never ready, and a deadline shortened (a
+	// setting: the same revision) halt the rollout.
+	var fresh []string
+	for _, n := range step3 {
+		if !slices.Contains(step2, n) {
+			fresh = append(fresh, n)
+		}
+	}
+	markReady(t, cms, "v2", fresh[1:])
+	writeFile(t, dir, "rules.yaml", rolloutRuleFile(ns, "v2", "v2", "progressDeadline: 2s"))
+	poll("the rollout halted", func() bool { return revisionRollout(t, cs, ns).State == "Halted" })
+	bad := ns + "/" + strings.TrimSuffix(fresh[0], "-child")
+	if rec := revisionRollout(t, cs, ns); rec.Reason != "StepFailed" || !strings.Contains(rec.Message, bad) {
+		t.Errorf("halted: %+v", rec)
+	}
+	var events []string
+	poll("the halt's Event on the revision", func() bool {
+		events = revisionEvents(t, cs, ns)
+		return slices.ContainsFunc(events, func(e string) bool { return strings.HasPrefix(e, "Warning RolloutHalted") && strings.Contains(e, bad) })
+	})
+	if !slices.ContainsFunc(events, func(e string) bool { return strings.HasPrefix(e, "Normal RolloutStep") && strings.Contains(e, "step 1 of 10") }) {
+		t.Errorf("events on the revision: %q", events)
+	}
+	if got := children("v2"); len(got) != 30 {
+		t.Errorf("after the halt %d children at v2, want 30", len(got))
+	}
+	code, out, _ = syncloop(t, "rollout", "status", "roll", "-n", ns, "-o", "json", "--kubeconfig", env.Kubeconfig())
+	var doc struct {
+		Revisions []struct {
+			Newest  bool
+			Rollout *struct{ State, Reason string }
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &doc); code != 0 || err != nil || len(doc.Revisions) != 2 || doc.Revisions[0].Rollout == nil ||
+		doc.Revisions[0].Rollout.State != "Halted" || doc.Revisions[0].Rollout.Reason != "StepFailed" {
+		t.Errorf("rollout status -o json: exit %d, %v\n%s", code, err, out)
+	}
+}
+
+// revisionRollout is the rollout recorded on rule roll's newest revision.
+func revisionRollout(t *testing.T, cs kubernetes.Interface, ns string) (rec struct {
+	State, Reason, Message string
+	Step, Steps, Moved     int
+}) {
+	t.Helper()
+	list, err := cs.AppsV1().ControllerRevisions(ns).List(context.Background(), metav1.ListOptions{LabelSelector: rules.LabelRule + "=roll"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var newest int64
+	for _, cr := range list.Items {
+		if cr.Revision > newest {
+			newest = cr.Revision
+			rec.State = ""
+			if s := cr.Annotations["syncloop.dev/rollout"]; s != "" {
+				if err := json.Unmarshal([]byte(s), &rec); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	return rec
+}
+
+// revisionEvents are the Events on rule roll's revisions, "type reason:
+// message".
+func revisionEvents(t *testing.T, cs kubernetes.Interface, ns string) []string {
+	t.Helper()
+	list, err := cs.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.kind=ControllerRevision"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range list.Items {
+		out = append(out, e.Type+" "+e.Reason+": "+e.Message)
+	}
+	return out
+}
+
+func markReady(t *testing.T, cms interface {
+	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (*corev1.ConfigMap, error)
+}, version string, names []string) {
+	t.Helper()
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{"test/ready":%q}}}`, version)
+	for _, n := range names {
+		if _, err := cms.Patch(context.Background(), n, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
