@@ -21,6 +21,17 @@ type Field struct {
 	Values *Field
 	// Items is an array's item type.
 	Items *Field
+	// AnyOf, for a field of no one Type, are the schemas its value may
+	// have (a number or a percent).
+	AnyOf []map[string]any
+}
+
+// fieldAmount is a field holding a number or a percent (Amount).
+func fieldAmount(name, desc string) *Field {
+	return &Field{Name: name, Desc: desc, AnyOf: []map[string]any{
+		{"type": "integer", "minimum": 0},
+		{"type": "string", "pattern": `^(100|[1-9]?[0-9])%$`},
+	}}
 }
 
 func fieldObj(name, desc string, fields ...*Field) *Field {
@@ -213,6 +224,9 @@ func (f *Field) jsonSchema() map[string]any {
 	}
 	if len(f.Enum) > 0 {
 		s["enum"] = f.Enum
+	}
+	if len(f.AnyOf) > 0 {
+		s["anyOf"] = f.AnyOf
 	}
 	switch {
 	case f.Items != nil:

@@ -159,12 +159,12 @@ func (d *decoder) amount(n *yaml.Node, field string) (Amount, bool) {
 var rolloutFormat = fieldObj("rollout", "How a change of the rule reaches the triggers it already has: in steps gated by their health (default), or at once.",
 	&Field{Name: "strategy", Type: "string", Enum: []string{string(RolloutProgressive), string(RolloutImmediate)},
 		Desc: "Progressive (default): the triggers move to the new revision step by step, each step once the one before is healthy; Immediate: all at once."},
-	&Field{Name: "step", Desc: "Triggers moved per step: a number, or a percent of the triggers there when the rollout started (default 10%; at least 1)."},
+	fieldAmount("step", "Triggers moved per step: a number, or a percent of the triggers there when the rollout started (default 10%; at least 1)."),
 	fieldStr("progressDeadline", "How long a step's triggers may take to be healthy, a Go duration (default 5m): those that are not have failed."),
 	&Field{Name: "maxFailures", Type: "integer", Desc: "Failed triggers a step may have and the rollout still go on (default 0)."},
 	&Field{Name: "onFailure", Type: "string", Enum: []string{string(RolloutHalt), string(RolloutRollback)},
 		Desc: "Halt (default): the rollout stops where it is until the rule changes again; Rollback: the moved triggers go back to the previous revision."},
-	&Field{Name: "maxPrunes", Desc: "Children the rollout may remove in all before it halts for confirmation: a number, or a percent of the rule's children when it started (default 10%; 100% confirms any removal)."},
+	fieldAmount("maxPrunes", "Children the rollout may remove in all before it halts for confirmation: a number, or a percent of the rule's children when it started (default 10%; 100% confirms any removal)."),
 )
 
 // String is how a log line names a rollout's settings.

@@ -178,7 +178,7 @@ func TestChartTemplate(t *testing.T) {
 			t.Errorf("unrestricted ClusterRole rules %v", cr.Object["rules"])
 		}
 		r.get(t, "Role", "rel-syncloop-leader-election")
-		if rules := fmt.Sprint(r.get(t, "Role", "rel-syncloop-self").Object["rules"]); !strings.Contains(rules, "resources:[controllerrevisions] verbs:[get list create update delete]") ||
+		if rules := fmt.Sprint(r.get(t, "Role", "rel-syncloop-self").Object["rules"]); !strings.Contains(rules, "resources:[controllerrevisions] verbs:[get list create update patch delete]") ||
 			!strings.Contains(rules, "resourceNames:[rel-syncloop-rules] resources:[configmaps] verbs:[get]") {
 			t.Errorf("the Role of syncloop's own objects: rules %v", rules)
 		}
@@ -583,12 +583,15 @@ func TestChartInstall(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	stop = runAs("tenant-syncloop", "syncloop-restricted", "--leader-elect")
-	// What saying a load error on the rules ConfigMap takes, granted in
-	// the release's namespace even in restricted mode.
+	// What saying a load error on the rules ConfigMap, and keeping the
+	// rules' revisions and rollouts, take: granted in the release's
+	// namespace even in restricted mode.
 	for _, attr := range []authorizationv1.ResourceAttributes{
 		{Namespace: "syncloop-restricted", Verb: "get", Resource: "configmaps", Name: "tenant-syncloop-rules"},
 		{Namespace: "syncloop-restricted", Verb: "create", Resource: "events"},
 		{Namespace: "syncloop-restricted", Verb: "create", Group: "apps", Resource: "controllerrevisions"},
+		// A rollout's record is an annotation of its revision.
+		{Namespace: "syncloop-restricted", Verb: "patch", Group: "apps", Resource: "controllerrevisions"},
 	} {
 		review, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 			User: "system:serviceaccount:syncloop-restricted:tenant-syncloop", ResourceAttributes: &attr}}, metav1.CreateOptions{})
