@@ -125,6 +125,7 @@ type Engine struct {
 	drain    time.Duration
 	ns       string // Options.Namespace
 	rollouts RolloutStore
+	planned  []RolloutStatus // PlanOnce's rollouts
 
 	shardMu sync.RWMutex // guards shard and shards; SetShard holds it to change them
 	shard   Shard
@@ -202,6 +203,7 @@ func (e *Engine) PlanOnce(ctx context.Context, set *rules.Set) error {
 	e.writers = e.planWriters(true)
 	e.Apply(ctx, set)
 	defer func() {
+		e.planned = e.Rollouts()
 		e.Apply(ctx, nil)
 		e.registry.Shutdown()
 	}()
@@ -217,7 +219,7 @@ func (e *Engine) PlanOnce(ctx context.Context, set *rules.Set) error {
 			switch {
 			case state == StateWaiting && detail != "", state == StateFailed:
 				return false, fmt.Errorf("rule %q: %s", name, detail)
-			case state != StateRunning || !l.idle():
+			case state != StateRunning || !l.idle() || l.rolloutStarting():
 				quiet = 0
 				return false, nil
 			}

@@ -665,6 +665,21 @@ func (ro *rollout) status() RolloutStatus {
 	return st
 }
 
+// rolloutStarting reports whether the loop's rollout has yet to take its
+// first step (or to decide it cannot).
+func (l *ruleLoop) rolloutStarting() bool {
+	ro := l.ro.Load()
+	if ro == nil {
+		return false
+	}
+	rec := ro.record()
+	return rec.State == "" || rec.State == RolloutProgressing && rec.Step == 0
+}
+
+// PlanRollouts are, after PlanOnce, the rollouts the plan went through:
+// what Rollouts returned before the engine stopped.
+func (e *Engine) PlanRollouts() []RolloutStatus { return e.planned }
+
 // Rollouts returns the rollouts of the rules in force, by rule.
 func (e *Engine) Rollouts() []RolloutStatus {
 	e.mu.Lock()

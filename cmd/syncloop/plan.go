@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -10,9 +11,10 @@ import (
 
 func newPlanCommand() *cobra.Command {
 	var (
-		rf     ruleFlags
-		cf     clusterFlags
-		output string
+		rf                ruleFlags
+		cf                clusterFlags
+		output            string
+		syncloopNamespace string
 	)
 	cmd := &cobra.Command{
 		Use:   "plan -f PATH... [-o text|json]",
@@ -20,7 +22,11 @@ func newPlanCommand() *cobra.Command {
 		Long: `plan reads every rule's triggers and children once, computes each write with a
 server-side dry-run request (so defaulting and admission show; nothing is
 persisted), prints the actions and a summary, and exits 0 when there is
-nothing to do, 2 when changes are pending and 1 on any error.`,
+nothing to do, 2 when changes are pending and 1 on any error. A rule that
+differs from its newest revision recorded in --syncloop-namespace is
+planned as its rollout goes: the actions of its first step (or of the step
+a rollout under way has reached), with a line saying how many steps follow
+or why it would halt.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if output != "text" && output != "json" {
@@ -40,6 +46,7 @@ nothing to do, 2 when changes are pending and 1 on any error.`,
 			actions, failures, err := manager.Plan(cmd.Context(), cl, set, manager.PlanOptions{
 				Namespace: cf.watchNamespace, JSON: output == "json", Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(),
 				NoManageCRDs: !cf.manageCRDs,
+				Revisions:    rf.loader.ForRevisions(), SyncloopNamespace: cmp.Or(syncloopNamespace, cf.namespace()), Installation: rf.installation,
 			})
 			if err != nil {
 				fmt.Fprintln(cmd.ErrOrStderr(), "error:", err)
@@ -58,5 +65,6 @@ nothing to do, 2 when changes are pending and 1 on any error.`,
 	rf.registerInstallation(cmd)
 	cf.register(cmd)
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "plan format: text or json (one object per line)")
+	cmd.Flags().StringVar(&syncloopNamespace, "syncloop-namespace", "", "syncloop's namespace (run's --leader-elect-namespace), where the rules' revisions are: a changed rule is planned as its rollout goes, step by step (default: the kubeconfig context's)")
 	return cmd
 }

@@ -84,6 +84,18 @@ func TestRolloutAcrossRestart(t *testing.T) {
 	first := start("first")
 	poll("100 children at v1", func() bool { return len(children("v1")) == 100 })
 
+	// plan shows the change's first step, and how many follow.
+	v2 := writeFile(t, t.TempDir(), "rules.yaml", rolloutRuleFile(ns, "v2", "v2", "progressDeadline: 1h"))
+	code, out, errOut := syncloop(t, "plan", "-f", v2, "--kubeconfig", env.Kubeconfig(), "--syncloop-namespace", ns)
+	if code != 2 || !strings.Contains(out, "Rollout of rule roll to revision ") ||
+		!strings.Contains(out, ": step 1 of 10, 10 of 100 triggers on it (planned below); 9 steps follow, each once the one before is healthy.") ||
+		!strings.Contains(out, "Plan: 0 to create, 10 to update, 0 to delete") {
+		t.Errorf("plan: exit %d\n%s%s", code, out, errOut)
+	}
+	if len(children("v2")) != 0 {
+		t.Fatal("plan wrote")
+	}
+
 	writeFile(t, dir, "rules.yaml", rolloutRuleFile(ns, "v2", "v2", "progressDeadline: 1h"))
 	atV2 := func(n int) []string {
 		t.Helper()
@@ -118,7 +130,7 @@ func TestRolloutAcrossRestart(t *testing.T) {
 		!strings.Contains(m, `syncloop_rollout_state{rule="roll",state="Progressing"} 1`) || !strings.Contains(m, `role="to",rule="roll"} 30`) {
 		t.Errorf("rollout metrics:\n%s", grepLines(m, "syncloop_rollout_"))
 	}
-	code, out, errOut := syncloop(t, "rollout", "status", "roll", "-n", ns, "--kubeconfig", env.Kubeconfig())
+	code, out, errOut = syncloop(t, "rollout", "status", "roll", "-n", ns, "--kubeconfig", env.Kubeconfig())
 	if code != 0 || !strings.Contains(out, "Progressing: step 3 of 10, 30 of 100 triggers moved") {
 		t.Errorf("rollout status: exit %d\n%s%s", code, out, errOut)
 	}
@@ -143,7 +155,9 @@ func TestRolloutAcrossRestart(t *testing.T) {
 		events = revisionEvents(t, cs, ns)
 		return slices.ContainsFunc(events, func(e string) bool { return strings.HasPrefix(e, "Warning RolloutHalted") && strings.Contains(e, bad) })
 	})
-	if !slices.ContainsFunc(events, func(e string) bool { return strings.HasPrefix(e, "Normal RolloutStep") && strings.Contains(e, "step 1 of 10") }) {
+	if !slices.ContainsFunc(events, func(e string) bool {
+		return strings.HasPrefix(e, "Normal RolloutStep") && strings.Contains(e, "step 1 of 10")
+	}) {
 		t.Errorf("events on the revision: %q", events)
 	}
 	if got := children("v2"); len(got) != 30 {

@@ -23,6 +23,8 @@ type ruleFlags struct {
 	// checked against; manageCRDs as run --manage-crds.
 	served     rules.CRDSource
 	manageCRDs bool
+	// loader is what load loaded with.
+	loader *rules.Loader
 }
 
 func (f *ruleFlags) register(cmd *cobra.Command) {
@@ -59,6 +61,7 @@ func (f *ruleFlags) load(stderr io.Writer, cl *manager.Clients, crds ...*unstruc
 	if f.served != nil {
 		l.UseServedCRDs(f.served, f.manageCRDs)
 	}
+	f.loader = l
 	set, err := l.Load(f.paths...)
 	if err != nil {
 		var list rules.ErrorList

@@ -2,6 +2,8 @@ package manager
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 
 	"github.com/syncloop/syncloop/engine"
@@ -20,6 +22,13 @@ type PlanOptions struct {
 	// NoManageCRDs: the CRDs of the kinds rules define are not syncloop's
 	// to write (run --manage-crds=false); they are not planned.
 	NoManageCRDs bool
+	// Revisions, when set, compiles the rules' recorded revisions: a rule
+	// that differs from its newest revision in SyncloopNamespace (of
+	// Installation) is planned as its rollout would go — the first step,
+	// or the step a rollout under way has reached.
+	Revisions         *rules.Loader
+	SyncloopNamespace string
+	Installation      string
 }
 
 // CRDSource reads the cluster's CRDs for a rule load that checks the kinds
@@ -35,10 +44,45 @@ func Plan(ctx context.Context, c *Clients, set *rules.Set, o PlanOptions) (actio
 	// A rule whose CRD is to be created has no triggers yet.
 	created := newCRDKeeper(c, !o.NoManageCRDs).plan(set, printer)
 	set = set.Only(func(r *rules.Rule) bool { return !created[r.Name] })
-	eng := engine.New(engine.Options{Client: c.Dynamic, Mapper: c.Mapper, Plan: printer, Namespace: o.Namespace})
+	eo := engine.Options{Client: c.Dynamic, Mapper: c.Mapper, Plan: printer, Namespace: o.Namespace}
+	if o.Revisions != nil {
+		k := newRevisionKeeper(c, o.SyncloopNamespace, o.Installation)
+		k.compile = compileRevision(o.Revisions)
+		if _, err := k.list(ctx); err != nil {
+			fmt.Fprintf(o.Stderr, "warning: cannot read the rules' revisions in namespace %s (%v): changed rules are planned as if every trigger moved at once\n", o.SyncloopNamespace, err)
+		} else {
+			eo.Rollouts = k
+		}
+	}
+	eng := engine.New(eo)
 	if err := eng.PlanOnce(ctx, set); err != nil {
 		return 0, 0, err
 	}
+	for _, r := range eng.PlanRollouts() {
+		printRollout(o, r)
+	}
 	actions, failures = printer.Summary()
 	return actions, failures, nil
+}
+
+// printRollout says, in a plan, how a changed rule rolls out: the step
+// planned and how many follow, or why the rollout halts.
+func printRollout(o PlanOptions, r engine.RolloutStatus) {
+	if o.JSON {
+		data, _ := json.Marshal(map[string]any{"rollout": map[string]any{"rule": r.Rule, "state": r.State, "step": r.Step, "steps": r.Steps,
+			"moved": r.Moved, "total": r.Total, "from": r.From, "to": r.To, "reason": r.Reason, "message": r.Message}})
+		fmt.Fprintf(o.Stdout, "%s\n", data)
+		return
+	}
+	switch r.State {
+	case engine.RolloutProgressing:
+		fmt.Fprintf(o.Stdout, "Rollout of rule %s to revision %s: step %d of %d, %d of %d triggers on it (planned below); %d steps follow, each once the one before is healthy.\n",
+			r.Rule, shortHash(r.To), r.Step, r.Steps, r.Moved, r.Total, r.Steps-r.Step)
+	default:
+		fmt.Fprintf(o.Stdout, "Rollout of rule %s to revision %s: %s at step %d of %d, %d of %d triggers on it", r.Rule, shortHash(r.To), r.State, r.Step, r.Steps, r.Moved, r.Total)
+		if r.Message != "" {
+			fmt.Fprintf(o.Stdout, ": %s", r.Message)
+		}
+		fmt.Fprintln(o.Stdout, ".")
+	}
 }

@@ -93,18 +93,13 @@ func (k *revisionKeeper) keep(ctx context.Context, set *rules.Set) (failed bool)
 		failures = append(failures, fmt.Sprintf("revision of rule %s: %v", r.Name, err))
 		failed = true
 	}
-	all, err := k.store.List(ctx, k.selector())
+	byRule, err := k.list(ctx)
 	if err != nil {
 		for _, r := range set.Rules() {
 			fail(r, err)
 		}
 		return failed
 	}
-	byRule := map[string][]appsv1.ControllerRevision{}
-	for _, cr := range all {
-		byRule[cr.Labels[rules.LabelRule]] = append(byRule[cr.Labels[rules.LabelRule]], cr)
-	}
-	k.seen = byRule
 	for _, r := range set.Rules() {
 		revs, err := k.record(ctx, r, byRule[r.Name])
 		if err != nil {
@@ -121,6 +116,21 @@ func (k *revisionKeeper) keep(ctx context.Context, set *rules.Set) (failed bool)
 		}
 	}
 	return failed
+}
+
+// list reads this installation's revisions, by rule, oldest first, and
+// keeps them as those a rollout resumes from (Resume).
+func (k *revisionKeeper) list(ctx context.Context) (map[string][]appsv1.ControllerRevision, error) {
+	all, err := k.store.List(ctx, k.selector())
+	if err != nil {
+		return nil, err
+	}
+	byRule := map[string][]appsv1.ControllerRevision{}
+	for _, cr := range all {
+		byRule[cr.Labels[rules.LabelRule]] = append(byRule[cr.Labels[rules.LabelRule]], cr)
+	}
+	k.seen = byRule
+	return byRule, nil
 }
 
 // record makes r's version the newest of its revisions revs (oldest
