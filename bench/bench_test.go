@@ -46,6 +46,21 @@ func TestFanoutSmoke(t *testing.T) {
 	}
 }
 
+// TestRolloutSmoke runs the rollout phase small: a change of the rule
+// costs one write per child whether it moves at once or in steps.
+func TestRolloutSmoke(t *testing.T) {
+	res, err := runRollout(t.Context(), testenv.Get(t), 50, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ImmediateWrites != 50 || res.ProgressiveWrites != 50 {
+		t.Errorf("the change made %d writes at once and %d in steps, want one per child (50)", res.ImmediateWrites, res.ProgressiveWrites)
+	}
+	if res.ImmediateSeconds <= 0 || res.ProgressiveSeconds <= 0 {
+		t.Errorf("times not measured: %+v", res)
+	}
+}
+
 // TestChainSmoke runs the chain phase small: three dependent children per
 // trigger, exactly one write each.
 func TestChainSmoke(t *testing.T) {

@@ -38,6 +38,7 @@ func main() {
 	flag.IntVar(&tr.Workers, "tenant-workers", 0, "the tenant rule's workers (0: the rule's default)")
 	pushback := flag.Int("pushback", 0, "run the tenant workload with this many Tenants as a ServiceAccount that API Priority and Fairness serves one request at a time, rejecting the rest with 429 (needs -syncloop; 0: skip)")
 	fanout := flag.Int("fanout", 0, "run the fan-out phase: one lookup source read by this many triggers is changed (0: skip)")
+	rollout := flag.Int("rollout", 0, "run the rollout phase: one change of a rule over this many triggers, Immediate and Progressive (0: skip)")
 	chain := flag.Int("chain", 0, "run the chain phase: this many triggers each need three dependent children (0: skip)")
 	shard := flag.Int("shard", 0, "run the sharding phase: this many CEL-heavy triggers converged by one replica and by -shard-replicas replicas sharing them (needs -syncloop; 0: skip)")
 	shardReplicas := flag.Int("shard-replicas", 3, "replicas of the sharding phase's sharded run")
@@ -91,6 +92,15 @@ func main() {
 				return "", nil, err
 			}
 			return reportFanout(res, cfg.LimitWorkers), res, nil
+		})
+	}
+	if *rollout > 0 {
+		phase("rollout", func() (string, any, error) {
+			res, err := runRollout(ctx, env, *rollout, logf)
+			if err != nil {
+				return "", nil, err
+			}
+			return reportRollout(res), res, nil
 		})
 	}
 	if *chain > 0 {

@@ -321,8 +321,13 @@ func (rc *reconciler) existing(ctx context.Context, ck *childKind, ref childRef,
 // upToDate reports whether applying desired would change nothing: the
 // cached child carries the hash of this desired content, and either is
 // still the version our own last apply produced or holds every desired
-// field (it was changed by someone else, but not in the fields we own).
+// field (it was changed by someone else, but not in the fields we own) —
+// or the cache still holds the version our last apply of this content
+// replaced (it lags: ownWrites.lags).
 func (rc *reconciler) upToDate(ref childRef, cached, desired *unstructured.Unstructured, hash string) bool {
+	if rc.writes.lags(ref, cached.GetResourceVersion(), hash) {
+		return true
+	}
 	if cached.GetAnnotations()[AnnotationAppliedHash] != hash {
 		return false
 	}

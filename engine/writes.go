@@ -18,6 +18,10 @@ type ownWrites struct {
 	// applied is the resourceVersion syncloop's last apply of a child
 	// returned.
 	applied map[childRef]string
+	// replaced is, for a child syncloop's last apply updated, the version
+	// it replaced and the applied-hash it wrote: while the cache still
+	// holds that version, it lags behind a write of this very content.
+	replaced map[childRef]replacement
 	// inflight holds the children being applied, with the resourceVersion
 	// of the last event of each seen meanwhile ("": none).
 	inflight map[childRef]string
@@ -31,7 +35,7 @@ type ownWrites struct {
 }
 
 func newOwnWrites() *ownWrites {
-	return &ownWrites{applied: map[childRef]string{}, inflight: map[childRef]string{},
+	return &ownWrites{applied: map[childRef]string{}, replaced: map[childRef]replacement{}, inflight: map[childRef]string{},
 		deleted: map[childRef]types.UID{}, conflicted: map[cache.ObjectName]map[childRef]bool{}}
 }
 
@@ -69,6 +73,29 @@ func (w *ownWrites) applyDone(ref childRef, rv string) (missed bool) {
 		w.applied[ref] = rv
 	}
 	return seen != "" && seen != rv
+}
+
+// replacement is a version of a child and the content that replaced it.
+type replacement struct{ version, hash string }
+
+// replacedWith notes that syncloop's apply of ref, whose cached version was
+// version, wrote content of hash.
+func (w *ownWrites) replacedWith(ref childRef, version, hash string) {
+	w.mu.Lock()
+	w.replaced[ref] = replacement{version, hash}
+	w.mu.Unlock()
+}
+
+// lags reports whether a cached ref at version is the one syncloop's last
+// apply replaced with content of hash: the cache has not caught up with a
+// write of what is wanted (a reconcile queued by the replay of the old
+// version's event, when a changed rule starts), and applying again would
+// change nothing.
+func (w *ownWrites) lags(ref childRef, version, hash string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r, ok := w.replaced[ref]
+	return ok && r.version == version && r.hash == hash
 }
 
 // remember notes the resourceVersion an apply of ref that no event is held
@@ -121,6 +148,7 @@ func (w *ownWrites) deleteFailed(ref childRef) {
 func (w *ownWrites) deleteDone(ref childRef) {
 	w.mu.Lock()
 	delete(w.applied, ref)
+	delete(w.replaced, ref)
 	w.mu.Unlock()
 }
 
@@ -128,6 +156,7 @@ func (w *ownWrites) deleteDone(ref childRef) {
 func (w *ownWrites) gone(ref childRef) {
 	w.mu.Lock()
 	delete(w.applied, ref)
+	delete(w.replaced, ref)
 	delete(w.deleted, ref)
 	w.mu.Unlock()
 }
