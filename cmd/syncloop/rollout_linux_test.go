@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -226,4 +227,64 @@ func markReady(t *testing.T, cms interface {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestRolloutLeaderHandover: the leader stops mid-rollout; the replica
+// that takes over continues the rollout from the step it had reached.
+func TestRolloutLeaderHandover(t *testing.T) {
+	env, cs, _ := clients(t)
+	ctx := t.Context()
+	ns := newNamespace(t, cs, "rollout-le")
+	cms := cs.CoreV1().ConfigMaps(ns)
+	rulesPath := writeFile(t, t.TempDir(), "rules.yaml", rolloutRuleFile(ns, "v1", "", ""))
+	for i := range 40 {
+		if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+			Name: fmt.Sprintf("t%03d", i), Labels: map[string]string{"rollout": "trigger"}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	atVersion := func(version string) []string {
+		list, err := cms.List(ctx, metav1.ListOptions{LabelSelector: rules.LabelRule + "=roll"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, cm := range list.Items {
+			if cm.Data["version"] == version {
+				out = append(out, cm.Name)
+			}
+		}
+		return out
+	}
+	poll := func(what string, cond func() bool) { t.Helper(); pollUntil(t, 60*time.Second, what, cond) }
+	holder := func() string {
+		l, err := cs.CoordinationV1().Leases(ns).Get(context.Background(), "syncloop-test", metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil {
+			return ""
+		}
+		return *l.Spec.HolderIdentity
+	}
+	a := startReplica(t, env, rulesPath, ns, "replica-a")
+	poll("replica-a to lead", func() bool { return holder() == "replica-a" })
+	b := startReplica(t, env, rulesPath, ns, "replica-b")
+	poll("40 children at v1", func() bool { return len(atVersion("v1")) == 40 })
+
+	writeFile(t, filepath.Dir(rulesPath), "rules.yaml", rolloutRuleFile(ns, "v2", "v2", "progressDeadline: 1h"))
+	var step1 []string
+	poll("step 1: 4 children at v2", func() bool { step1 = atVersion("v2"); return len(step1) == 4 })
+	markReady(t, cms, "v2", step1)
+	var step2 []string
+	poll("step 2: 8 children at v2", func() bool { step2 = atVersion("v2"); return len(step2) == 8 })
+	poll("step 2 recorded", func() bool { return revisionRollout(t, cs, ns).Step == 2 })
+
+	a.cancel()
+	poll("replica-b to lead", func() bool { return holder() == "replica-b" })
+	poll("the new leader to resume the rollout", func() bool {
+		return strings.Contains(httpGet("http://"+b.probes+"/readyz"), "rollout roll: Progressing, step 2 of 10, 8 triggers on revision")
+	})
+	if got := atVersion("v2"); len(got) != 8 {
+		t.Fatalf("after the handover %d children at v2, want the 8 of step 2", len(got))
+	}
+	markReady(t, cms, "v2", step2)
+	poll("step 3 by the new leader", func() bool { return len(atVersion("v2")) == 12 && revisionRollout(t, cs, ns).Step == 3 })
 }
