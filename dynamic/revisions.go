@@ -76,3 +76,8 @@ func (s *Revisions) Annotate(ctx context.Context, name, key, value string) (*app
 	}
 	return s.client.AppsV1().ControllerRevisions(s.namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 }
+
+// Get reads one revision.
+func (s *Revisions) Get(ctx context.Context, name string) (*appsv1.ControllerRevision, error) {
+	return s.client.AppsV1().ControllerRevisions(s.namespace).Get(ctx, name, metav1.GetOptions{})
+}

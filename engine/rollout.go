@@ -99,6 +99,9 @@ type RolloutStore interface {
 	// Record keeps rec as r's rollout and, when reason is set, says so:
 	// eventType is Normal or Warning.
 	Record(ctx context.Context, r *rules.Rule, rec RolloutRecord, eventType, reason, message string)
+	// Fetch reads the rollout recorded for r now (nil: none): how the
+	// replicas of a sharded group follow the one that steps the rollout.
+	Fetch(ctx context.Context, r *rules.Rule) (*RolloutRecord, error)
 }
 
 // RolloutStatus is one rule's rollout as the engine runs it, for
@@ -120,7 +123,12 @@ type rollout struct {
 	from *reconciler
 	both []*reconciler // the loop's and from
 	// settled: complete, every trigger is on the new revision for good.
-	settled  atomic.Bool
+	settled atomic.Bool
+	// sharded: replicas share the triggers. The replica whose shard owns
+	// the rule's coordination key steps the rollout, judging the health
+	// of every trigger of a step from its caches; the others follow the
+	// record it keeps.
+	sharded  bool
 	settings atomic.Pointer[rules.Rollout]
 	store    RolloutStore
 	poke     chan struct{}
@@ -169,7 +177,7 @@ func sameTriggers(a, b *rules.Rule) bool {
 // r watches other objects, or r is the revision rolled out from (a change
 // put back).
 func (e *Engine) rolloutFrom(old *ruleLoop, r *rules.Rule) *rolloutPlan {
-	if r.Rollout.Strategy != rules.RolloutProgressive || e.currentShard() != nil {
+	if r.Rollout.Strategy != rules.RolloutProgressive || (e.currentShard() != nil && e.rollouts == nil) {
 		return nil
 	}
 	if st, _ := old.getState(); st != StateRunning || !sameTriggers(old.rule, r) || len(old.watches.trigger.Indexer().ListKeys()) == 0 {
@@ -196,7 +204,7 @@ func (e *Engine) rolloutFrom(old *ruleLoop, r *rules.Rule) *rolloutPlan {
 // resumeRollout is the rollout of r that the store has recorded or that
 // begins now (a rule changed while syncloop was down), or nil.
 func (e *Engine) resumeRollout(ctx context.Context, r *rules.Rule) *rolloutPlan {
-	if e.rollouts == nil || r.Rollout.Strategy != rules.RolloutProgressive || e.currentShard() != nil {
+	if e.rollouts == nil || r.Rollout.Strategy != rules.RolloutProgressive {
 		return nil
 	}
 	rec, from, err := e.rollouts.Resume(ctx, r)
@@ -223,7 +231,7 @@ func newRollout(l *ruleLoop, p *rolloutPlan) *rollout {
 	from := p.from
 	writes := newOwnWrites()
 	w := &watches{rule: from, ns: e.ns, retired: retiredKinds(l.watches, from)}
-	ro := &rollout{l: l, store: e.rollouts, poke: make(chan struct{}, 1), rec: p.rec,
+	ro := &rollout{l: l, store: e.rollouts, poke: make(chan struct{}, 1), rec: p.rec, sharded: e.currentShard() != nil,
 		step: map[cache.ObjectName]bool{}, health: map[cache.ObjectName]health{}}
 	ro.rec.From, ro.rec.To = from.Hash, l.rule.Hash
 	s := l.rule.Rollout
@@ -317,6 +325,9 @@ func (ro *rollout) setSettings(ctx context.Context, s rules.Rollout) {
 		return
 	}
 	ro.settings.Store(&s)
+	if !ro.coordinates() {
+		return // the coordinating replica resumes it, and this one follows
+	}
 	ro.mu.Lock()
 	halted := ro.rec.State == RolloutHalted
 	if halted { // the step under way is checked again, under them
@@ -335,6 +346,26 @@ func (ro *rollout) setSettings(ctx context.Context, s rules.Rollout) {
 // ctx ends: it checks the step under way when a trigger it waits for was
 // reconciled, and every second for the deadline.
 func (ro *rollout) run(ctx context.Context) {
+	if ro.sharded {
+		ro.runSharded(ctx)
+		return
+	}
+	ro.begin(ctx)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ro.poke:
+		case <-tick.C:
+		}
+		ro.check(ctx)
+	}
+}
+
+// begin starts the rollout, or picks it up where its record says.
+func (ro *rollout) begin(ctx context.Context) {
 	ro.mu.Lock()
 	if ro.rec.State == "" {
 		ro.rec.State = RolloutProgressing
@@ -347,16 +378,102 @@ func (ro *rollout) run(ctx context.Context) {
 	if ro.record().State == RolloutProgressing && ro.record().Step == 0 {
 		ro.next(ctx)
 	}
+}
+
+// rolloutCoordination is the key whose owner, in a sharded group, steps
+// a rule's rollout.
+var rolloutCoordination = cache.ObjectName{Name: "\x00rollout"}
+
+// runSharded drives the rollout of a sharded group: every second the
+// replica that owns the coordination key checks the step under way (and
+// begins the rollout, unless another replica has already: it reads the
+// record first); every other replica reads the record and follows it,
+// queueing its own triggers that changed revision. It stops following
+// once the rollout is complete or rolled back.
+func (ro *rollout) runSharded(ctx context.Context) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	began, ticks := false, 0
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ro.poke:
-		case <-tick.C:
+		state := ro.record().State
+		switch {
+		case ro.coordinates():
+			if !began {
+				ro.follow(ctx)
+				ro.begin(ctx)
+				began = true
+			}
+			ro.check(ctx)
+		case ro.settled.Load() || state == RolloutRolledBack:
+		case state == RolloutHalted && ticks%10 != 0: // halted for long, perhaps: read it less often
+		default:
+			began = false
+			ro.follow(ctx)
 		}
-		ro.check(ctx)
+		for polled := false; !polled; {
+			select {
+			case <-ctx.Done():
+				return
+			case <-ro.poke:
+				polled = ro.coordinates() // a follower reads the record once a second, not per reconcile
+			case <-tick.C:
+				ticks++
+				polled = true
+			}
+		}
+	}
+}
+
+// coordinates reports whether this replica steps the rollout: not sharded,
+// or its shard owns the coordination key.
+func (ro *rollout) coordinates() bool {
+	return !ro.sharded || ro.l.e.owns(ro.l.rule.Name, rolloutCoordination)
+}
+
+// follow takes the record the coordinating replica keeps, when it is of
+// this rollout, and queues this replica's triggers that it moves.
+func (ro *rollout) follow(ctx context.Context) {
+	if ro.store == nil {
+		return
+	}
+	rec, err := ro.store.Fetch(ctx, ro.l.rule)
+	if err != nil {
+		klog.FromContext(ctx).V(1).Info("Reading the rule's rollout", "rule", ro.l.rule.Name, "err", err)
+		return
+	}
+	ro.mu.Lock()
+	if rec == nil || rec.To != ro.rec.To || rec.From != ro.rec.From || rec.State == "" || rec.State == RolloutSuperseded {
+		ro.mu.Unlock()
+		return
+	}
+	old := ro.rec
+	ro.rec = *rec
+	ro.step = ro.stepKeys(rec.StepFrom, rec.Threshold)
+	ro.mu.Unlock()
+	if rec.State == RolloutComplete {
+		ro.settled.Store(true)
+	}
+	before, after := old.onNew(ro), rec.onNew(ro)
+	if old.State == rec.State && old.Threshold == rec.Threshold && old.Started.Equal(rec.Started) {
+		return
+	}
+	for _, k := range ro.l.watches.trigger.Indexer().ListKeys() {
+		if key, err := cache.ParseObjectName(k); err == nil && before(key) != after(key) {
+			ro.l.add(key)
+		}
+	}
+}
+
+// onNew is, for the record, which triggers are on the new revision.
+func (r *RolloutRecord) onNew(ro *rollout) func(cache.ObjectName) bool {
+	return func(key cache.ObjectName) bool {
+		switch r.State {
+		case RolloutComplete:
+			return true
+		case RolloutRolledBack:
+			return false
+		}
+		return rolloutDigest(ro.l.rule.Name, key) < r.Threshold || ro.createdAfter(key, r.Started)
 	}
 }
 
@@ -501,6 +618,13 @@ func (ro *rollout) check(ctx context.Context) {
 		ro.mu.Unlock()
 		return
 	}
+	if ro.sharded {
+		// Other replicas reconcile most of the step: its health is read
+		// from the caches, which hold every trigger's children.
+		for key := range ro.step {
+			ro.health[key] = ro.healthFromCaches(ctx, key)
+		}
+	}
 	triggers := ro.l.watches.trigger.Indexer()
 	unhealthy := 0
 	for key := range ro.step {
@@ -591,6 +715,9 @@ func (ro *rollout) complete(ctx context.Context) {
 
 // supersede records that the rule changed again before the rollout ended.
 func (ro *rollout) supersede(ctx context.Context, by *rules.Rule) {
+	if !ro.coordinates() {
+		return
+	}
 	ro.mu.Lock()
 	if !ro.rec.active() {
 		ro.mu.Unlock()
@@ -603,7 +730,7 @@ func (ro *rollout) supersede(ctx context.Context, by *rules.Rule) {
 }
 
 func (ro *rollout) save(ctx context.Context, rec RolloutRecord, eventType, reason, msg string) {
-	if ro.store != nil && ro.l.e.plan == nil {
+	if ro.store != nil && ro.l.e.plan == nil && ro.coordinates() {
 		ro.store.Record(ctx, ro.l.rule, rec, eventType, reason, msg)
 	}
 }
@@ -649,11 +776,63 @@ func (ro *rollout) prunes(ctx context.Context, keys []cache.ObjectName) int {
 	return n
 }
 
+// healthFromCaches judges trigger key under the new revision from the
+// caches alone, as the replica that reconciles it would: the render
+// succeeds, every child it wants is in the cache as this revision applies
+// it, and every child is ready by its readyWhen.
+func (ro *rollout) healthFromCaches(ctx context.Context, key cache.ObjectName) health {
+	rc := ro.l.rc
+	obj, ok, _ := rc.w.trigger.Indexer().GetByKey(key.String())
+	if !ok {
+		return health{ok: true}
+	}
+	rd, err := render.Rule(ctx, rc.rule, obj.(*unstructured.Unstructured), rc.mapper, &cacheLookuper{rc: rc, trigger: key}, cachedChildren{rc})
+	switch {
+	case err != nil:
+		return health{why: err.Error()}
+	case rd.Skipped:
+		return health{ok: true}
+	}
+	if c := rd.Readiness(); !c.Status {
+		return health{why: c.Message}
+	}
+	return health{ok: true}
+}
+
+// cachedChildren is a render.Applier that applies nothing: a child is its
+// cached object when that is what the revision applies, else not there
+// yet.
+type cachedChildren struct{ rc *reconciler }
+
+func (a cachedChildren) Apply(_ context.Context, c render.Child) (map[string]any, error) {
+	if c.Patch {
+		return c.Object.Object, nil
+	}
+	ref := refOf(c.Object)
+	ck := a.rc.w.children[ref.gvk]
+	if ck == nil || ck.sub == nil {
+		return nil, fmt.Errorf("%s %s is not watched", ref.gvk.Kind, cacheKey(ref))
+	}
+	obj, ok, _ := ck.sub.Indexer().GetByKey(cacheKey(ref))
+	if !ok {
+		return nil, fmt.Errorf("%s %s is not there yet", ref.gvk.Kind, cacheKey(ref))
+	}
+	cached := obj.(*unstructured.Unstructured)
+	if cached.GetAnnotations()[AnnotationAppliedHash] != contentHash(c.Object.Object) {
+		return nil, fmt.Errorf("%s %s is not applied by this revision yet", ref.gvk.Kind, cacheKey(ref))
+	}
+	return cached.Object, nil
+}
+
 // status is the rollout as it stands, with the cached triggers counted
 // on each revision.
 func (ro *rollout) status() RolloutStatus {
 	st := RolloutStatus{Rule: ro.l.rule.Name, RolloutRecord: ro.record()}
-	for _, k := range ro.l.watches.trigger.Indexer().ListKeys() {
+	sub := ro.l.triggerSub.Load() // nil until the loop has subscribed
+	if sub == nil {
+		return st
+	}
+	for _, k := range sub.Indexer().ListKeys() {
 		if key, err := cache.ParseObjectName(k); err == nil {
 			if ro.onNew(key) {
 				st.OnTo++

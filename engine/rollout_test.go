@@ -49,6 +49,16 @@ func (m *memRollouts) Record(_ context.Context, r *rules.Rule, rec RolloutRecord
 	m.events = append(m.events, eventType+" "+reason+": "+msg)
 }
 
+func (m *memRollouts) Fetch(_ context.Context, r *rules.Rule) (*RolloutRecord, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rec, ok := m.recs[r.Name]
+	if !ok {
+		return nil, nil
+	}
+	return &rec, nil
+}
+
 func (m *memRollouts) get(rule string) RolloutRecord {
 	m.mu.Lock()
 	defer m.mu.Unlock()

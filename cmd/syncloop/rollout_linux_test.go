@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os/exec"
@@ -287,4 +289,90 @@ func TestRolloutLeaderHandover(t *testing.T) {
 	}
 	markReady(t, cms, "v2", step2)
 	poll("step 3 by the new leader", func() bool { return len(atVersion("v2")) == 12 && revisionRollout(t, cs, ns).Step == 3 })
+}
+
+// TestRolloutSharded: three replicas share the triggers; a rule change
+// moves the first triggers in rollout order — counted over the whole
+// rule, whichever replica owns them — step by step, each once its
+// children are ready; a replica killed mid-rollout neither moves a
+// trigger twice nor skips one.
+func TestRolloutSharded(t *testing.T) {
+	sc := newShardCluster(t)
+	sc.rule = "roll"
+	ctx := t.Context()
+	cms := sc.cs.CoreV1().ConfigMaps(sc.ns)
+	writeFile(t, sc.dir, "rules.yaml", rolloutRuleFile(sc.ns, "v1", "", ""))
+	var names []string
+	for i := range 60 {
+		name := fmt.Sprintf("t%03d", i)
+		names = append(names, name)
+		if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+			Name: name, Labels: map[string]string{"rollout": "trigger"}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The rollout order: the triggers by the SHA-256 of rule and key.
+	digest := func(name string) string {
+		sum := sha256.Sum256([]byte("roll\x00" + sc.ns + "/" + name))
+		return hex.EncodeToString(sum[:8])
+	}
+	slices.SortFunc(names, func(a, b string) int { return strings.Compare(digest(a), digest(b)) })
+	atV2 := func() []string {
+		list, err := cms.List(ctx, metav1.ListOptions{LabelSelector: rules.LabelRule + "=roll"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, cm := range list.Items {
+			if cm.Data["version"] == "v2" {
+				out = append(out, strings.TrimSuffix(cm.Name, "-child"))
+			}
+		}
+		slices.SortFunc(out, func(a, b string) int { return strings.Compare(digest(a), digest(b)) })
+		return out
+	}
+	poll := func(what string, cond func() bool) { t.Helper(); pollUntil(t, 90*time.Second, what, cond) }
+	for _, name := range []string{"a", "b", "c"} {
+		sc.start(name)
+	}
+	sc.readyWith("a", "b", "c")
+	poll("60 children", func() bool {
+		list, _ := cms.List(ctx, metav1.ListOptions{LabelSelector: rules.LabelRule + "=roll"})
+		return list != nil && len(list.Items) == 60
+	})
+
+	writeFile(t, sc.dir, "rules.yaml", rolloutRuleFile(sc.ns, "v2", "v2", "progressDeadline: 1h"))
+	step := func(k int) {
+		t.Helper()
+		var got []string
+		poll(fmt.Sprintf("step %d: the first %d triggers in rollout order at v2", k, 6*k), func() bool {
+			got = atV2()
+			return slices.Equal(got, names[:6*k])
+		})
+	}
+	ready := func(k int) {
+		t.Helper()
+		var children []string
+		for _, n := range names[6*(k-1) : 6*k] {
+			children = append(children, n+"-child")
+		}
+		markReady(t, cms, "v2", children)
+	}
+	step(1)
+	ready(1)
+	step(2)
+	if rec := revisionRollout(t, sc.cs, sc.ns); rec.Step != 2 || rec.Steps != 10 || rec.Moved != 12 {
+		t.Fatalf("recorded: %+v", rec)
+	}
+
+	if err := sc.replicas["a"].cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-sc.replicas["a"].exited
+	sc.readyWith("b", "c")
+	if got := atV2(); !slices.Equal(got, names[:12]) {
+		t.Fatalf("after the handover at v2: %v, want the first 12", got)
+	}
+	ready(2)
+	step(3)
 }

@@ -50,6 +50,7 @@ type shardCluster struct {
 	cs       kubernetes.Interface
 	ns       string
 	dir      string
+	rule     string // the rule readyWith waits to run
 	replicas map[string]*shardReplica
 
 	mu       sync.Mutex
@@ -72,7 +73,7 @@ func newShardCluster(t *testing.T) *shardCluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc := &shardCluster{t: t, env: env, cs: cs, ns: newNamespace(t, cs, "shard"), dir: t.TempDir(),
+	sc := &shardCluster{t: t, env: env, cs: cs, ns: newNamespace(t, cs, "shard"), dir: t.TempDir(), rule: "shard",
 		replicas: map[string]*shardReplica{}, added: map[string]int{}, modified: map[string]int{}}
 	if err := os.WriteFile(filepath.Join(sc.dir, "rules.yaml"), []byte(strings.ReplaceAll(shardRule, "NS", sc.ns)), 0o644); err != nil {
 		t.Fatal(err)
@@ -138,7 +139,7 @@ func (sc *shardCluster) readyWith(members ...string) {
 			defer resp.Body.Close()
 			b, _ := io.ReadAll(resp.Body)
 			body := string(b)
-			return resp.StatusCode == http.StatusOK && strings.Contains(body, want) && strings.Contains(body, "rule shard: running")
+			return resp.StatusCode == http.StatusOK && strings.Contains(body, want) && strings.Contains(body, "rule "+sc.rule+": running")
 		})
 	}
 }

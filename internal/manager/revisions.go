@@ -294,3 +294,16 @@ func (k *revisionKeeper) Record(ctx context.Context, r *rules.Rule, rec engine.R
 		k.recorder.Event(cr, eventType, reason, message)
 	}
 }
+
+// Fetch implements engine.RolloutStore: the rollout recorded on r's
+// revision now.
+func (k *revisionKeeper) Fetch(ctx context.Context, r *rules.Rule) (*engine.RolloutRecord, error) {
+	cr, err := k.store.Get(ctx, k.name(r))
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	return rolloutOf(*cr), nil
+}
