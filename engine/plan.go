@@ -135,6 +135,28 @@ func (p *PlanPrinter) print(a Action) {
 	}
 }
 
+// rolloutPlanner is a Planner that is told of rollout transitions: a dry
+// run prints each step of a changed rule's rollout as it goes.
+type rolloutPlanner interface {
+	Rollout(rule, reason, message string)
+}
+
+// Rollout prints a transition of a rule's rollout, when the printer
+// streams (run --dry-run); plan says where its rollouts stand itself.
+func (p *PlanPrinter) Rollout(rule, reason, message string) {
+	if !p.stream {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.json {
+		data, _ := json.Marshal(map[string]any{"rollout": map[string]string{"rule": rule, "reason": reason, "message": message}})
+		fmt.Fprintf(p.w, "%s\n", data)
+		return
+	}
+	fmt.Fprintf(p.w, "Rollout of rule %s: %s: %s\n", rule, reason, message)
+}
+
 // Failed implements Planner: the error goes to errW.
 func (p *PlanPrinter) Failed(rule, trigger string, err error) {
 	p.mu.Lock()

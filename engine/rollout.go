@@ -730,6 +730,10 @@ func (ro *rollout) supersede(ctx context.Context, by *rules.Rule) {
 }
 
 func (ro *rollout) save(ctx context.Context, rec RolloutRecord, eventType, reason, msg string) {
+	if rp, ok := ro.l.e.plan.(rolloutPlanner); ok {
+		rp.Rollout(ro.l.rule.Name, reason, msg) // a dry run records nothing
+		return
+	}
 	if ro.store != nil && ro.l.e.plan == nil && ro.coordinates() {
 		ro.store.Record(ctx, ro.l.rule, rec, eventType, reason, msg)
 	}

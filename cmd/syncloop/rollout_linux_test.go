@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -375,4 +376,70 @@ func TestRolloutSharded(t *testing.T) {
 	}
 	ready(2)
 	step(3)
+}
+
+// TestDryRunRollout: under run --dry-run a rule change rolls out as it
+// would, each step printed with the updates it plans; nothing is written.
+func TestDryRunRollout(t *testing.T) {
+	env, cs, _ := clients(t)
+	ns := newNamespace(t, cs, "rollout-dry")
+	cms := cs.CoreV1().ConfigMaps(ns)
+	for i := range 20 {
+		if _, err := cms.Create(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+			Name: fmt.Sprintf("t%03d", i), Labels: map[string]string{"rollout": "trigger"}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	writeFile(t, dir, "rules.yaml", rolloutRuleFile(ns, "v1", "", ""))
+	children := func(version string) int {
+		list, err := cms.List(t.Context(), metav1.ListOptions{LabelSelector: rules.LabelRule + "=roll"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, cm := range list.Items {
+			if cm.Data["version"] == version {
+				n++
+			}
+		}
+		return n
+	}
+	// The children at v1, made by a run that then stops.
+	ctx, cancel := context.WithCancel(context.Background())
+	exited := make(chan int, 1)
+	go func() {
+		exited <- runContext(ctx, []string{"run", "-f", dir, "--kubeconfig", env.Kubeconfig(), "--leader-elect-namespace", ns,
+			"--metrics-bind-address", "0", "--health-probe-bind-address", "0"}, io.Discard, io.Discard)
+	}()
+	pollUntil(t, 60*time.Second, "20 children at v1", func() bool { return children("v1") == 20 })
+	cancel()
+	<-exited
+
+	var out syncBuffer
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	probes := freeAddr(t)
+	go func() {
+		exited <- runContext(ctx, []string{"run", "--dry-run", "-f", dir, "--kubeconfig", env.Kubeconfig(), "--leader-elect-namespace", ns,
+			"--metrics-bind-address", "0", "--health-probe-bind-address", probes}, &out, io.Discard)
+	}()
+	pollUntil(t, 60*time.Second, "the dry run running", func() bool { return strings.Contains(httpGet("http://"+probes+"/readyz"), "rule roll: running") })
+	writeFile(t, dir, "rules.yaml", rolloutRuleFile(ns, "v2", "", ""))
+	pollUntil(t, 60*time.Second, "the dry run's rollout complete", func() bool { return strings.Contains(out.String(), "Rollout of rule roll: RolloutComplete:") })
+	cancel()
+	<-exited
+	text := out.String()
+	if !strings.Contains(text, "Rollout of rule roll: RolloutStep: step 1 of 10: 2 triggers move to revision ") ||
+		!strings.Contains(text, "Rollout of rule roll: RolloutStep: step 10 of 10: ") || strings.Count(text, "~ update  v1 ConfigMap "+ns+"/") != 20 {
+		t.Errorf("dry run:\n%s", text)
+	}
+	// Step 1's updates come after its line, before step 2's.
+	step1, step2 := strings.Index(text, "step 1 of 10"), strings.Index(text, "step 2 of 10")
+	if n := strings.Count(text[step1:step2], "~ update"); n != 2 {
+		t.Errorf("step 1 planned %d updates, want 2:\n%s", n, text)
+	}
+	if children("v2") != 0 || children("v1") != 20 {
+		t.Error("the dry run wrote")
+	}
 }
