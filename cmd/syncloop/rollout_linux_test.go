@@ -99,6 +99,14 @@ func TestRolloutAcrossRestart(t *testing.T) {
 	if len(children("v2")) != 0 {
 		t.Fatal("plan wrote")
 	}
+	// A change that would remove every child: plan says the rollout halts
+	// before its first step, and how much it would remove.
+	off := strings.Replace(rolloutRuleFile(ns, "v1", "", "maxPrunes: 5"), "  rollout:", "  when: \"false\"\n  rollout:", 1)
+	code, out, errOut = syncloop(t, "plan", "-f", writeFile(t, t.TempDir(), "rules.yaml", off), "--kubeconfig", env.Kubeconfig(), "--syncloop-namespace", ns)
+	if code != 0 || !strings.Contains(out, ": Halted at step 0 of 0, 0 of 100 triggers on it: the change removes 100 of the rule's 100 children in all (0 so far), more than maxPrunes 5 allows (5)") ||
+		!strings.Contains(out, "Plan: 0 to create, 0 to update, 0 to delete") {
+		t.Errorf("plan of a removal: exit %d\n%s%s", code, out, errOut)
+	}
 
 	writeFile(t, dir, "rules.yaml", rolloutRuleFile(ns, "v2", "v2", "progressDeadline: 1h"))
 	atV2 := func(n int) []string {
