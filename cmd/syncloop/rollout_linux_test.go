@@ -451,3 +451,75 @@ func TestDryRunRollout(t *testing.T) {
 		t.Error("the dry run wrote")
 	}
 }
+
+// TestRolloutKeepsItsRevision: the history limit never prunes the
+// revision a rollout moves from — a restart needs it for the triggers not
+// moved — and prunes it once the rollout is complete.
+func TestRolloutKeepsItsRevision(t *testing.T) {
+	env, cs, _ := clients(t)
+	ns := newNamespace(t, cs, "rollout-keep")
+	cms := cs.CoreV1().ConfigMaps(ns)
+	for i := range 4 {
+		if _, err := cms.Create(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+			Name: fmt.Sprintf("t%03d", i), Labels: map[string]string{"rollout": "trigger"}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	limited := func(version, ready, rollout string) string {
+		return strings.Replace(rolloutRuleFile(ns, version, ready, rollout), "  rollout:", "  revisionHistoryLimit: 1\n  rollout:", 1)
+	}
+	writeFile(t, dir, "rules.yaml", limited("v1", "", ""))
+	revisions := func() int {
+		list, err := cs.AppsV1().ControllerRevisions(ns).List(t.Context(), metav1.ListOptions{LabelSelector: rules.LabelRule + "=roll"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(list.Items)
+	}
+	atV2 := func() []string {
+		list, err := cms.List(t.Context(), metav1.ListOptions{LabelSelector: rules.LabelRule + "=roll"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, cm := range list.Items {
+			if cm.Data["version"] == "v2" {
+				out = append(out, cm.Name)
+			}
+		}
+		return out
+	}
+	start := func() (probes string, stop func()) {
+		probes = freeAddr(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		exited := make(chan int, 1)
+		go func() {
+			exited <- runContext(ctx, []string{"run", "-f", dir, "--kubeconfig", env.Kubeconfig(), "--leader-elect-namespace", ns,
+				"--metrics-bind-address", "0", "--health-probe-bind-address", probes}, io.Discard, io.Discard)
+		}()
+		return probes, func() { cancel(); <-exited }
+	}
+	probes, stop := start()
+	pollUntil(t, 60*time.Second, "the first revision", func() bool {
+		return revisions() == 1 && strings.Contains(httpGet("http://"+probes+"/readyz"), "rule roll: running")
+	})
+	writeFile(t, dir, "rules.yaml", limited("v2", "v2", "step: 2, progressDeadline: 1h"))
+	pollUntil(t, 60*time.Second, "step 1 recorded", func() bool { return revisionRollout(t, cs, ns).Step == 1 && len(atV2()) == 2 })
+	if n := revisions(); n != 2 {
+		t.Fatalf("%d revisions during the rollout, want 2: the one in force and the one it moves from", n)
+	}
+	stop()
+	probes, stop = start()
+	defer func() { stop() }()
+	pollUntil(t, 60*time.Second, "the rollout resumed", func() bool {
+		return strings.Contains(httpGet("http://"+probes+"/readyz"), "rollout roll: Progressing, step 1 of 2, 2 triggers on revision")
+	})
+	pollUntil(t, 60*time.Second, "the rollout complete", func() bool {
+		markReady(t, cms, "v2", atV2())
+		return revisionRollout(t, cs, ns).State == "Complete"
+	})
+	// The next load prunes the history to its limit.
+	writeFile(t, dir, "rules.yaml", limited("v2", "v2", "step: 2, progressDeadline: 2h"))
+	pollUntil(t, 60*time.Second, "the history pruned to 1", func() bool { return revisions() == 1 })
+}

@@ -101,21 +101,54 @@ func (k *revisionKeeper) keep(ctx context.Context, set *rules.Set) (failed bool)
 		return failed
 	}
 	for _, r := range set.Rules() {
+		rolling := rolledFrom(byRule[r.Name], r)
 		revs, err := k.record(ctx, r, byRule[r.Name])
 		if err != nil {
 			fail(r, err)
 			continue
 		}
-		// The oldest beyond the limit go; the newest, in force, never.
-		for len(revs) > r.RevisionHistoryLimit {
-			if err := k.store.Delete(ctx, revs[0]); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		// The oldest beyond the limit go; the newest, in force, never, nor
+		// the one a rollout moves from.
+		excess := len(revs) - r.RevisionHistoryLimit
+		for _, cr := range revs[:len(revs)-1] {
+			if excess <= 0 {
+				break
+			}
+			if rolling[cr.Name] {
+				continue
+			}
+			if err := k.store.Delete(ctx, cr); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 				fail(r, err)
 				break
 			}
-			revs = revs[1:]
+			excess--
 		}
 	}
 	return failed
+}
+
+// rolledFrom are the revisions among revs (oldest first, before r is
+// recorded) that a rollout to r may move from: the newest when r is not it
+// (a rollout begins from it), and the one the newest's unfinished rollout
+// came from. Pruning the history keeps them, whatever its limit: the
+// triggers not moved yet are reconciled by them after a restart.
+func rolledFrom(revs []appsv1.ControllerRevision, r *rules.Rule) map[string]bool {
+	out := map[string]bool{}
+	if len(revs) == 0 {
+		return out
+	}
+	newest := revs[len(revs)-1]
+	if newest.Annotations[rules.AnnotationRuleHash] != r.Hash {
+		out[newest.Name] = true
+	}
+	if rec := rolloutOf(newest); rec != nil && (rec.State == engine.RolloutProgressing || rec.State == engine.RolloutHalted || rec.State == engine.RolloutRolledBack) {
+		for _, cr := range revs {
+			if cr.Annotations[rules.AnnotationRuleHash] == rec.From {
+				out[cr.Name] = true
+			}
+		}
+	}
+	return out
 }
 
 // list reads this installation's revisions, by rule, oldest first, and
