@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/syncloop/syncloop/rules"
 )
@@ -53,32 +54,12 @@ func rolloutRuleFile(ns, version, ready, rollout string) string {
 // revision.
 func TestRolloutAcrossRestart(t *testing.T) {
 	env, cs, _ := clients(t)
-	ctx := t.Context()
 	ns := newNamespace(t, cs, "rollout")
 	cms := cs.CoreV1().ConfigMaps(ns)
 	dir := t.TempDir()
 	writeFile(t, dir, "rules.yaml", rolloutRuleFile(ns, "v1", "", ""))
-	for i := range 100 {
-		if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
-			Name: fmt.Sprintf("t%03d", i), Labels: map[string]string{"rollout": "trigger"}}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	children := func(version string) []string {
-		t.Helper()
-		list, err := cms.List(ctx, metav1.ListOptions{LabelSelector: rules.LabelRule + "=roll"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []string
-		for _, cm := range list.Items {
-			if cm.Data["version"] == version {
-				out = append(out, cm.Name)
-			}
-		}
-		slices.Sort(out)
-		return out
-	}
+	createRolloutTriggers(t, cms, 100)
+	children := func(version string) []string { t.Helper(); return childrenAt(t, cms, version) }
 	poll := func(what string, cond func() bool) { t.Helper(); pollUntil(t, 60*time.Second, what, cond) }
 	metrics, probes := freeAddr(t), freeAddr(t)
 	start := func(name string) *exec.Cmd {
@@ -228,9 +209,7 @@ func revisionEvents(t *testing.T, cs kubernetes.Interface, ns string) []string {
 	return out
 }
 
-func markReady(t *testing.T, cms interface {
-	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (*corev1.ConfigMap, error)
-}, version string, names []string) {
+func markReady(t *testing.T, cms typedcorev1.ConfigMapInterface, version string, names []string) {
 	t.Helper()
 	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{"test/ready":%q}}}`, version)
 	for _, n := range names {
@@ -244,29 +223,11 @@ func markReady(t *testing.T, cms interface {
 // that takes over continues the rollout from the step it had reached.
 func TestRolloutLeaderHandover(t *testing.T) {
 	env, cs, _ := clients(t)
-	ctx := t.Context()
 	ns := newNamespace(t, cs, "rollout-le")
 	cms := cs.CoreV1().ConfigMaps(ns)
 	rulesPath := writeFile(t, t.TempDir(), "rules.yaml", rolloutRuleFile(ns, "v1", "", ""))
-	for i := range 40 {
-		if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
-			Name: fmt.Sprintf("t%03d", i), Labels: map[string]string{"rollout": "trigger"}}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	atVersion := func(version string) []string {
-		list, err := cms.List(ctx, metav1.ListOptions{LabelSelector: rules.LabelRule + "=roll"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []string
-		for _, cm := range list.Items {
-			if cm.Data["version"] == version {
-				out = append(out, cm.Name)
-			}
-		}
-		return out
-	}
+	createRolloutTriggers(t, cms, 40)
+	atVersion := func(version string) []string { return childrenAt(t, cms, version) }
 	poll := func(what string, cond func() bool) { t.Helper(); pollUntil(t, 60*time.Second, what, cond) }
 	holder := func() string {
 		l, err := cs.CoordinationV1().Leases(ns).Get(context.Background(), "syncloop-test", metav1.GetOptions{})
@@ -311,15 +272,7 @@ func TestRolloutSharded(t *testing.T) {
 	ctx := t.Context()
 	cms := sc.cs.CoreV1().ConfigMaps(sc.ns)
 	writeFile(t, sc.dir, "rules.yaml", rolloutRuleFile(sc.ns, "v1", "", ""))
-	var names []string
-	for i := range 60 {
-		name := fmt.Sprintf("t%03d", i)
-		names = append(names, name)
-		if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
-			Name: name, Labels: map[string]string{"rollout": "trigger"}}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	names := createRolloutTriggers(t, cms, 60)
 	// The rollout order: the triggers by the SHA-256 of rule and key.
 	digest := func(name string) string {
 		sum := sha256.Sum256([]byte("roll\x00" + sc.ns + "/" + name))
@@ -327,15 +280,9 @@ func TestRolloutSharded(t *testing.T) {
 	}
 	slices.SortFunc(names, func(a, b string) int { return strings.Compare(digest(a), digest(b)) })
 	atV2 := func() []string {
-		list, err := cms.List(ctx, metav1.ListOptions{LabelSelector: rules.LabelRule + "=roll"})
-		if err != nil {
-			t.Fatal(err)
-		}
 		var out []string
-		for _, cm := range list.Items {
-			if cm.Data["version"] == "v2" {
-				out = append(out, strings.TrimSuffix(cm.Name, "-child"))
-			}
+		for _, c := range childrenAt(t, cms, "v2") {
+			out = append(out, strings.TrimSuffix(c, "-child"))
 		}
 		slices.SortFunc(out, func(a, b string) int { return strings.Compare(digest(a), digest(b)) })
 		return out
@@ -392,27 +339,10 @@ func TestDryRunRollout(t *testing.T) {
 	env, cs, _ := clients(t)
 	ns := newNamespace(t, cs, "rollout-dry")
 	cms := cs.CoreV1().ConfigMaps(ns)
-	for i := range 20 {
-		if _, err := cms.Create(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
-			Name: fmt.Sprintf("t%03d", i), Labels: map[string]string{"rollout": "trigger"}}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createRolloutTriggers(t, cms, 20)
 	dir := t.TempDir()
 	writeFile(t, dir, "rules.yaml", rolloutRuleFile(ns, "v1", "", ""))
-	children := func(version string) int {
-		list, err := cms.List(t.Context(), metav1.ListOptions{LabelSelector: rules.LabelRule + "=roll"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for _, cm := range list.Items {
-			if cm.Data["version"] == version {
-				n++
-			}
-		}
-		return n
-	}
+	children := func(version string) int { return len(childrenAt(t, cms, version)) }
 	// The children at v1, made by a run that then stops.
 	ctx, cancel := context.WithCancel(context.Background())
 	exited := make(chan int, 1)
@@ -459,12 +389,7 @@ func TestRolloutKeepsItsRevision(t *testing.T) {
 	env, cs, _ := clients(t)
 	ns := newNamespace(t, cs, "rollout-keep")
 	cms := cs.CoreV1().ConfigMaps(ns)
-	for i := range 4 {
-		if _, err := cms.Create(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
-			Name: fmt.Sprintf("t%03d", i), Labels: map[string]string{"rollout": "trigger"}}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createRolloutTriggers(t, cms, 4)
 	dir := t.TempDir()
 	limited := func(version, ready, rollout string) string {
 		return strings.Replace(rolloutRuleFile(ns, version, ready, rollout), "  rollout:", "  revisionHistoryLimit: 1\n  rollout:", 1)
@@ -477,19 +402,7 @@ func TestRolloutKeepsItsRevision(t *testing.T) {
 		}
 		return len(list.Items)
 	}
-	atV2 := func() []string {
-		list, err := cms.List(t.Context(), metav1.ListOptions{LabelSelector: rules.LabelRule + "=roll"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []string
-		for _, cm := range list.Items {
-			if cm.Data["version"] == "v2" {
-				out = append(out, cm.Name)
-			}
-		}
-		return out
-	}
+	atV2 := func() []string { return childrenAt(t, cms, "v2") }
 	start := func() (probes string, stop func()) {
 		probes = freeAddr(t)
 		ctx, cancel := context.WithCancel(context.Background())
@@ -522,4 +435,38 @@ func TestRolloutKeepsItsRevision(t *testing.T) {
 	// The next load prunes the history to its limit.
 	writeFile(t, dir, "rules.yaml", limited("v2", "v2", "step: 2, progressDeadline: 2h"))
 	pollUntil(t, 60*time.Second, "the history pruned to 1", func() bool { return revisions() == 1 })
+}
+
+// createRolloutTriggers creates n triggers of rolloutRules, t000 on, and
+// returns their names.
+func createRolloutTriggers(t *testing.T, cms typedcorev1.ConfigMapInterface, n int) []string {
+	t.Helper()
+	var names []string
+	for i := range n {
+		name := fmt.Sprintf("t%03d", i)
+		names = append(names, name)
+		if _, err := cms.Create(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+			Name: name, Labels: map[string]string{"rollout": "trigger"}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return names
+}
+
+// childrenAt are the names of rule roll's children holding version,
+// sorted.
+func childrenAt(t *testing.T, cms typedcorev1.ConfigMapInterface, version string) []string {
+	t.Helper()
+	list, err := cms.List(context.Background(), metav1.ListOptions{LabelSelector: rules.LabelRule + "=roll"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, cm := range list.Items {
+		if cm.Data["version"] == version {
+			out = append(out, cm.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
