@@ -158,8 +158,9 @@ func (h *harness) markReady(v string, names []string) {
 
 // TestRolloutSteps: 500 triggers; a change moves 50, waits until their
 // children are ready, then moves the next 50; a step with a child never
-// ready halts the rollout when its deadline passes, the rest untouched;
-// an engine started again continues from the step it had reached.
+// ready halts the rollout when its deadline passes, the rest untouched; a
+// trigger created meanwhile gets the new revision; an engine started
+// again continues from the step it had reached.
 func TestRolloutSteps(t *testing.T) {
 	h := newHarness(t)
 	v1 := h.loadRules(rolloutRule("v1", false, "", ""))
@@ -241,11 +242,18 @@ func TestRolloutSteps(t *testing.T) {
 		return ok && cm.Data["version"] == "v1"
 	})
 
+	// A trigger created during the rollout gets the new revision.
+	h.createCM("late", map[string]string{"rollout": "trigger"}, nil)
+	h.eventually("the new trigger's child at v2", func() bool {
+		cm, ok := h.configMap(h.ns, "late-child")
+		return ok && cm.Data["version"] == "v2"
+	})
+
 	// Started again, the engine resumes the halted rollout where it was.
 	h.stop()
 	h.start(h.loadRules(rolloutRule("v2", true, "progressDeadline: 2s", "")))
 	h.eventually("the rollout resumed", func() bool { return len(h.engine.Rollouts()) == 1 })
-	if st := h.engine.Rollouts(); st[0].OnTo != 150 || st[0].State != RolloutHalted || st[0].Step != 3 {
+	if st := h.engine.Rollouts(); st[0].OnTo != 151 || st[0].State != RolloutHalted || st[0].Step != 3 {
 		t.Fatalf("resumed: %+v", st[0])
 	}
 	// A fix of the bad child, and settings that change, let it go on;
@@ -258,7 +266,7 @@ func TestRolloutSteps(t *testing.T) {
 		h.markReady("v2", at)
 		return store.get("roll").State == RolloutComplete
 	})
-	if n, _ := h.childVersions("v2"); n["v2"] != 500 {
+	if n, _ := h.childVersions("v2"); n["v2"] != 501 {
 		t.Fatalf("complete: %v", n)
 	}
 }
