@@ -173,9 +173,9 @@ func sameTriggers(a, b *rules.Rule) bool {
 
 // rolloutFrom decides how the running loop old gives way to r: a rollout
 // from the revision its triggers are on, or nil (at once): r's strategy
-// is Immediate, the engine is sharded, old never ran or has no triggers,
-// r watches other objects, or r is the revision rolled out from (a change
-// put back).
+// is Immediate, the engine is sharded with no store to share the record
+// through, old never ran or has no triggers, r watches other objects, or
+// r is the revision rolled out from (a change put back).
 func (e *Engine) rolloutFrom(old *ruleLoop, r *rules.Rule) *rolloutPlan {
 	if r.Rollout.Strategy != rules.RolloutProgressive || (e.currentShard() != nil && e.rollouts == nil) {
 		return nil
@@ -261,19 +261,19 @@ func (ro *rollout) record() RolloutRecord {
 
 // onNew reports whether trigger key is on the new revision.
 func (ro *rollout) onNew(key cache.ObjectName) bool {
-	ro.mu.Lock()
-	state, threshold, started := ro.rec.State, ro.rec.Threshold, ro.rec.Started
-	ro.mu.Unlock()
-	switch state {
+	rec := ro.record()
+	return rec.puts(ro, key)
+}
+
+// puts reports whether the record puts trigger key on the new revision.
+func (r *RolloutRecord) puts(ro *rollout, key cache.ObjectName) bool {
+	switch r.State {
 	case RolloutComplete:
 		return true
 	case RolloutRolledBack:
 		return false
 	}
-	if rolloutDigest(ro.l.rule.Name, key) < threshold {
-		return true
-	}
-	return ro.createdAfter(key, started)
+	return rolloutDigest(ro.l.rule.Name, key) < r.Threshold || ro.createdAfter(key, r.Started)
 }
 
 // createdAfter reports whether the cached trigger key was created after t.
@@ -453,27 +453,13 @@ func (ro *rollout) follow(ctx context.Context) {
 	if rec.State == RolloutComplete {
 		ro.settled.Store(true)
 	}
-	before, after := old.onNew(ro), rec.onNew(ro)
 	if old.State == rec.State && old.Threshold == rec.Threshold && old.Started.Equal(rec.Started) {
 		return
 	}
 	for _, k := range ro.l.watches.trigger.Indexer().ListKeys() {
-		if key, err := cache.ParseObjectName(k); err == nil && before(key) != after(key) {
+		if key, err := cache.ParseObjectName(k); err == nil && old.puts(ro, key) != rec.puts(ro, key) {
 			ro.l.add(key)
 		}
-	}
-}
-
-// onNew is, for the record, which triggers are on the new revision.
-func (r *RolloutRecord) onNew(ro *rollout) func(cache.ObjectName) bool {
-	return func(key cache.ObjectName) bool {
-		switch r.State {
-		case RolloutComplete:
-			return true
-		case RolloutRolledBack:
-			return false
-		}
-		return rolloutDigest(ro.l.rule.Name, key) < r.Threshold || ro.createdAfter(key, r.Started)
 	}
 }
 
@@ -685,8 +671,7 @@ func (ro *rollout) rollBack(ctx context.Context, msg string) {
 	ro.mu.Lock()
 	var back []cache.ObjectName
 	for _, k := range ro.l.watches.trigger.Indexer().ListKeys() {
-		if key, err := cache.ParseObjectName(k); err == nil &&
-			(rolloutDigest(ro.l.rule.Name, key) < ro.rec.Threshold || ro.createdAfter(key, ro.rec.Started)) {
+		if key, err := cache.ParseObjectName(k); err == nil && ro.rec.puts(ro, key) {
 			back = append(back, key)
 		}
 	}
