@@ -18,14 +18,15 @@ import (
 // memRollouts is a RolloutStore in memory: what the manager keeps on
 // revision objects, as a restarted engine would find it.
 type memRollouts struct {
-	mu     sync.Mutex
-	recs   map[string]RolloutRecord // by rule
-	rules  map[string]*rules.Rule   // revisions by hash
-	events []string
+	mu      sync.Mutex
+	recs    map[string]RolloutRecord // by the hash of the revision rolled out to
+	current map[string]string        // by rule: the revision of its rollout under way
+	rules   map[string]*rules.Rule   // revisions by hash
+	events  []string
 }
 
 func newMemRollouts(revisions ...*rules.Rule) *memRollouts {
-	m := &memRollouts{recs: map[string]RolloutRecord{}, rules: map[string]*rules.Rule{}}
+	m := &memRollouts{recs: map[string]RolloutRecord{}, current: map[string]string{}, rules: map[string]*rules.Rule{}}
 	for _, r := range revisions {
 		m.rules[r.Hash] = r
 	}
@@ -35,8 +36,8 @@ func newMemRollouts(revisions ...*rules.Rule) *memRollouts {
 func (m *memRollouts) Resume(_ context.Context, r *rules.Rule) (*RolloutRecord, *rules.Rule, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	rec, ok := m.recs[r.Name]
-	if !ok || rec.To != r.Hash || rec.State == RolloutComplete {
+	rec, ok := m.recs[r.Hash]
+	if !ok || rec.State == RolloutComplete {
 		return nil, nil, nil
 	}
 	return &rec, m.rules[rec.From], nil
@@ -45,14 +46,17 @@ func (m *memRollouts) Resume(_ context.Context, r *rules.Rule) (*RolloutRecord, 
 func (m *memRollouts) Record(_ context.Context, r *rules.Rule, rec RolloutRecord, eventType, reason, msg string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.recs[r.Name] = rec
+	m.recs[r.Hash] = rec
+	if rec.State != RolloutSuperseded {
+		m.current[r.Name] = r.Hash
+	}
 	m.events = append(m.events, eventType+" "+reason+": "+msg)
 }
 
 func (m *memRollouts) Fetch(_ context.Context, r *rules.Rule) (*RolloutRecord, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	rec, ok := m.recs[r.Name]
+	rec, ok := m.recs[r.Hash]
 	if !ok {
 		return nil, nil
 	}
@@ -62,7 +66,14 @@ func (m *memRollouts) Fetch(_ context.Context, r *rules.Rule) (*RolloutRecord, e
 func (m *memRollouts) get(rule string) RolloutRecord {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.recs[rule]
+	return m.recs[m.current[rule]]
+}
+
+// of is the record on the revision of hash.
+func (m *memRollouts) of(hash string) RolloutRecord {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.recs[hash]
 }
 
 func (m *memRollouts) said(reason string) []string {
@@ -347,5 +358,49 @@ func TestRolloutImmediate(t *testing.T) {
 	h.eventually("30 children at v2", func() bool { n, _ := h.childVersions("v2"); return n["v2"] == 30 })
 	if len(h.engine.Rollouts()) != 0 || len(store.said("RolloutStep")) != 0 {
 		t.Fatalf("an Immediate change rolled out: %+v", h.engine.Rollouts())
+	}
+}
+
+// TestRolloutSuperseded: a rule that changes again mid-rollout rolls the
+// newest revision out from the one the unmoved triggers are on, the
+// triggers moved so far going to the newest at once; the previous text
+// put back moves every trigger back to it at once.
+func TestRolloutSuperseded(t *testing.T) {
+	h := newHarness(t)
+	v1 := h.loadRules(rolloutRule("v1", false, "", ""))
+	store := newMemRollouts(v1.Get("roll"))
+	h.rollouts = store
+	h.createTriggers(100)
+	h.start(v1)
+	h.eventually("100 children at v1", func() bool { n, _ := h.childVersions("v1"); return n["v1"] == 100 })
+
+	v2 := h.loadRules(rolloutRule("v2", true, "progressDeadline: 1h", ""))
+	h.updates <- v2
+	var step1 []string
+	h.eventually("step 1 of v2", func() bool { var n map[string]int; n, step1 = h.childVersions("v2"); return n["v2"] == 10 && n["v1"] == 90 })
+
+	v3 := h.loadRules(rolloutRule("v3", true, "progressDeadline: 1h", ""))
+	h.updates <- v3
+	h.eventually("v2's 10 and a first step of 10 at v3, the rest at v1", func() bool {
+		n, _ := h.childVersions("")
+		return n["v3"] == 20 && n["v1"] == 80 && n["v2"] == 0
+	})
+	_, at3 := h.childVersions("v3")
+	for _, name := range step1 {
+		if !contains(at3, name) {
+			t.Errorf("%s, moved to v2, is not at v3", name)
+		}
+	}
+	rec := store.get("roll")
+	if rec.From != v1.Get("roll").Hash || rec.To != v3.Get("roll").Hash || rec.Step != 1 || rec.Moved != 20 || rec.Steps != 9 {
+		t.Errorf("the rollout to v3: %+v", rec)
+	}
+	h.eventually("v2's rollout superseded", func() bool { return store.of(v2.Get("roll").Hash).State == RolloutSuperseded })
+
+	// v1 put back: every trigger is on it at once.
+	h.updates <- h.loadRules(rolloutRule("v1", false, "", ""))
+	h.eventually("every child back at v1", func() bool { n, _ := h.childVersions(""); return n["v1"] == 100 })
+	if st := h.engine.Rollouts(); len(st) != 0 {
+		t.Errorf("putting v1 back rolled out: %+v", st)
 	}
 }
