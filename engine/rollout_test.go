@@ -377,7 +377,11 @@ func TestRolloutSuperseded(t *testing.T) {
 	v2 := h.loadRules(rolloutRule("v2", true, "progressDeadline: 1h", ""))
 	h.updates <- v2
 	var step1 []string
-	h.eventually("step 1 of v2", func() bool { var n map[string]int; n, step1 = h.childVersions("v2"); return n["v2"] == 10 && n["v1"] == 90 })
+	h.eventually("step 1 of v2", func() bool {
+		var n map[string]int
+		n, step1 = h.childVersions("v2")
+		return n["v2"] == 10 && n["v1"] == 90
+	})
 
 	v3 := h.loadRules(rolloutRule("v3", true, "progressDeadline: 1h", ""))
 	h.updates <- v3
