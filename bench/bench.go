@@ -178,7 +178,7 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 		}
 	}
 	start := time.Now()
-	engCtx, stop := runEngine(ctx, eng, set)
+	engCtx, stop := runEngine(ctx, eng, set, nil)
 	defer stop()
 	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Minute, true, func(ctx context.Context) (bool, error) {
 		return m.writes.Load() >= int64(cfg.Triggers), nil
@@ -266,14 +266,15 @@ func newEngine(cfg *rest.Config, target int) (*engine.Engine, *counts, *dynamic.
 	return engine.New(engine.Options{Client: cl, Mapper: dynamic.NewMapper(disco, 0), Metrics: m}), m, cl, disco, nil
 }
 
-// runEngine runs eng with set until stop, which waits for it to end; the
-// context returned is the engine's.
-func runEngine(ctx context.Context, eng *engine.Engine, set *rules.Set) (context.Context, func()) {
+// runEngine runs eng with set, and then each set of updates (nil: none),
+// until stop, which waits for it to end; the context returned is the
+// engine's.
+func runEngine(ctx context.Context, eng *engine.Engine, set *rules.Set, updates <-chan *rules.Set) (context.Context, func()) {
 	engCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = eng.Run(engCtx, set, nil)
+		_ = eng.Run(engCtx, set, updates)
 	}()
 	return engCtx, func() { cancel(); <-done }
 }

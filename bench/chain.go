@@ -85,7 +85,7 @@ func runChain(ctx context.Context, env *testenv.Env, n, limitWorkers int, logf f
 		return nil, err
 	}
 	start := time.Now()
-	_, stop := runEngine(ctx, eng, set)
+	_, stop := runEngine(ctx, eng, set, nil)
 	defer stop()
 	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Minute, true, func(context.Context) (bool, error) {
 		return m.writes.Load() >= target, nil

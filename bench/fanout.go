@@ -83,7 +83,7 @@ func runFanout(ctx context.Context, env *testenv.Env, n, limitWorkers int, logf 
 	if err != nil {
 		return nil, err
 	}
-	_, stop := runEngine(ctx, eng, set)
+	_, stop := runEngine(ctx, eng, set, nil)
 	defer stop()
 	converged := func(target int64) error {
 		return wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Minute, true, func(context.Context) (bool, error) {

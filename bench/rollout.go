@@ -89,13 +89,8 @@ func rolloutOnce(ctx context.Context, env *testenv.Env, n int, strategy rules.Ro
 		return 0, 0, err
 	}
 	updates := make(chan *rules.Set, 1)
-	engCtx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = eng.Run(engCtx, set, updates)
-	}()
-	defer func() { cancel(); <-done }()
+	_, stop := runEngine(ctx, eng, set, updates)
+	defer stop()
 	converged := func(target int64) error {
 		return wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Minute, true, func(context.Context) (bool, error) {
 			return m.writes.Load() >= target, nil

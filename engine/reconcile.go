@@ -101,7 +101,7 @@ func (rc *reconciler) reconcile(ctx context.Context, key cache.ObjectName) (err 
 	}
 	errs := rc.conflicts(trigger, rd, ap.errs)
 	for _, ce := range rd.Conflicts { // wanted, though not applied: not pruned either
-		ap.desired[childRef{gvk: schema.FromAPIVersionAndKind(ce.Object.APIVersion, ce.Object.Kind), namespace: ce.Object.Namespace, name: ce.Object.Name}] = true
+		ap.desired[conflictRef(ce)] = true
 	}
 
 	// A resource that waits for its dependencies keeps its children as they
@@ -339,6 +339,12 @@ type childRef struct {
 	gvk       schema.GroupVersionKind
 	namespace string
 	name      string
+}
+
+// conflictRef names the child a conflict left unapplied: wanted, so not
+// pruned either.
+func conflictRef(ce *render.ConflictError) childRef {
+	return childRef{gvk: schema.FromAPIVersionAndKind(ce.Object.APIVersion, ce.Object.Kind), namespace: ce.Object.Namespace, name: ce.Object.Name}
 }
 
 func refOf(obj *unstructured.Unstructured) childRef {

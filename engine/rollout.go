@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -13,7 +14,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -86,6 +86,11 @@ type RolloutRecord struct {
 func (r *RolloutRecord) active() bool {
 	return r.State == RolloutProgressing || r.State == RolloutHalted
 }
+
+// Unfinished reports whether the record still splits the rule's triggers
+// between its two revisions — under way, halted or rolled back — so that a
+// restart resumes it and the revision it moves from must be kept.
+func (r *RolloutRecord) Unfinished() bool { return r.active() || r.State == RolloutRolledBack }
 
 // RolloutStore keeps rollouts where a restarted syncloop finds them (the
 // manager keeps them on the rule's revision objects) and says each
@@ -261,28 +266,45 @@ func (ro *rollout) record() RolloutRecord {
 
 // onNew reports whether trigger key is on the new revision.
 func (ro *rollout) onNew(key cache.ObjectName) bool {
+	t := trigger{key: key, digest: rolloutDigest(ro.l.rule.Name, key)}
+	if obj, ok, _ := ro.l.watches.trigger.Indexer().GetByKey(key.String()); ok {
+		t.created = obj.(*unstructured.Unstructured).GetCreationTimestamp().Time
+	}
 	rec := ro.record()
-	return rec.puts(ro, key)
+	return rec.puts(t)
 }
 
-// puts reports whether the record puts trigger key on the new revision.
-func (r *RolloutRecord) puts(ro *rollout, key cache.ObjectName) bool {
+// trigger is a cached trigger as a rollout sees it: its key, its rollout
+// digest and when it was created (zero: not cached).
+type trigger struct {
+	key     cache.ObjectName
+	digest  uint64
+	created time.Time
+}
+
+// eachTrigger calls fn with every cached trigger.
+func (ro *rollout) eachTrigger(fn func(trigger)) {
+	for _, obj := range ro.l.watches.trigger.Indexer().List() {
+		u := obj.(*unstructured.Unstructured)
+		key := cache.ObjectName{Namespace: u.GetNamespace(), Name: u.GetName()}
+		fn(trigger{key: key, digest: rolloutDigest(ro.l.rule.Name, key), created: u.GetCreationTimestamp().Time})
+	}
+}
+
+// existing reports whether t was there when the rollout began (started):
+// the triggers its steps move. Those created since are on the new
+// revision from the start.
+func (t trigger) existing(started time.Time) bool { return !t.created.After(started) }
+
+// puts reports whether the record puts t on the new revision.
+func (r *RolloutRecord) puts(t trigger) bool {
 	switch r.State {
 	case RolloutComplete:
 		return true
 	case RolloutRolledBack:
 		return false
 	}
-	return rolloutDigest(ro.l.rule.Name, key) < r.Threshold || ro.createdAfter(key, r.Started)
-}
-
-// createdAfter reports whether the cached trigger key was created after t.
-func (ro *rollout) createdAfter(key cache.ObjectName, t time.Time) bool {
-	obj, ok, _ := ro.l.watches.trigger.Indexer().GetByKey(key.String())
-	if !ok {
-		return false
-	}
-	return obj.(*unstructured.Unstructured).GetCreationTimestamp().After(t)
+	return t.digest < r.Threshold || !t.existing(r.Started)
 }
 
 // observe notes what a reconcile under the new revision made of trigger
@@ -410,16 +432,13 @@ func (ro *rollout) runSharded(ctx context.Context) {
 			began = false
 			ro.follow(ctx)
 		}
-		for polled := false; !polled; {
-			select {
-			case <-ctx.Done():
-				return
-			case <-ro.poke:
-				polled = ro.coordinates() // a follower reads the record once a second, not per reconcile
-			case <-tick.C:
-				ticks++
-				polled = true
-			}
+		// Once a second, not on every reconcile (ro.poke): the coordinator
+		// renders the whole step to judge it, a follower reads the record.
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			ticks++
 		}
 	}
 }
@@ -456,26 +475,24 @@ func (ro *rollout) follow(ctx context.Context) {
 	if old.State == rec.State && old.Threshold == rec.Threshold && old.Started.Equal(rec.Started) {
 		return
 	}
-	for _, k := range ro.l.watches.trigger.Indexer().ListKeys() {
-		if key, err := cache.ParseObjectName(k); err == nil && old.puts(ro, key) != rec.puts(ro, key) {
-			ro.l.add(key)
+	ro.eachTrigger(func(t trigger) {
+		if old.puts(t) != rec.puts(t) {
+			ro.l.add(t.key)
 		}
-	}
+	})
 }
 
 // counts are the triggers there when the rollout began, and how many of
 // them it has moved. Called with ro.mu held.
 func (ro *rollout) counts() (total, moved int) {
-	for _, k := range ro.l.watches.trigger.Indexer().ListKeys() {
-		key, err := cache.ParseObjectName(k)
-		if err != nil || ro.createdAfter(key, ro.rec.Started) {
-			continue
+	ro.eachTrigger(func(t trigger) {
+		if t.existing(ro.rec.Started) {
+			total++
+			if t.digest < ro.rec.Threshold {
+				moved++
+			}
 		}
-		total++
-		if rolloutDigest(ro.l.rule.Name, key) < ro.rec.Threshold {
-			moved++
-		}
-	}
+	})
 	return total, moved
 }
 
@@ -501,47 +518,25 @@ func (ro *rollout) children() int {
 // with ro.mu held.
 func (ro *rollout) stepKeys(lo, hi uint64) map[cache.ObjectName]bool {
 	out := map[cache.ObjectName]bool{}
-	for _, k := range ro.l.watches.trigger.Indexer().ListKeys() {
-		if key, err := cache.ParseObjectName(k); err == nil {
-			if d := rolloutDigest(ro.l.rule.Name, key); d >= lo && d < hi {
-				out[key] = true
-			}
+	ro.eachTrigger(func(t trigger) {
+		if t.digest >= lo && t.digest < hi {
+			out[t.key] = true
 		}
-	}
+	})
 	return out
 }
 
 // waiting are the triggers still on the previous revision that were there
 // when the rollout began, in rollout order.
-func (ro *rollout) waiting(rec RolloutRecord) []cache.ObjectName {
-	type keyed struct {
-		key cache.ObjectName
-		d   uint64
-	}
-	var out []keyed
-	for _, k := range ro.l.watches.trigger.Indexer().ListKeys() {
-		key, err := cache.ParseObjectName(k)
-		if err != nil || ro.createdAfter(key, rec.Started) {
-			continue
+func (ro *rollout) waiting(rec RolloutRecord) []trigger {
+	var out []trigger
+	ro.eachTrigger(func(t trigger) {
+		if t.existing(rec.Started) && t.digest >= rec.Threshold {
+			out = append(out, t)
 		}
-		if d := rolloutDigest(ro.l.rule.Name, key); d >= rec.Threshold {
-			out = append(out, keyed{key, d})
-		}
-	}
-	slices.SortFunc(out, func(a, b keyed) int {
-		switch {
-		case a.d < b.d:
-			return -1
-		case a.d > b.d:
-			return 1
-		}
-		return 0
 	})
-	keys := make([]cache.ObjectName, len(out))
-	for i, k := range out {
-		keys[i] = k.key
-	}
-	return keys
+	slices.SortFunc(out, func(a, b trigger) int { return cmp.Compare(a.digest, b.digest) })
+	return out
 }
 
 // next begins the next step: the next triggers in rollout order move to
@@ -568,7 +563,7 @@ func (ro *rollout) next(ctx context.Context) {
 	}
 	threshold := uint64(math.MaxUint64)
 	if len(batch) < len(left) {
-		threshold = rolloutDigest(ro.l.rule.Name, left[len(batch)])
+		threshold = left[len(batch)].digest
 	}
 	ro.mu.Lock()
 	ro.rec.StepFrom, ro.rec.Threshold = ro.rec.Threshold, threshold
@@ -578,9 +573,9 @@ func (ro *rollout) next(ctx context.Context) {
 	ro.rec.Pruned += prunes
 	ro.rec.StepStarted = time.Now()
 	ro.step = map[cache.ObjectName]bool{}
-	for _, k := range batch {
-		ro.step[k] = true
-		delete(ro.health, k)
+	for _, t := range batch {
+		ro.step[t.key] = true
+		delete(ro.health, t.key)
 	}
 	rec = ro.rec
 	ro.mu.Unlock()
@@ -590,8 +585,8 @@ func (ro *rollout) next(ctx context.Context) {
 	}
 	klog.FromContext(ctx).Info("Rollout step", "rule", ro.l.rule.Name, "step", rec.Step, "steps", rec.Steps, "triggers", len(batch), "moved", rec.Moved, "total", rec.Total)
 	ro.save(ctx, rec, "Normal", "RolloutStep", msg)
-	for _, k := range batch {
-		ro.l.add(k)
+	for _, t := range batch {
+		ro.l.add(t.key)
 	}
 }
 
@@ -670,11 +665,11 @@ func (ro *rollout) halt(ctx context.Context, reason, msg string) {
 func (ro *rollout) rollBack(ctx context.Context, msg string) {
 	ro.mu.Lock()
 	var back []cache.ObjectName
-	for _, k := range ro.l.watches.trigger.Indexer().ListKeys() {
-		if key, err := cache.ParseObjectName(k); err == nil && ro.rec.puts(ro, key) {
-			back = append(back, key)
+	ro.eachTrigger(func(t trigger) {
+		if ro.rec.puts(t) {
+			back = append(back, t.key)
 		}
-	}
+	})
 	ro.rec.State, ro.rec.Reason, ro.rec.Message = RolloutRolledBack, ReasonStepFailed, msg
 	rec := ro.rec
 	ro.mu.Unlock()
@@ -724,14 +719,15 @@ func (ro *rollout) save(ctx context.Context, rec RolloutRecord, eventType, reaso
 	}
 }
 
-// prunes counts the children that moving keys to the new revision would
+// prunes counts the children that moving triggers to the new revision would
 // remove: each trigger is rendered by it against the caches, as its
 // reconcile will, and its children that are no longer wanted counted.
-func (ro *rollout) prunes(ctx context.Context, keys []cache.ObjectName) int {
+func (ro *rollout) prunes(ctx context.Context, triggers []trigger) int {
 	rc := ro.l.rc
 	watch := rc.rule.Watch
 	n := 0
-	for _, key := range keys {
+	for _, t := range triggers {
+		key := t.key
 		obj, ok, _ := rc.w.trigger.Indexer().GetByKey(key.String())
 		if !ok {
 			continue
@@ -754,7 +750,7 @@ func (ro *rollout) prunes(ctx context.Context, keys []cache.ObjectName) int {
 				desired[refOf(c.Object)] = true
 			}
 			for _, ce := range rd.Conflicts {
-				desired[childRef{gvk: schema.FromAPIVersionAndKind(ce.Object.APIVersion, ce.Object.Kind), namespace: ce.Object.Namespace, name: ce.Object.Name}] = true
+				desired[conflictRef(ce)] = true
 			}
 			for _, st := range rd.Waiting() {
 				waiting[st.Resource.ID] = true
@@ -821,15 +817,13 @@ func (ro *rollout) status() RolloutStatus {
 	if sub == nil {
 		return st
 	}
-	for _, k := range sub.Indexer().ListKeys() {
-		if key, err := cache.ParseObjectName(k); err == nil {
-			if ro.onNew(key) {
-				st.OnTo++
-			} else {
-				st.OnFrom++
-			}
+	ro.eachTrigger(func(t trigger) {
+		if st.puts(t) {
+			st.OnTo++
+		} else {
+			st.OnFrom++
 		}
-	}
+	})
 	return st
 }
 

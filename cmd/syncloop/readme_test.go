@@ -164,9 +164,9 @@ func TestREADMEMetrics(t *testing.T) {
 		}
 	}
 	reg := &describing{}
-	m := metrics.New(reg, func() int { return 0 }, func() map[string]bool { return nil })
+	metrics.New(reg, func() int { return 0 }, func() map[string]bool { return nil })
 	metrics.NewShard(reg, func() map[string]int { return nil })
-	m.WatchRollouts(reg, func() []metrics.Rollout { return nil })
+	metrics.NewRollouts(reg, func() []metrics.Rollout { return nil })
 	// The Go runtime and process collectors are named as such.
 	own := slices.DeleteFunc(reg.names, func(n string) bool { return strings.HasPrefix(n, "go_") || strings.HasPrefix(n, "process_") })
 	registered := slices.Compact(slices.Sorted(slices.Values(own)))

@@ -158,7 +158,7 @@ func newProcess(ctx context.Context, o Options) (*process, error) {
 		return nil, err
 	}
 	p.engine = engine.New(eo)
-	p.metrics.WatchRollouts(p.reg, func() []metrics.Rollout {
+	metrics.NewRollouts(p.reg, func() []metrics.Rollout {
 		var out []metrics.Rollout
 		for _, r := range p.engine.Rollouts() {
 			out = append(out, metrics.Rollout{Rule: r.Rule, State: r.State, Step: r.Step, Steps: r.Steps,

@@ -141,7 +141,7 @@ func rolledFrom(revs []appsv1.ControllerRevision, r *rules.Rule) map[string]bool
 	if newest.Annotations[rules.AnnotationRuleHash] != r.Hash {
 		out[newest.Name] = true
 	}
-	if rec := rolloutOf(newest); rec != nil && (rec.State == engine.RolloutProgressing || rec.State == engine.RolloutHalted || rec.State == engine.RolloutRolledBack) {
+	if rec := rolloutOf(newest); rec != nil && rec.Unfinished() {
 		for _, cr := range revs {
 			if cr.Annotations[rules.AnnotationRuleHash] == rec.From {
 				out[cr.Name] = true
@@ -281,7 +281,7 @@ func (k *revisionKeeper) Resume(_ context.Context, r *rules.Rule) (*engine.Rollo
 	}
 	newest := revs[len(revs)-1]
 	rec := rolloutOf(newest)
-	unfinished := rec != nil && (rec.State == engine.RolloutProgressing || rec.State == engine.RolloutHalted || rec.State == engine.RolloutRolledBack)
+	unfinished := rec != nil && rec.Unfinished()
 	if newest.Annotations[rules.AnnotationRuleHash] == r.Hash {
 		if !unfinished {
 			return nil, nil, nil

@@ -310,9 +310,9 @@ type Rollout struct {
 // each per rule.
 var RolloutStates = []string{"Progressing", "Complete", "Halted", "RolledBack"}
 
-// WatchRollouts registers syncloop_rollout_state, _step, _steps and
-// _triggers, read from rollouts at every scrape.
-func (m *Metrics) WatchRollouts(reg prometheus.Registerer, rollouts func() []Rollout) {
+// NewRollouts registers syncloop_rollout_state, _step, _steps and
+// _triggers on reg, read from rollouts at every scrape.
+func NewRollouts(reg prometheus.Registerer, rollouts func() []Rollout) {
 	reg.MustRegister(rolloutCollector{rollouts})
 }
 
