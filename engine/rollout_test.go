@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -167,22 +168,28 @@ func (h *harness) markReady(v string, names []string) {
 	}
 }
 
+// startRollouts runs an engine with a rollout store in memory over n
+// triggers of rolloutRule at v1, and waits until every child is made.
+func startRollouts(t *testing.T, n int) (*harness, *memRollouts, *rules.Set) {
+	t.Helper()
+	h := newHarness(t)
+	v1 := h.loadRules(rolloutRule("v1", false, "", ""))
+	store := newMemRollouts(v1.Get("roll"))
+	h.rollouts = store
+	h.createTriggers(n)
+	h.start(v1)
+	h.eventually(fmt.Sprintf("%d children at v1", n), func() bool { c, _ := h.childVersions("v1"); return c["v1"] == n })
+	return h, store, v1
+}
+
 // TestRolloutSteps: 500 triggers; a change moves 50, waits until their
 // children are ready, then moves the next 50; a step with a child never
 // ready halts the rollout when its deadline passes, the rest untouched; a
 // trigger created meanwhile gets the new revision; an engine started
 // again continues from the step it had reached.
 func TestRolloutSteps(t *testing.T) {
-	h := newHarness(t)
-	v1 := h.loadRules(rolloutRule("v1", false, "", ""))
-	v2 := h.loadRules(rolloutRule("v2", true, "progressDeadline: 1h", ""))
-	store := newMemRollouts(v1.Get("roll"))
-	h.rollouts = store
-	h.createTriggers(500)
-	h.start(v1)
-	h.eventually("500 children at v1", func() bool { n, _ := h.childVersions("v1"); return n["v1"] == 500 })
-
-	h.updates <- v2
+	h, store, _ := startRollouts(t, 500)
+	h.updates <- h.loadRules(rolloutRule("v2", true, "progressDeadline: 1h", ""))
 	moved := func(want int) []string {
 		t.Helper()
 		var at []string
@@ -211,7 +218,7 @@ func TestRolloutSteps(t *testing.T) {
 	// setting, not a new revision) fails the step.
 	var rest []string
 	for _, name := range step3 {
-		if !contains(step1, name) && !contains(step2, name) {
+		if !slices.Contains(step1, name) && !slices.Contains(step2, name) {
 			rest = append(rest, name)
 		}
 	}
@@ -240,7 +247,7 @@ func TestRolloutSteps(t *testing.T) {
 	// Drift on a trigger not moved is repaired by the revision it is on.
 	var stay string
 	for i := range 500 {
-		if name := fmt.Sprintf("t%03d-child", i); !contains(step3, name) {
+		if name := fmt.Sprintf("t%03d-child", i); !slices.Contains(step3, name) {
 			stay = name
 			break
 		}
@@ -282,25 +289,10 @@ func TestRolloutSteps(t *testing.T) {
 	}
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 // TestRolloutRollback: a step that fails under onFailure: Rollback sends
 // its triggers back to the previous revision's children.
 func TestRolloutRollback(t *testing.T) {
-	h := newHarness(t)
-	v1 := h.loadRules(rolloutRule("v1", false, "", ""))
-	store := newMemRollouts(v1.Get("roll"))
-	h.rollouts = store
-	h.createTriggers(40)
-	h.start(v1)
-	h.eventually("40 children at v1", func() bool { n, _ := h.childVersions("v1"); return n["v1"] == 40 })
+	h, store, _ := startRollouts(t, 40)
 	h.updates <- h.loadRules(rolloutRule("v2", true, "step: 4, progressDeadline: 2s, onFailure: Rollback", ""))
 	h.eventually("the rollout rolled back", func() bool { return store.get("roll").State == RolloutRolledBack })
 	if rec := store.get("roll"); rec.Step != 1 || rec.Moved != 4 {
@@ -322,13 +314,7 @@ func TestRolloutRollback(t *testing.T) {
 // removes at most maxPrunes of the children, halts and says how many it
 // would remove in all; raising maxPrunes lets it finish.
 func TestRolloutPruneBudget(t *testing.T) {
-	h := newHarness(t)
-	v1 := h.loadRules(rolloutRule("v1", false, "", ""))
-	store := newMemRollouts(v1.Get("roll"))
-	h.rollouts = store
-	h.createTriggers(100)
-	h.start(v1)
-	h.eventually("100 children", func() bool { n, _ := h.childVersions("v1"); return n["v1"] == 100 })
+	h, store, _ := startRollouts(t, 100)
 	off := "  when: \"object.metadata.name == 'none'\"\n"
 	h.updates <- h.loadRules(rolloutRule("v1", false, "", off))
 	h.eventually("the rollout to halt", func() bool { return store.get("roll").State == RolloutHalted })
@@ -366,13 +352,7 @@ func TestRolloutImmediate(t *testing.T) {
 // triggers moved so far going to the newest at once; the previous text
 // put back moves every trigger back to it at once.
 func TestRolloutSuperseded(t *testing.T) {
-	h := newHarness(t)
-	v1 := h.loadRules(rolloutRule("v1", false, "", ""))
-	store := newMemRollouts(v1.Get("roll"))
-	h.rollouts = store
-	h.createTriggers(100)
-	h.start(v1)
-	h.eventually("100 children at v1", func() bool { n, _ := h.childVersions("v1"); return n["v1"] == 100 })
+	h, store, v1 := startRollouts(t, 100)
 
 	v2 := h.loadRules(rolloutRule("v2", true, "progressDeadline: 1h", ""))
 	h.updates <- v2
@@ -391,7 +371,7 @@ func TestRolloutSuperseded(t *testing.T) {
 	})
 	_, at3 := h.childVersions("v3")
 	for _, name := range step1 {
-		if !contains(at3, name) {
+		if !slices.Contains(at3, name) {
 			t.Errorf("%s, moved to v2, is not at v3", name)
 		}
 	}
