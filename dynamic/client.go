@@ -15,6 +15,7 @@ import (
 type Client struct {
 	Dynamic dynamic.Interface
 	rest    rest.Interface
+	config  *rest.Config
 }
 
 // NewClient makes a Client from cfg, as dynamic.NewForConfig would.
@@ -26,7 +27,19 @@ func NewClient(cfg *rest.Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{Dynamic: dynamic.New(rc), rest: rc}, nil
+	return &Client{Dynamic: dynamic.New(rc), rest: rc, config: rest.CopyConfig(cfg)}, nil
+}
+
+// Impersonating is a Client whose requests impersonate user (the API
+// server authorizes them as user; the identity of c must be allowed to
+// impersonate it). It shares c's connections, the wrappers of its
+// transport (flow control) and its client-side rate limit: N identities
+// do not make N times the requests a --qps allows.
+func (c *Client) Impersonating(user string) (*Client, error) {
+	cfg := rest.CopyConfig(c.config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	cfg.RateLimiter = c.rest.GetRateLimiter()
+	return NewClient(cfg)
 }
 
 // optionsVersion is the version options are encoded in, and

@@ -70,6 +70,12 @@ type Registry struct {
 	// entry is dropped (all of them when it is nil).
 	KeepManagedFields func(manager string) bool
 
+	// Identity, when set before the first Subscribe, names who the
+	// client's requests act as (a ServiceAccount it impersonates, as
+	// namespace/name) in the log of a refused list or watch; "" is
+	// syncloop's own.
+	Identity string
+
 	mu      sync.Mutex
 	entries map[WatchKey]*entry
 }
@@ -136,7 +142,7 @@ func (r *Registry) start(ctx context.Context, key WatchKey) (*entry, error) {
 	e := &entry{key: key, informer: inf, cancel: cancel, done: make(chan struct{})}
 	if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, _ *cache.Reflector, err error) {
 		e.lastErr.Store(&err)
-		logWatchError(ctx, err)
+		logWatchError(ctx, r.Identity, err)
 		if r.OnWatchError != nil {
 			r.OnWatchError(key, err)
 		}
@@ -154,11 +160,13 @@ func (r *Registry) start(ctx context.Context, key WatchKey) (*entry, error) {
 // logWatchError logs a failed list or watch as client-go's default handler
 // does: an expired watch (410 Gone, after etcd compaction) is routine and
 // only relists; anything else is an error worth seeing.
-func logWatchError(ctx context.Context, err error) {
+func logWatchError(ctx context.Context, identity string, err error) {
 	logger := klog.FromContext(ctx)
 	switch {
 	case apierrors.IsResourceExpired(err), apierrors.IsGone(err), errors.Is(err, io.EOF):
 		logger.V(2).Info("Watch ended; relisting", "err", err)
+	case apierrors.IsForbidden(err) && identity != "":
+		logger.Error(err, "Not allowed to list or watch: grant the rule's ServiceAccount list and watch on this resource", "serviceAccount", identity)
 	case apierrors.IsForbidden(err):
 		logger.Error(err, "Not allowed to list or watch: grant syncloop's ServiceAccount list and watch on this resource")
 	default:

@@ -206,7 +206,7 @@ func TestInformerSharing(t *testing.T) {
 	// share-a and share-b: one trigger informer; share-c: another; the
 	// ConfigMap child informer is shared by all three.
 	if n := h.engine.Informers(); n != 3 {
-		t.Errorf("%d informers for rules a, b (same watch) and c, want 3: %v", n, h.engine.registry.Keys())
+		t.Errorf("%d informers for rules a, b (same watch) and c, want 3: %v", n, h.engine.actors.keys())
 	}
 	h.createCM("t", map[string]string{"team": "x"}, nil)
 	h.eventually("both rules on the shared informer to act", func() bool {

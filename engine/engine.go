@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
-	k8sdynamic "k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -114,11 +113,13 @@ func ParseEventMode(s string) (EventMode, error) {
 // Engine runs one loop per rule of the set in force (ruleLoop). It owns
 // every goroutine it starts: Run returns only after all of them have ended.
 type Engine struct {
-	mapper   *dynamic.Mapper
-	registry *dynamic.Registry
-	client   *dynamic.Writer // DryRun in a dry run
-	// writers makes each rule's writer: live, or a plan (Options.Plan).
-	writers  func(r *rules.Rule, writes *ownWrites, requeue func(cache.ObjectName)) writer
+	mapper *dynamic.Mapper
+	// actors are the identities rules act as, each with its informers and
+	// its client (DryRun in a dry run).
+	actors *actors
+	// writers makes each rule's writer: live, or a plan (Options.Plan),
+	// writing with client (the rule's identity's).
+	writers  func(r *rules.Rule, client *dynamic.Writer, writes *ownWrites, requeue func(cache.ObjectName)) writer
 	plan     Planner // Options.Plan
 	metrics  Metrics
 	queues   workqueue.MetricsProvider
@@ -138,14 +139,8 @@ type Engine struct {
 
 // New returns an Engine; nothing runs until Run.
 func New(o Options) *Engine {
-	var dc k8sdynamic.Interface
-	if o.Client != nil {
-		dc = o.Client.Dynamic
-	}
 	e := &Engine{
 		mapper:   o.Mapper,
-		registry: dynamic.NewRegistry(dc, cache.Indexers{ownerIndex: ownerIndexFunc, ruleIndex: ruleIndexFunc, patchIndex: patchIndexFunc}),
-		client:   &dynamic.Writer{Client: o.Client, DryRun: o.Plan != nil},
 		plan:     o.Plan,
 		metrics:  o.Metrics,
 		queues:   o.QueueMetrics,
@@ -162,8 +157,8 @@ func New(o Options) *Engine {
 	if events == "" {
 		events = EventsWarnings
 	}
-	e.writers = func(r *rules.Rule, writes *ownWrites, requeue func(cache.ObjectName)) writer {
-		return &liveWriter{rule: r.Name, client: e.client, writes: writes, requeue: requeue,
+	e.writers = func(r *rules.Rule, client *dynamic.Writer, writes *ownWrites, requeue func(cache.ObjectName)) writer {
+		return &liveWriter{rule: r.Name, client: client, writes: writes, requeue: requeue,
 			metrics: e.metrics, recorder: o.Recorder, events: events}
 	}
 	if o.Plan != nil {
@@ -172,10 +167,14 @@ func New(o Options) *Engine {
 	if o.Shard != nil {
 		e.shards = []shardChange{{s: o.Shard, at: time.Now()}}
 	}
-	e.registry.KeepManagedFields = rules.IsPatchManager
-	e.registry.OnWatchError = func(key dynamic.WatchKey, err error) {
-		e.metrics.WatchError(key.GVR.GroupResource().String(), errorReason(err))
-	}
+	e.actors = newActors(o.Client, o.Plan != nil,
+		cache.Indexers{ownerIndex: ownerIndexFunc, ruleIndex: ruleIndexFunc, patchIndex: patchIndexFunc},
+		func(reg *dynamic.Registry) {
+			reg.KeepManagedFields = rules.IsPatchManager
+			reg.OnWatchError = func(key dynamic.WatchKey, err error) {
+				e.metrics.WatchError(key.GVR.GroupResource().String(), errorReason(err))
+			}
+		})
 	if e.drain == 0 {
 		e.drain = 30 * time.Second
 	}
@@ -184,9 +183,9 @@ func New(o Options) *Engine {
 
 // planWriters makes the writers of a dry run: no Event, no write; once, a
 // trigger that fails is not retried.
-func (e *Engine) planWriters(once bool) func(*rules.Rule, *ownWrites, func(cache.ObjectName)) writer {
-	return func(r *rules.Rule, _ *ownWrites, _ func(cache.ObjectName)) writer {
-		return &planWriter{rule: r.Name, client: e.client, plan: e.plan, once: once}
+func (e *Engine) planWriters(once bool) func(*rules.Rule, *dynamic.Writer, *ownWrites, func(cache.ObjectName)) writer {
+	return func(r *rules.Rule, client *dynamic.Writer, _ *ownWrites, _ func(cache.ObjectName)) writer {
+		return &planWriter{rule: r.Name, client: client, plan: e.plan, once: once}
 	}
 }
 
@@ -205,7 +204,7 @@ func (e *Engine) PlanOnce(ctx context.Context, set *rules.Set) error {
 	defer func() {
 		e.planned = e.Rollouts()
 		e.Apply(ctx, nil)
-		e.registry.Shutdown()
+		e.actors.shutdown()
 	}()
 	// Idle twice in a row, 20ms apart: a key a worker has just taken from
 	// its queue (not yet counted in flight) is in flight, or done, by the
@@ -250,7 +249,7 @@ func (e *Engine) Run(ctx context.Context, set *rules.Set, updates <-chan *rules.
 		break
 	}
 	e.Apply(ctx, nil)
-	e.registry.Shutdown()
+	e.actors.shutdown()
 	return nil
 }
 
@@ -347,7 +346,7 @@ func retiredKinds(w *watches, r *rules.Rule) []schema.GroupVersionKind {
 }
 
 // Informers is how many shared informers run.
-func (e *Engine) Informers() int { return e.registry.Len() }
+func (e *Engine) Informers() int { return e.actors.informers() }
 
 // RuleState says where one rule's loop is: StateWaiting,
 // StateSyncing, StateRunning or StateFailed; Detail says why a rule does not
@@ -356,6 +355,9 @@ type RuleState struct {
 	Rule   string
 	State  string
 	Detail string
+	// Identity is the ServiceAccount the rule acts as, namespace/name; ""
+	// syncloop's own.
+	Identity string
 }
 
 // States returns every rule's state, for readiness reporting.
@@ -365,7 +367,7 @@ func (e *Engine) States() []RuleState {
 	out := make([]RuleState, 0, len(e.loops))
 	for name, l := range e.loops {
 		st, detail := l.getState()
-		out = append(out, RuleState{Rule: name, State: st, Detail: detail})
+		out = append(out, RuleState{Rule: name, State: st, Detail: detail, Identity: l.rule.Identity.String()})
 	}
 	return out
 }

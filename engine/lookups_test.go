@@ -231,7 +231,7 @@ func TestLookupWatchKeys(t *testing.T) {
 	h := newHarness(t)
 	h.start(h.loadRules(pullRule + "---\n" + teamRule))
 	var keys []string
-	for _, k := range h.engine.registry.Keys() {
+	for _, k := range h.engine.actors.keys() {
 		keys = append(keys, k.String())
 	}
 	sort.Strings(keys)

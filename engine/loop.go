@@ -53,6 +53,7 @@ func childrenSelector(installation string) string {
 type ruleLoop struct {
 	e      *Engine
 	rule   *rules.Rule
+	bad    error // the rule cannot run at all: its identity cannot be had
 	queue  workqueue.TypedRateLimitingInterface[cache.ObjectName]
 	cancel context.CancelFunc
 	done   chan struct{} // closed when run has returned
@@ -99,13 +100,18 @@ func newRuleLoop(e *Engine, r *rules.Rule, retired []schema.GroupVersionKind, re
 		workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](r.RateLimit.BaseDelay, r.RateLimit.MaxDelay),
 		&workqueue.TypedBucketRateLimiter[cache.ObjectName]{Limiter: rate.NewLimiter(rate.Limit(r.RateLimit.QPS), r.RateLimit.Burst)},
 	)
+	a, err := e.actors.of(r.Identity)
+	if err != nil {
+		a, _ = e.actors.of(rules.ServiceAccount{}) // never used: the loop fails
+	}
 	l := &ruleLoop{
 		e:    e,
 		rule: r,
+		bad:  err,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(limiter,
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: r.Name, MetricsProvider: e.queues}),
 		done:    make(chan struct{}),
-		watches: &watches{rule: r, ns: e.ns, retired: retired, retiredPatches: retiredPatches},
+		watches: &watches{rule: r, ns: e.ns, actor: a, retired: retired, retiredPatches: retiredPatches},
 		working: map[uint64]context.CancelFunc{},
 		reshard: make(chan struct{}, 1),
 		state:   StateWaiting,
@@ -115,8 +121,8 @@ func newRuleLoop(e *Engine, r *rules.Rule, retired []schema.GroupVersionKind, re
 		rule:    r,
 		w:       l.watches,
 		mapper:  e.mapper,
-		client:  e.client,
-		out:     e.writers(r, writes, l.add),
+		client:  a.client,
+		out:     e.writers(r, a.client, writes, l.add),
 		writes:  writes,
 		deps:    newLookupIndex(),
 		patches: newLookupIndex(),
@@ -240,6 +246,11 @@ func (l *ruleLoop) prepare(ctx context.Context) bool {
 		l.setState(StateWaiting, err.Error())
 		logger.Info("Rule waiting for a kind the API server does not serve", "err", err)
 	}
+	if l.bad != nil {
+		logger.Error(l.bad, "Rule cannot run")
+		l.setState(StateFailed, l.bad.Error())
+		return false
+	}
 	if !l.watches.resolve(ctx, l.e.mapper, waiting) {
 		return false
 	}
@@ -249,7 +260,7 @@ func (l *ruleLoop) prepare(ctx context.Context) bool {
 		return false
 	}
 	l.setState(StateSyncing, "")
-	if err := l.watches.subscribe(ctx, l.e.registry, l.handlers()); err != nil {
+	if err := l.watches.subscribe(ctx, l.handlers()); err != nil {
 		logger.Error(err, "Cannot watch")
 		l.setState(StateWaiting, err.Error())
 		return false
@@ -285,7 +296,7 @@ func (l *ruleLoop) prepareRollout(ctx context.Context) bool {
 	}
 	h := l.handlersOf(ro.from, false)
 	h.skip = l.watches.childKeys()
-	if err := w.subscribe(ctx, l.e.registry, h); err != nil {
+	if err := w.subscribe(ctx, h); err != nil {
 		w.unsubscribe()
 		l.giveUpRollout(ctx, err)
 		return true

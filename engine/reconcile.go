@@ -234,6 +234,9 @@ func (rc *reconciler) applyChild(ctx context.Context, ch *changes, trigger *unst
 		return nil, fmt.Errorf("resource %q: %s %s is outside namespace %q, to which syncloop is limited (--watch-namespace)", child.ResourceID, ref.gvk.Kind, cacheKey(ref), ns)
 	}
 	ck := rc.w.children[ref.gvk]
+	if ck.ns != "" && ref.namespace != ck.ns {
+		return nil, fmt.Errorf("resource %q: %s %s is outside namespace %q, where the rule's %s children are watched", child.ResourceID, ref.gvk.Kind, cacheKey(ref), ck.ns, ref.gvk.Kind)
+	}
 	hash := contentHash(obj.Object)
 	ann := obj.GetAnnotations()
 	ann[AnnotationAppliedHash] = hash

@@ -171,7 +171,7 @@ func rolloutDigest(rule string, key cache.ObjectName) uint64 {
 // sameTriggers reports whether two versions of a rule watch the same
 // objects: a rollout moves triggers between revisions only then.
 func sameTriggers(a, b *rules.Rule) bool {
-	return a.Watch.GVK == b.Watch.GVK && a.Watch.Namespace == b.Watch.Namespace &&
+	return a.Identity == b.Identity && a.Watch.GVK == b.Watch.GVK && a.Watch.Namespace == b.Watch.Namespace &&
 		a.Watch.LabelSelector.String() == b.Watch.LabelSelector.String() &&
 		a.Watch.FieldSelector.String() == b.Watch.FieldSelector.String()
 }
@@ -235,7 +235,7 @@ func newRollout(l *ruleLoop, p *rolloutPlan) *rollout {
 	e := l.e
 	from := p.from
 	writes := newOwnWrites()
-	w := &watches{rule: from, ns: e.ns, retired: retiredKinds(l.watches, from)}
+	w := &watches{rule: from, ns: e.ns, actor: l.watches.actor, retired: retiredKinds(l.watches, from)}
 	ro := &rollout{l: l, store: e.rollouts, poke: make(chan struct{}, 1), rec: p.rec, sharded: e.currentShard() != nil,
 		step: map[cache.ObjectName]bool{}, health: map[cache.ObjectName]health{}}
 	ro.rec.From, ro.rec.To = from.Hash, l.rule.Hash
@@ -245,8 +245,8 @@ func newRollout(l *ruleLoop, p *rolloutPlan) *rollout {
 		rule:    from,
 		w:       w,
 		mapper:  e.mapper,
-		client:  e.client,
-		out:     e.writers(from, writes, l.add),
+		client:  w.actor.client,
+		out:     e.writers(from, w.actor.client, writes, l.add),
 		writes:  writes,
 		deps:    newLookupIndex(),
 		patches: newLookupIndex(),

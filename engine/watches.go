@@ -24,6 +24,9 @@ import (
 type watches struct {
 	rule *rules.Rule
 	ns   string // the engine's namespace (Options.Namespace); "" all
+	// actor is the identity the rule acts as: its informers are that
+	// identity's, its requests that identity's.
+	actor *actor
 
 	triggerMapping *meta.RESTMapping
 	trigger        *dynamic.Subscription
@@ -41,6 +44,10 @@ type watches struct {
 type childKind struct {
 	mapping *meta.RESTMapping
 	sub     *dynamic.Subscription
+	// ns is the namespace its informer lists in ("" every one): the
+	// engine's, or, for a rule acting as an identity of its own, the one
+	// namespace the rule puts every child of the kind in (childNamespace).
+	ns string
 	// retired: the rule made this kind before it changed and makes it no
 	// more. Its children are watched only to be pruned, best effort: the
 	// rule neither waits for the kind nor for its informer.
@@ -115,7 +122,7 @@ func (w *watches) mapped(ctx context.Context, mapper *dynamic.Mapper, mappings m
 	for _, res := range w.rule.Resources {
 		m := mappings[res.GVK]
 		if res.Mode != rules.ModePatch {
-			w.children[res.GVK] = &childKind{mapping: m}
+			w.children[res.GVK] = &childKind{mapping: m, ns: w.childNamespace(res.GVK, m)}
 			continue
 		}
 		pw := &patchWatch{res: res, mapping: m, key: w.narrow(m, res.LiteralNamespace, res.LiteralName, "")}
@@ -133,7 +140,7 @@ func (w *watches) mapped(ctx context.Context, mapper *dynamic.Mapper, mappings m
 	}
 	for _, gvk := range w.retired {
 		if m, err := mapper.Mapping(ctx, gvk); err == nil && w.children[gvk] == nil {
-			w.children[gvk] = &childKind{mapping: m, retired: true}
+			w.children[gvk] = &childKind{mapping: m, ns: w.ns, retired: true}
 		}
 	}
 }
@@ -218,7 +225,34 @@ func (w *watches) triggerKey() dynamic.WatchKey {
 // childKey is the informer of one child kind: every child of the
 // installation (childrenSelector), shared by its rules.
 func (w *watches) childKey(ck *childKind) dynamic.WatchKey {
-	return dynamic.WatchKey{GVR: ck.mapping.Resource, Namespace: w.ns, LabelSelector: childrenSelector(w.rule.Installation)}
+	return dynamic.WatchKey{GVR: ck.mapping.Resource, Namespace: ck.ns, LabelSelector: childrenSelector(w.rule.Installation)}
+}
+
+// childNamespace is where the informer of the rule's children of kind
+// gvk (mapped by m) lists: the engine's namespace; else, when the rule
+// acts as a ServiceAccount — whose RBAC may well be one namespace's — and
+// puts every child of the kind in one namespace it names literally (or in
+// its triggers' namespace, which it watches literally), that one; else
+// every namespace. Rules acting as syncloop share one informer per kind.
+func (w *watches) childNamespace(gvk schema.GroupVersionKind, m *meta.RESTMapping) string {
+	if w.ns != "" || w.actor == nil || w.actor.id.IsZero() || !namespaced(m) {
+		return w.ns
+	}
+	ns := ""
+	for _, res := range w.rule.Resources {
+		if res.GVK != gvk || res.Mode == rules.ModePatch {
+			continue
+		}
+		at := res.LiteralNamespace
+		if res.NoNamespace && namespaced(w.triggerMapping) {
+			at = w.rule.Watch.Namespace
+		}
+		if at == "" || (ns != "" && at != ns) {
+			return ""
+		}
+		ns = at
+	}
+	return ns
 }
 
 // lookupKey is the informer a lookup reads from: what is the same for
@@ -263,7 +297,8 @@ func (w *watches) childKeys() map[dynamic.WatchKey]bool {
 
 // subscribe starts (or shares) every informer of the rule. An informer of
 // a retired kind or patch watch that cannot start is skipped: best effort.
-func (w *watches) subscribe(ctx context.Context, registry *dynamic.Registry, h handlers) error {
+func (w *watches) subscribe(ctx context.Context, h handlers) error {
+	registry := w.actor.registry
 	sub, err := registry.Subscribe(ctx, w.triggerKey(), h.trigger)
 	if err != nil {
 		return err

@@ -50,6 +50,7 @@ type decoder struct {
 	installation string
 	crds         CRDSource
 	manageCRDs   bool
+	identities   identities
 }
 
 func (d *decoder) pos(n *yaml.Node) Pos {

@@ -108,6 +108,8 @@ var RuleFormat = fieldObj("", "A syncloop rule: what to watch, and the objects a
 			&Field{Name: "qps", Type: "number", Desc: "Reconciles per second the queue hands out."},
 			&Field{Name: "burst", Type: "integer", Desc: "Reconciles the queue may hand out at once."}),
 		&Field{Name: "maxRetries", Type: "integer", Desc: "Retries of a failing trigger before it waits for its next change (0: forever)."},
+		fieldStr("serviceAccountName", "The ServiceAccount the rule acts as: its lists, watches, lookups and writes impersonate it, so RBAC bounds what it may do (default: --default-service-account, else syncloop's own)."),
+		fieldStr("serviceAccountNamespace", "The namespace of serviceAccountName (default: syncloop's)."),
 		&Field{Name: "revisionHistoryLimit", Type: "integer", Desc: "Revisions of the rule kept in the cluster as ControllerRevisions (default 10)."},
 		rolloutFormat)),
 )

@@ -69,6 +69,7 @@ type Loader struct {
 	installation string
 	crds         CRDSource // nil: the kinds rules define are not checked against a cluster
 	manageCRDs   bool
+	identities   identities
 }
 
 // NewLoader returns a Loader whose expressions evaluate under opts.
@@ -217,7 +218,7 @@ func (l *Loader) Parse(path string, data []byte) (*File, error) {
 			return
 		}
 		d := &decoder{file: path, lines: lines, schemas: schemas, scopes: scopes,
-			installation: l.installation, crds: l.crds, manageCRDs: l.manageCRDs}
+			installation: l.installation, crds: l.crds, manageCRDs: l.manageCRDs, identities: l.identities}
 		r := d.decodeRule(root, l.compiler)
 		errs = append(errs, d.errs...)
 		f.Warnings = append(f.Warnings, d.warns...)

@@ -287,6 +287,7 @@ func (d *decoder) decodeSpec(r *Rule, spec *yaml.Node, docVal any, pos positions
 		r.resolveLookupReads()
 	}
 	d.decodeRuleOptions(r, f)
+	d.decodeIdentity(r, f)
 }
 
 // decodeVariables decodes spec.variables, each seeing scope and the
@@ -732,6 +733,7 @@ func (d *decoder) decodeTemplate(res *Resource, tn *yaml.Node, tf map[string]*ya
 			*f.to = v
 		}
 	}
+	res.NoNamespace = lookup(docVal, expr.Path{"spec", "resources", i, "template", "metadata", "namespace"}) == nil
 }
 
 // checkSchema reports what in the template at prefix the schema s of its

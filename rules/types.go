@@ -78,6 +78,11 @@ type Rule struct {
 	// through variables.
 	StatusLookups []string
 
+	// Identity is the ServiceAccount the rule acts as
+	// (spec.serviceAccountName, or the loader's default); zero: syncloop's
+	// own identity.
+	Identity ServiceAccount
+
 	RunOptions
 }
 
@@ -181,6 +186,9 @@ type Resource struct {
 	// LiteralName and LiteralNamespace are the template's metadata.name and
 	// metadata.namespace when they hold no ${}; empty otherwise.
 	LiteralName, LiteralNamespace string
+	// NoNamespace: the template sets no metadata.namespace, so a
+	// namespaced child is in its trigger's namespace.
+	NoNamespace bool
 	// ReadyWhen must all hold on a live child for it to be ready; none:
 	// ready once it exists.
 	ReadyWhen []*Expression

@@ -39,6 +39,7 @@ or why it would halt.`,
 			// The cluster's schemas: custom kinds are typed as installed;
 			// the kinds rules define are checked against their CRDs.
 			rf.served, rf.manageCRDs = manager.CRDSource(cl, cf.manageCRDs), cf.manageCRDs
+			rf.home = cmp.Or(syncloopNamespace, cf.namespace())
 			set, err := rf.load(cmd.ErrOrStderr(), cl)
 			if err != nil {
 				return err
@@ -46,7 +47,7 @@ or why it would halt.`,
 			actions, failures, err := manager.Plan(cmd.Context(), cl, set, manager.PlanOptions{
 				Namespace: cf.watchNamespace, JSON: output == "json", Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(),
 				NoManageCRDs: !cf.manageCRDs,
-				Revisions:    rf.loader.ForRevisions(), SyncloopNamespace: cmp.Or(syncloopNamespace, cf.namespace()), Installation: rf.installation,
+				Revisions:    rf.loader.ForRevisions(), SyncloopNamespace: rf.home, Installation: rf.installation,
 			})
 			if err != nil {
 				fmt.Fprintln(cmd.ErrOrStderr(), "error:", err)

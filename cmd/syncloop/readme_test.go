@@ -164,7 +164,7 @@ func TestREADMEMetrics(t *testing.T) {
 		}
 	}
 	reg := &describing{}
-	metrics.New(reg, func() int { return 0 }, func() map[string]bool { return nil })
+	metrics.New(reg, func() int { return 0 }, func() []metrics.RuleReady { return nil })
 	metrics.NewShard(reg, func() map[string]int { return nil })
 	metrics.NewRollouts(reg, func() []metrics.Rollout { return nil })
 	// The Go runtime and process collectors are named as such.

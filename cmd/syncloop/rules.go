@@ -19,6 +19,9 @@ type ruleFlags struct {
 	paths        []string
 	costLimit    uint64
 	installation string
+	// defaultSA is --default-service-account, NAMESPACE/NAME; home the
+	// namespace of a serviceAccountName given without one (syncloop's).
+	defaultSA, home string
 	// served, when set, is the cluster's CRDs the kinds rules define are
 	// checked against; manageCRDs as run --manage-crds.
 	served     rules.CRDSource
@@ -38,6 +41,20 @@ func (f *ruleFlags) register(cmd *cobra.Command) {
 // act in (or render for) a cluster.
 func (f *ruleFlags) registerInstallation(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.installation, "installation", "", "the name of this installation of syncloop, which its children carry (label "+rules.LabelInstallation+"), so that installations in one cluster never take each other's children (default: the default installation, whose children carry none)")
+	cmd.Flags().StringVar(&f.defaultSA, "default-service-account", "", "NAMESPACE/NAME of the ServiceAccount every rule without spec.serviceAccountName acts as: its requests impersonate it, so RBAC bounds what the rules may do (default: syncloop's own identity)")
+}
+
+// identities are --default-service-account and the home namespace, for
+// rules.Loader.SetIdentities.
+func (f *ruleFlags) identities() (string, rules.ServiceAccount, error) {
+	var sa rules.ServiceAccount
+	if f.defaultSA != "" {
+		var err error
+		if sa, err = rules.ParseServiceAccount(f.defaultSA); err != nil {
+			return "", sa, fmt.Errorf("--default-service-account: %w", err)
+		}
+	}
+	return f.home, sa, nil
 }
 
 // load loads the rule set, its templates, expressions and scopes checked
@@ -52,6 +69,13 @@ func (f *ruleFlags) load(stderr io.Writer, cl *manager.Clients, crds ...*unstruc
 	}
 	if err := l.SetInstallation(f.installation); err != nil {
 		return nil, fmt.Errorf("--%w", err)
+	}
+	home, sa, err := f.identities()
+	if err != nil {
+		return nil, err
+	}
+	if err := l.SetIdentities(home, sa); err != nil {
+		return nil, err
 	}
 	if cl != nil {
 		l.UseSchemas(cl.Schemas)

@@ -187,6 +187,10 @@ func (f *runFlags) options(cmd *cobra.Command) (manager.Options, error) {
 	case f.sharding:
 		mode = &manager.Sharding{Namespace: leaseNS, Group: leaseID, Identity: f.identity}
 	}
+	_, defaultSA, err := f.rf.identities()
+	if err != nil {
+		return manager.Options{}, err
+	}
 	return manager.Options{
 		Config:       cfg,
 		Rules:        f.rf.paths,
@@ -206,5 +210,7 @@ func (f *runFlags) options(cmd *cobra.Command) (manager.Options, error) {
 		// syncloop's own objects live with its Leases.
 		SyncloopNamespace: leaseNS,
 		RulesConfigMap:    f.rulesConfigMap,
+		// Rules act as it unless they name a ServiceAccount of their own.
+		DefaultServiceAccount: defaultSA,
 	}, nil
 }

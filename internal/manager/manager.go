@@ -70,6 +70,9 @@ type Options struct {
 	// rules define to others (GitOps): syncloop only checks that the
 	// served ones are those the rules generate.
 	NoManageCRDs bool
+	// DefaultServiceAccount is the identity of every rule that names none
+	// (rules.Loader.SetIdentities); zero: syncloop's own.
+	DefaultServiceAccount rules.ServiceAccount
 }
 
 // process is one running syncloop, built whole by newProcess before
@@ -114,12 +117,12 @@ func newProcess(ctx context.Context, o Options) (*process, error) {
 	}
 	setGCPercent()
 	p := &process{opts: o, reg: prometheus.NewRegistry()}
-	p.metrics = metrics.New(p.reg, func() int { return p.engine.Informers() }, func() map[string]bool {
-		ready := map[string]bool{}
+	p.metrics = metrics.New(p.reg, func() int { return p.engine.Informers() }, func() []metrics.RuleReady {
+		var out []metrics.RuleReady
 		for _, s := range p.engine.States() {
-			ready[s.Rule] = s.State == engine.StateRunning
+			out = append(out, metrics.RuleReady{Rule: s.Rule, Identity: s.Identity, Ready: s.State == engine.StateRunning})
 		}
-		return ready
+		return out
 	})
 	var err error
 	if p.clients, err = NewClients(o.Config, p.metrics); err != nil {

@@ -54,6 +54,9 @@ func probes(eng *engine.Engine, files *fileErrors, crds *crdKeeper, revisions *r
 			sort.Slice(states, func(i, j int) bool { return states[i].Rule < states[j].Rule })
 			for _, s := range states {
 				fmt.Fprintf(&b, "rule %s: %s", s.Rule, s.State)
+				if s.Identity != "" {
+					fmt.Fprintf(&b, " as %s", s.Identity)
+				}
 				if s.Detail != "" {
 					fmt.Fprintf(&b, ": %s", s.Detail)
 				}

@@ -71,6 +71,9 @@ func newRuleFiles(o Options, c *Clients, m *metrics.Metrics) (*ruleFiles, error)
 	if err := loader.SetInstallation(o.Installation); err != nil {
 		return nil, err
 	}
+	if err := loader.SetIdentities(o.SyncloopNamespace, o.DefaultServiceAccount); err != nil {
+		return nil, err
+	}
 	loader.UseSchemas(c.Schemas)
 	loader.UseScopes(c.Mapper)
 	crds := newCRDKeeper(c, !o.NoManageCRDs)

@@ -51,7 +51,7 @@ type queueMetrics struct {
 // New registers syncloop's metrics, and Go and process collectors, on reg.
 // informers is read at every scrape for syncloop_informers, and rules —
 // each rule in force and whether it runs — for syncloop_rule_ready.
-func New(reg prometheus.Registerer, informers func() int, rules func() map[string]bool) *Metrics {
+func New(reg prometheus.Registerer, informers func() int, rules func() []RuleReady) *Metrics {
 	m := &Metrics{
 		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "syncloop_reconcile_total", Help: "Reconciles by rule and result (success, error).",
@@ -128,23 +128,30 @@ func New(reg prometheus.Registerer, informers func() int, rules func() map[strin
 	return m
 }
 
+// RuleReady is whether one rule runs, and the identity it acts as
+// (namespace/name of its ServiceAccount; "" syncloop's own).
+type RuleReady struct {
+	Rule, Identity string
+	Ready          bool
+}
+
 // rulesReady collects syncloop_rule_ready at scrape time, so a removed
 // rule leaves no series behind.
-type rulesReady struct{ rules func() map[string]bool }
+type rulesReady struct{ rules func() []RuleReady }
 
 var ruleReadyDesc = prometheus.NewDesc("syncloop_rule_ready",
-	"1 when the rule runs; 0 while it waits for a kind the API server does not serve or for informers that cannot sync (see /readyz for why).",
-	[]string{"rule"}, nil)
+	"1 when the rule runs; 0 while it waits for a kind the API server does not serve or for informers that cannot sync (see /readyz for why). identity is the ServiceAccount the rule acts as (none: syncloop's own).",
+	[]string{"rule", "identity"}, nil)
 
 func (r rulesReady) Describe(ch chan<- *prometheus.Desc) { ch <- ruleReadyDesc }
 
 func (r rulesReady) Collect(ch chan<- prometheus.Metric) {
-	for rule, ready := range r.rules() {
+	for _, rr := range r.rules() {
 		v := 0.0
-		if ready {
+		if rr.Ready {
 			v = 1
 		}
-		ch <- prometheus.MustNewConstMetric(ruleReadyDesc, prometheus.GaugeValue, v, rule)
+		ch <- prometheus.MustNewConstMetric(ruleReadyDesc, prometheus.GaugeValue, v, rr.Rule, rr.Identity)
 	}
 }
 

@@ -14,8 +14,8 @@ import (
 func TestMetrics(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	informers := 3
-	ready := map[string]bool{"tenant": true, "secrets": false}
-	m := New(reg, func() int { return informers }, func() map[string]bool { return ready })
+	ready := []RuleReady{{Rule: "tenant", Ready: true}, {Rule: "secrets", Identity: "team-a/reader"}}
+	m := New(reg, func() int { return informers }, func() []RuleReady { return ready })
 	m.WatchError("secrets", "Forbidden")
 	m.WatchError("secrets", "Forbidden")
 	m.ReconcileDone("tenant", "success", 20*time.Millisecond)
@@ -51,10 +51,10 @@ syncloop_informers 3
 # TYPE syncloop_reconcile_total counter
 syncloop_reconcile_total{result="error",rule="tenant"} 1
 syncloop_reconcile_total{result="success",rule="tenant"} 2
-# HELP syncloop_rule_ready 1 when the rule runs; 0 while it waits for a kind the API server does not serve or for informers that cannot sync (see /readyz for why).
+# HELP syncloop_rule_ready 1 when the rule runs; 0 while it waits for a kind the API server does not serve or for informers that cannot sync (see /readyz for why). identity is the ServiceAccount the rule acts as (none: syncloop's own).
 # TYPE syncloop_rule_ready gauge
-syncloop_rule_ready{rule="secrets"} 0
-syncloop_rule_ready{rule="tenant"} 1
+syncloop_rule_ready{identity="team-a/reader",rule="secrets"} 0
+syncloop_rule_ready{identity="",rule="tenant"} 1
 # HELP syncloop_rules_loaded Rules in force.
 # TYPE syncloop_rules_loaded gauge
 syncloop_rules_loaded 4
@@ -104,7 +104,7 @@ workqueue_depth{name="tenant"} 2
 		t.Errorf("%d syncloop_reconcile_total series after removing another rule, want tenant's 2", n)
 	}
 
-	delete(ready, "secrets") // a removed rule leaves no series
+	ready = ready[:1] // a removed rule leaves no series
 	if n := testutil.CollectAndCount(reg, "syncloop_rule_ready"); n != 1 {
 		t.Errorf("%d syncloop_rule_ready series after a rule was removed, want 1", n)
 	}

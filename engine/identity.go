@@ -1,0 +1,97 @@
+package engine
+
+import (
+	"fmt"
+	"sync"
+
+	k8sdynamic "k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/syncloop/syncloop/dynamic"
+	"github.com/syncloop/syncloop/rules"
+)
+
+// An actor is an identity rules act as — syncloop's own, or a
+// ServiceAccount it impersonates (rules.Rule.Identity) — with the informers
+// its rules share and the client they read and write with. Rules of two
+// identities share nothing: a cache filled by one identity's lists is
+// never read by a rule of another, so a rule sees what its identity may
+// list and writes what it may write, no more.
+type actor struct {
+	id       rules.ServiceAccount // zero: syncloop's own
+	registry *dynamic.Registry
+	client   *dynamic.Writer
+}
+
+// actors are the engine's identities, made as rules need them and kept
+// until the engine stops (one with no rule left runs no informer).
+type actors struct {
+	base     *dynamic.Client // syncloop's own
+	dryRun   bool
+	indexers cache.Indexers
+	setup    func(*dynamic.Registry)
+
+	mu sync.Mutex
+	by map[rules.ServiceAccount]*actor
+}
+
+func newActors(base *dynamic.Client, dryRun bool, indexers cache.Indexers, setup func(*dynamic.Registry)) *actors {
+	return &actors{base: base, dryRun: dryRun, indexers: indexers, setup: setup, by: map[rules.ServiceAccount]*actor{}}
+}
+
+// of returns the actor of identity id, made on first use.
+func (as *actors) of(id rules.ServiceAccount) (*actor, error) {
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	if a, ok := as.by[id]; ok {
+		return a, nil
+	}
+	c := as.base
+	if !id.IsZero() {
+		if c == nil {
+			return nil, fmt.Errorf("acting as ServiceAccount %s needs a client", id)
+		}
+		var err error
+		if c, err = c.Impersonating(id.UserName()); err != nil {
+			return nil, fmt.Errorf("impersonating ServiceAccount %s: %w", id, err)
+		}
+	}
+	var dc k8sdynamic.Interface
+	if c != nil {
+		dc = c.Dynamic
+	}
+	reg := dynamic.NewRegistry(dc, as.indexers)
+	reg.Identity = id.String()
+	as.setup(reg)
+	a := &actor{id: id, registry: reg, client: &dynamic.Writer{Client: c, DryRun: as.dryRun}}
+	as.by[id] = a
+	return a, nil
+}
+
+// each calls f with every actor made so far.
+func (as *actors) each(f func(*actor)) {
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	for _, a := range as.by {
+		f(a)
+	}
+}
+
+// informers is how many shared informers run, under every identity.
+func (as *actors) informers() int {
+	n := 0
+	as.each(func(a *actor) { n += a.registry.Len() })
+	return n
+}
+
+// shutdown stops every informer of every identity.
+func (as *actors) shutdown() {
+	as.each(func(a *actor) { a.registry.Shutdown() })
+}
+
+// keys are the watch keys of the informers running, under every identity.
+func (as *actors) keys() []dynamic.WatchKey {
+	var out []dynamic.WatchKey
+	as.each(func(a *actor) { out = append(out, a.registry.Keys()...) })
+	return out
+}
