@@ -95,7 +95,9 @@ func TestIdentityBoundsARule(t *testing.T) {
 	h.bindServiceAccount("cm-manager", manageConfigMaps,
 		[]rbacv1.PolicyRule{{APIGroups: []string{rbacv1.GroupName}, Resources: []string{"clusterrolebindings"}, Verbs: []string{"get", "list", "watch"}}})
 	binding := "grant-" + h.ns + "-mallory"
-	t.Cleanup(func() { _ = h.cs.RbacV1().ClusterRoleBindings().Delete(context.Background(), binding, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = h.cs.RbacV1().ClusterRoleBindings().Delete(context.Background(), binding, metav1.DeleteOptions{})
+	})
 
 	h.createCM("mallory", map[string]string{"grant": "yes"}, map[string]string{"user": "mallory"})
 	h.start(h.grantAs("cm-manager"))
