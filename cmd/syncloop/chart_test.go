@@ -230,6 +230,41 @@ func TestChartTemplate(t *testing.T) {
 		}
 	})
 
+	t.Run("rules act as a ServiceAccount", func(t *testing.T) {
+		r := template(t, "--set-file", tenant, "--set", "identity.defaultServiceAccount=rules", "--set", "identity.serviceAccounts[0]=team-a/deployer")
+		if args := strings.Join(podSpec(t, r).Containers[0].Args, " "); !strings.Contains(args, "--default-service-account=syncloop-system/rules") {
+			t.Errorf("args %s", args)
+		}
+		own := fmt.Sprint(r.get(t, "ClusterRole", "rel-syncloop").Object["rules"])
+		if strings.Contains(own, "apiGroups:[*]") || !strings.Contains(own, "resources:[events]") {
+			t.Errorf("syncloop's own ClusterRole %v: want Events and CRDs, not the rules' rights", own)
+		}
+		if rights := fmt.Sprint(r.get(t, "ClusterRole", "rel-syncloop-rules").Object["rules"]); !strings.Contains(rights, "apiGroups:[*]") {
+			t.Errorf("the rules' ClusterRole %v", rights)
+		}
+		if subj := fmt.Sprint(r.get(t, "ClusterRoleBinding", "rel-syncloop-rules").Object["subjects"]); !strings.Contains(subj, "name:rules namespace:syncloop-system") {
+			t.Errorf("the rules' rights are bound to %v", subj)
+		}
+		r.get(t, "ServiceAccount", "rules")
+		for _, as := range []struct{ name, ns string }{{"rules", "syncloop-system"}, {"deployer", "team-a"}} {
+			role := r.get(t, "Role", "rel-syncloop-as-"+as.name)
+			if role.GetNamespace() != as.ns || fmt.Sprint(role.Object["rules"]) != "[map[apiGroups:[] resourceNames:["+as.name+"] resources:[serviceaccounts] verbs:[impersonate]]]" {
+				t.Errorf("impersonation Role %s: %v %v", as.name, role.GetNamespace(), role.Object["rules"])
+			}
+			r.get(t, "RoleBinding", "rel-syncloop-as-"+as.name)
+		}
+		// Without an identity, nothing of it.
+		plain := template(t, "--set-file", tenant)
+		for _, k := range []string{"ClusterRole/rel-syncloop-rules", "Role/rel-syncloop-as-rules", "ServiceAccount/rules"} {
+			if plain[k] != nil {
+				t.Errorf("%s rendered without identity.defaultServiceAccount", k)
+			}
+		}
+		if _, err := helmCmd(t, "template", "rel", chartDir, "--set", "identity.serviceAccounts[0]=deployer"); err == nil {
+			t.Error("identity.serviceAccounts took a name without namespace")
+		}
+	})
+
 	t.Run("one namespace", func(t *testing.T) {
 		r := template(t, "--set-file", tenant, "--set", "watchNamespace=team")
 		if args := strings.Join(podSpec(t, r).Containers[0].Args, " "); !strings.Contains(args, "--watch-namespace=team") {
@@ -612,6 +647,74 @@ func TestChartInstall(t *testing.T) {
 				_, err := cs.RbacV1().RoleBindings("restricted-team").Get(ctx, "tenant-edit", metav1.GetOptions{})
 				return err
 			})
+	})
+	stop()
+
+	// identity.defaultServiceAccount: the rules act as the chart's "rules"
+	// ServiceAccount, which holds rbac.rules; syncloop's own account may
+	// write no kind the rules make — nothing but its Events, Leases and
+	// revisions — and may impersonate that one ServiceAccount only.
+	newNS("syncloop-identity")
+	identity := []string{"install", "imp", chartDir, "-n", "syncloop-identity", "--kubeconfig", env.Kubeconfig(),
+		"--set-file", "rules.tenant\\.yaml=../../examples/tenant-defaults/rules.yaml", "--set", "rbac.mode=restricted", "-f", "testdata/tenant-rbac.yaml",
+		"--set", "identity.defaultServiceAccount=rules"}
+	if out, err := helmCmd(t, identity...); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	may := func(user string, attr authorizationv1.ResourceAttributes) bool {
+		t.Helper()
+		review, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: user, ResourceAttributes: &attr}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return review.Status.Allowed
+	}
+	own, rulesSA := "system:serviceaccount:syncloop-identity:imp-syncloop", "system:serviceaccount:syncloop-identity:rules"
+	for _, res := range []struct{ group, resource string }{
+		{"", "namespaces"}, {"", "configmaps"}, {"", "secrets"}, {"", "resourcequotas"}, {"", "serviceaccounts"}, {"", "pods"},
+		{"networking.k8s.io", "networkpolicies"}, {"rbac.authorization.k8s.io", "rolebindings"}, {"rbac.authorization.k8s.io", "clusterrolebindings"},
+		{"apps", "deployments"}, {"apiextensions.k8s.io", "customresourcedefinitions"}, {"example.syncloop.dev", "apps"},
+	} {
+		for _, verb := range []string{"create", "update", "patch", "delete"} {
+			for _, ns := range []string{"", "syncloop-identity", "identity-team"} {
+				if may(own, authorizationv1.ResourceAttributes{Namespace: ns, Verb: verb, Group: res.group, Resource: res.resource}) {
+					t.Errorf("syncloop's own account may %s %s.%s in %q: the rules' rights are the rules ServiceAccount's", verb, res.resource, res.group, ns)
+				}
+			}
+		}
+	}
+	for _, c := range []struct {
+		attr authorizationv1.ResourceAttributes
+		want bool
+	}{
+		{authorizationv1.ResourceAttributes{Namespace: "syncloop-identity", Verb: "impersonate", Resource: "serviceaccounts", Name: "rules"}, true},
+		{authorizationv1.ResourceAttributes{Namespace: "syncloop-identity", Verb: "impersonate", Resource: "serviceaccounts", Name: "default"}, false},
+		{authorizationv1.ResourceAttributes{Namespace: "kube-system", Verb: "impersonate", Resource: "serviceaccounts", Name: "rules"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "impersonate", Resource: "users", Name: "admin"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "impersonate", Resource: "groups", Name: "system:masters"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "bind", Group: "rbac.authorization.k8s.io", Resource: "clusterroles", Name: "edit"}, false},
+		{authorizationv1.ResourceAttributes{Namespace: "identity-team", Verb: "create", Resource: "events"}, true},
+	} {
+		if got := may(own, c.attr); got != c.want {
+			t.Errorf("syncloop's own account may %s %s %s in %q: %v, want %v", c.attr.Verb, c.attr.Resource, c.attr.Name, c.attr.Namespace, got, c.want)
+		}
+	}
+	if !may(rulesSA, authorizationv1.ResourceAttributes{Namespace: "identity-team", Verb: "create", Resource: "resourcequotas"}) {
+		t.Error("the rules ServiceAccount lacks rbac.rules")
+	}
+	stop = runAs("imp-syncloop", "syncloop-identity", "--leader-elect", "--default-service-account", "syncloop-identity/rules")
+	idTeam := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "identity-team", Labels: map[string]string{"tenant": "i", "tier": "gold"}}}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, idTeam, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll("the tenant defaults, made as the rules ServiceAccount", func() bool {
+		quota, err := cs.CoreV1().ResourceQuotas("identity-team").Get(ctx, "tenant-quota", metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		_, err = cs.RbacV1().RoleBindings("identity-team").Get(ctx, "tenant-edit", metav1.GetOptions{})
+		return err == nil && quota.Labels[rules.LabelRule] != ""
 	})
 	stop()
 

@@ -69,6 +69,30 @@ the default installation, whose children carry no name: they stay its own.
 {{- end }}
 {{- end }}
 
+{{/*
+identity.defaultServiceAccount as NAMESPACE/NAME (a NAME alone is in the
+release's namespace), or "" when rules act as syncloop's own ServiceAccount.
+*/}}
+{{- define "syncloop.defaultServiceAccount" -}}
+{{- with .Values.identity.defaultServiceAccount }}
+{{- if contains "/" . }}{{ . }}{{ else }}{{ printf "%s/%s" $.Release.Namespace . }}{{ end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The ServiceAccounts syncloop may impersonate, NAMESPACE/NAME each: the
+default one and identity.serviceAccounts.
+*/}}
+{{- define "syncloop.impersonated" -}}
+{{- $all := list }}
+{{- with include "syncloop.defaultServiceAccount" . }}{{ $all = append $all . }}{{ end }}
+{{- range .Values.identity.serviceAccounts }}
+{{- if not (contains "/" .) }}{{ fail (printf "identity.serviceAccounts: %q is not NAMESPACE/NAME" .) }}{{ end }}
+{{- $all = append $all . }}
+{{- end }}
+{{- toJson (uniq $all) }}
+{{- end }}
+
 {{- define "syncloop.leaseName" -}}
 {{- default (include "syncloop.fullname" .) .Values.leaderElection.id }}
 {{- end }}
@@ -84,4 +108,27 @@ capabilities:
   drop: [ALL]
 seccompProfile:
   type: RuntimeDefault
+{{- end }}
+
+{{/*
+What the rules may do (rbac.mode), as ClusterRole or Role rules: granted to
+syncloop's ServiceAccount, or with identity.defaultServiceAccount to that
+one.
+*/}}
+{{- define "syncloop.rulesRights" -}}
+{{- if eq .Values.rbac.mode "unrestricted" }}
+  # Any resource, any verb (cluster-admin in effect, as kro's default; with
+  # watchNamespace, admin of that namespace only): rules
+  # may name any kind, and a child RoleBinding to a ClusterRole passes the
+  # API server's escalation check only for who holds that role's rights or
+  # may bind it.
+  - apiGroups: ["*"]
+    resources: ["*"]
+    verbs: ["*"]
+{{- else }}
+  {{- if not .Values.rbac.rules }}
+  {{- fail "rbac.mode restricted needs rbac.rules: what your rules' kinds require" }}
+  {{- end }}
+  {{- toYaml .Values.rbac.rules | nindent 2 }}
+{{- end }}
 {{- end }}
