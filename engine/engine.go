@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -216,7 +217,10 @@ func (e *Engine) PlanOnce(ctx context.Context, set *rules.Set) error {
 		for name, l := range e.loops {
 			state, detail := l.getState()
 			switch {
-			case state == StateWaiting && detail != "", state == StateFailed:
+			// A plan is one look: a list refused (the rule's identity may
+			// not) or unanswered is its failure, not something to wait out.
+			case state == StateWaiting && detail != "", state == StateFailed,
+				state == StateSyncing && strings.HasPrefix(detail, cannotSync):
 				return false, fmt.Errorf("rule %q: %s", name, detail)
 			case state != StateRunning || !l.idle() || l.rolloutStarting():
 				quiet = 0

@@ -354,6 +354,10 @@ func (l *ruleLoop) waitForSync(ctx context.Context, subs []*dynamic.Subscription
 	return true
 }
 
+// cannotSync begins the detail of a rule whose informers' lists or
+// watches fail (RBAC, an API server that does not answer).
+const cannotSync = "cannot list and watch "
+
 // syncDetail says why subs have not all synced, and whether because a
 // list or watch fails.
 func syncDetail(subs []*dynamic.Subscription) (detail string, failing bool) {
@@ -362,7 +366,7 @@ func syncDetail(subs []*dynamic.Subscription) (detail string, failing bool) {
 			continue
 		}
 		if err := s.LastError(); err != nil {
-			return fmt.Sprintf("cannot list and watch %s: %v", s.Key(), err), true
+			return fmt.Sprintf("%s%s: %v", cannotSync, s.Key(), err), true
 		}
 		detail = "listing " + s.Key().String()
 	}
