@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/syncloop/syncloop/rules"
+	"github.com/syncloop/syncloop/rules/render"
 )
 
 // grantRule turns a trigger's data.user into a ClusterRoleBinding to
@@ -117,8 +119,8 @@ func TestIdentityBoundsARule(t *testing.T) {
 	for _, k := range h.engine.actors.keys() {
 		keys = append(keys, k.String())
 	}
-	if want := "configmaps/v1 in " + h.ns + " labels " + childrenSelector(""); !strings.Contains(strings.Join(keys, "\n"), want) {
-		t.Errorf("informers %q: want the ConfigMap children listed in the rule's namespace only (%s)", keys, want)
+	if want := "configmaps/v1 in " + h.ns + " labels " + childrenSelector("") + "," + rules.LabelRule + "=grant"; !slices.Contains(keys, want) {
+		t.Errorf("informers %q: want the rule's own ConfigMap children listed in its namespace only (%s)", keys, want)
 	}
 
 	// As syncloop's own identity (the harness's admin), the rule is what
@@ -171,5 +173,34 @@ func TestIdentityWithoutRights(t *testing.T) {
 	// both of its own.
 	if n := h.engine.Informers(); n != 4 {
 		t.Errorf("%d informers, want 4 (two shared by syncloop's rules, two of the ServiceAccount's): %v", n, h.engine.actors.keys())
+	}
+}
+
+// TestIdentityNeverTakesOver: a rule acting as a ServiceAccount caches only
+// its own children, yet never takes over another rule's: the child of
+// syncloop's rule "mine" under the same name is found when the create-only
+// apply fails, reported as a conflict on the trigger, and left as it is.
+func TestIdentityNeverTakesOver(t *testing.T) {
+	h := newHarness(t)
+	h.bindServiceAccount("cm-manager", manageConfigMaps, nil)
+	h.createCM("t", map[string]string{"shared": "yes"}, nil)
+	rule := func(name, sa string) string {
+		return `apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: ` + name + `}
+spec:
+` + sa + `  watch: {apiVersion: v1, kind: ConfigMap, namespace: NS, labelSelector: shared=yes}
+  resources:
+    - id: c
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${object.metadata.name}-shared"}, data: {by: ` + name + `}}
+`
+	}
+	h.start(h.loadRules(rule("mine", "")))
+	h.eventually("mine's child", func() bool { _, ok := h.configMap(h.ns, "t-shared"); return ok })
+	h.updates <- h.loadRules(rule("mine", "") + "---\n" + rule("theirs", "  serviceAccountName: cm-manager\n  serviceAccountNamespace: NS\n"))
+	h.waitForEventWithin(30e9, render.ReasonChildConflict, "t", `is a child of rule "mine"`)
+	cm, _ := h.configMap(h.ns, "t-shared")
+	if cm.Labels[rules.LabelRule] != "mine" || cm.Data["by"] != "mine" {
+		t.Errorf("the child of rule mine was taken over: labels %v, data %v", cm.Labels, cm.Data)
 	}
 }

@@ -225,7 +225,15 @@ func (w *watches) triggerKey() dynamic.WatchKey {
 // childKey is the informer of one child kind: every child of the
 // installation (childrenSelector), shared by its rules.
 func (w *watches) childKey(ck *childKind) dynamic.WatchKey {
-	return dynamic.WatchKey{GVR: ck.mapping.Resource, Namespace: ck.ns, LabelSelector: childrenSelector(w.rule.Installation)}
+	sel := childrenSelector(w.rule.Installation)
+	if w.actor != nil && !w.actor.id.IsZero() {
+		// A rule acting as a ServiceAccount caches its own children only:
+		// nothing another rule made is read through its identity, and N
+		// identities do not each hold every child. A name another rule's
+		// child holds is found when the create-only apply fails.
+		sel += "," + rules.LabelRule + "=" + w.rule.Name
+	}
+	return dynamic.WatchKey{GVR: ck.mapping.Resource, Namespace: ck.ns, LabelSelector: sel}
 }
 
 // childNamespace is where the informer of the rule's children of kind
