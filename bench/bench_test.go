@@ -61,6 +61,25 @@ func TestRolloutSmoke(t *testing.T) {
 	}
 }
 
+// TestIdentitiesSmoke runs the identity phase small: rules acting as
+// syncloop, as one ServiceAccount and as one each converge, with the
+// informers each way needs, and make no request at steady state.
+func TestIdentitiesSmoke(t *testing.T) {
+	res, err := runIdentities(t.Context(), testenv.Get(t), 2, 20, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// syncloop's own: one trigger and one child informer for both rules;
+	// one ServiceAccount: the trigger informer and a child informer per
+	// rule; two: all four of their own.
+	for i, want := range []int{2, 3, 4} {
+		run := res.Runs[i]
+		if run.Informers != want || run.SteadyRequests != 0 || run.Seconds <= 0 || run.HeapMiB <= 0 {
+			t.Errorf("as %s: %+v, want %d informers, 0 requests at steady state, time and heap measured", run.ActAs, run, want)
+		}
+	}
+}
+
 // TestChainSmoke runs the chain phase small: three dependent children per
 // trigger, exactly one write each.
 func TestChainSmoke(t *testing.T) {

@@ -39,6 +39,8 @@ func main() {
 	pushback := flag.Int("pushback", 0, "run the tenant workload with this many Tenants as a ServiceAccount that API Priority and Fairness serves one request at a time, rejecting the rest with 429 (needs -syncloop; 0: skip)")
 	fanout := flag.Int("fanout", 0, "run the fan-out phase: one lookup source read by this many triggers is changed (0: skip)")
 	rollout := flag.Int("rollout", 0, "run the rollout phase: one change of a rule over this many triggers, Immediate and Progressive (0: skip)")
+	identities := flag.Int("identities", 0, "run the identity phase: this many rules over the same triggers, acting as one ServiceAccount, then each as its own (0: skip)")
+	identityTriggers := flag.Int("identity-triggers", 1000, "the identity phase's triggers")
 	chain := flag.Int("chain", 0, "run the chain phase: this many triggers each need three dependent children (0: skip)")
 	shard := flag.Int("shard", 0, "run the sharding phase: this many CEL-heavy triggers converged by one replica and by -shard-replicas replicas sharing them (needs -syncloop; 0: skip)")
 	shardReplicas := flag.Int("shard-replicas", 3, "replicas of the sharding phase's sharded run")
@@ -101,6 +103,15 @@ func main() {
 				return "", nil, err
 			}
 			return reportRollout(res), res, nil
+		})
+	}
+	if *identities > 0 {
+		phase("identities", func() (string, any, error) {
+			res, err := runIdentities(ctx, env, *identities, *identityTriggers, logf)
+			if err != nil {
+				return "", nil, err
+			}
+			return reportIdentities(res), res, nil
 		})
 	}
 	if *chain > 0 {
