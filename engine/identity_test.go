@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/syncloop/syncloop/rules"
+	"github.com/syncloop/syncloop/rules/expr"
 	"github.com/syncloop/syncloop/rules/render"
 )
 
@@ -202,5 +203,83 @@ spec:
 	cm, _ := h.configMap(h.ns, "t-shared")
 	if cm.Labels[rules.LabelRule] != "mine" || cm.Data["by"] != "mine" {
 		t.Errorf("the child of rule mine was taken over: labels %v, data %v", cm.Labels, cm.Data)
+	}
+}
+
+// TestTenantRule: a tenant rule of the test's namespace, acting as that
+// namespace's default ServiceAccount whose only rights are a Role there,
+// works end to end: its triggers, children and lookups are all listed in
+// the namespace, its children carry its <namespace>.<name>; a child whose
+// namespace a trigger's field templates elsewhere fails that trigger only;
+// and no request of the rule leaves the namespace.
+func TestTenantRule(t *testing.T) {
+	h := newHarness(t)
+	ctx := t.Context()
+	if _, err := h.cs.RbacV1().Roles(h.ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "team"}, Rules: append(manageConfigMaps,
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "watch"}})}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.cs.RbacV1().RoleBindings(h.ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "team"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "team"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "default", Namespace: h.ns}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.cs.CoreV1().Secrets(h.ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "creds"}, StringData: map[string]string{"user": "app"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.createCM("a", map[string]string{"app": "yes"}, nil)
+	h.createCM("escape", map[string]string{"app": "yes"}, map[string]string{"ns": "default"})
+	l, err := rules.NewLoader(expr.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl, err := l.ForTenant(h.ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := tl.Parse("configmap "+h.ns+"/team-rules app.yaml", []byte(`apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: app}
+spec:
+  watch: {apiVersion: v1, kind: ConfigMap, labelSelector: app=yes}
+  lookups:
+    - {id: creds, apiVersion: v1, kind: Secret, name: creds}
+  resources:
+    - id: settings
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "${object.metadata.name}-settings", namespace: "${object.?data.ns.orValue(object.metadata.namespace)}"}
+        data: {user: "${lookups.creds.metadata.name}"}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := rules.NewSet(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.startWith(set, false)
+	name := h.ns + ".app"
+	h.eventually("the tenant rule's child", func() bool {
+		cm, ok := h.configMap(h.ns, "a-settings")
+		return ok && cm.Data["user"] == "creds" && cm.Labels[rules.LabelRule] == name
+	})
+	h.waitForEventWithin(30e9, "Failed", "escape", `a tenant rule of namespace "`+h.ns+`" stays in it: rendered "default"`)
+	if _, ok := h.configMap("default", "escape-settings"); ok {
+		t.Error("the tenant rule wrote into another namespace")
+	}
+	if st := h.engine.States(); len(st) != 1 || st[0].Rule != name || st[0].State != StateRunning || st[0].Identity != h.ns+"/default" {
+		t.Errorf("states %+v, want %s running as %s/default", st, name, h.ns)
+	}
+	for _, r := range h.counter.Requests(nil) {
+		if strings.HasPrefix(r.Path, "/api/v1/") || strings.HasPrefix(r.Path, "/apis/") && strings.Count(r.Path, "/") > 3 {
+			if !strings.Contains(r.Path, "/namespaces/"+h.ns+"/") {
+				t.Errorf("a request left the tenant's namespace: %s %s?%s (%d)", r.Method, r.Path, r.Query, r.Status)
+			}
+		}
+		if r.Status == 403 {
+			t.Errorf("a request was refused: %s %s?%s", r.Method, r.Path, r.Query)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -111,7 +112,7 @@ func newRuleLoop(e *Engine, r *rules.Rule, retired []schema.GroupVersionKind, re
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(limiter,
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: r.Name, MetricsProvider: e.queues}),
 		done:    make(chan struct{}),
-		watches: &watches{rule: r, ns: e.ns, actor: a, retired: retired, retiredPatches: retiredPatches},
+		watches: &watches{rule: r, ns: cmp.Or(e.ns, r.Tenant), actor: a, retired: retired, retiredPatches: retiredPatches},
 		working: map[uint64]context.CancelFunc{},
 		reshard: make(chan struct{}, 1),
 		state:   StateWaiting,

@@ -231,7 +231,7 @@ func (rc *reconciler) applyChild(ctx context.Context, ch *changes, trigger *unst
 	obj := child.Object
 	ref := refOf(obj)
 	if ns := rc.w.ns; ns != "" && ref.namespace != ns {
-		return nil, fmt.Errorf("resource %q: %s %s is outside namespace %q, to which syncloop is limited (--watch-namespace)", child.ResourceID, ref.gvk.Kind, cacheKey(ref), ns)
+		return nil, fmt.Errorf("resource %q: %s %s is outside namespace %q: %s", child.ResourceID, ref.gvk.Kind, cacheKey(ref), ns, rc.w.limit())
 	}
 	ck := rc.w.children[ref.gvk]
 	if ck.ns != "" && ref.namespace != ck.ns {

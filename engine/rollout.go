@@ -235,7 +235,7 @@ func newRollout(l *ruleLoop, p *rolloutPlan) *rollout {
 	e := l.e
 	from := p.from
 	writes := newOwnWrites()
-	w := &watches{rule: from, ns: e.ns, actor: l.watches.actor, retired: retiredKinds(l.watches, from)}
+	w := &watches{rule: from, ns: l.watches.ns, actor: l.watches.actor, retired: retiredKinds(l.watches, from)}
 	ro := &rollout{l: l, store: e.rollouts, poke: make(chan struct{}, 1), rec: p.rec, sharded: e.currentShard() != nil,
 		step: map[cache.ObjectName]bool{}, health: map[cache.ObjectName]health{}}
 	ro.rec.From, ro.rec.To = from.Hash, l.rule.Hash

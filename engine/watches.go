@@ -23,7 +23,7 @@ import (
 // and the reconciler reads them without a lock.
 type watches struct {
 	rule *rules.Rule
-	ns   string // the engine's namespace (Options.Namespace); "" all
+	ns   string // the engine's namespace (Options.Namespace), else a tenant rule's; "" all
 	// actor is the identity the rule acts as: its informers are that
 	// identity's, its requests that identity's.
 	actor *actor
@@ -145,6 +145,15 @@ func (w *watches) mapped(ctx context.Context, mapper *dynamic.Mapper, mappings m
 	}
 }
 
+// limit says why the rule is kept to namespace w.ns: syncloop is limited
+// to it, or the rule is a tenant rule of it.
+func (w *watches) limit() string {
+	if w.rule.Tenant == w.ns && w.rule.Tenant != "" {
+		return fmt.Sprintf("the tenant rule is confined to namespace %q", w.ns)
+	}
+	return fmt.Sprintf("syncloop is limited to namespace %q (--watch-namespace)", w.ns)
+}
+
 // watchNamespace is the namespace the rule's triggers are watched in: the
 // rule's own, else the engine's (empty: all).
 func (w *watches) watchNamespace() string {
@@ -161,7 +170,7 @@ func (w *watches) checkNamespace() error {
 	if ns == "" {
 		return nil
 	}
-	limited := fmt.Sprintf("but syncloop is limited to namespace %q (--watch-namespace)", ns)
+	limited := "but " + w.limit()
 	watch := w.rule.Watch
 	switch {
 	case !namespaced(w.triggerMapping):

@@ -51,6 +51,7 @@ type decoder struct {
 	crds         CRDSource
 	manageCRDs   bool
 	identities   identities
+	tenant       string // the namespace a tenant rule is confined to
 }
 
 func (d *decoder) pos(n *yaml.Node) Pos {

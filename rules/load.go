@@ -70,6 +70,7 @@ type Loader struct {
 	crds         CRDSource // nil: the kinds rules define are not checked against a cluster
 	manageCRDs   bool
 	identities   identities
+	tenant       string // ForTenant's namespace
 }
 
 // NewLoader returns a Loader whose expressions evaluate under opts.
@@ -218,7 +219,7 @@ func (l *Loader) Parse(path string, data []byte) (*File, error) {
 			return
 		}
 		d := &decoder{file: path, lines: lines, schemas: schemas, scopes: scopes,
-			installation: l.installation, crds: l.crds, manageCRDs: l.manageCRDs, identities: l.identities}
+			installation: l.installation, crds: l.crds, manageCRDs: l.manageCRDs, identities: l.identities, tenant: l.tenant}
 		r := d.decodeRule(root, l.compiler)
 		errs = append(errs, d.errs...)
 		f.Warnings = append(f.Warnings, d.warns...)

@@ -136,6 +136,7 @@ func (d *decoder) decodeRule(root *yaml.Node, c *expr.Compiler) *Rule {
 				d.errorf(nn, "metadata.name", "%q is not a valid rule name: %s", name, strings.Join(errs, "; "))
 			} else {
 				r.Name = name
+				d.tenantName(r, d.pos(nn))
 			}
 		}
 	}
@@ -288,6 +289,7 @@ func (d *decoder) decodeSpec(r *Rule, spec *yaml.Node, docVal any, pos positions
 	}
 	d.decodeRuleOptions(r, f)
 	d.decodeIdentity(r, f)
+	d.checkTenant(r, docVal)
 }
 
 // decodeVariables decodes spec.variables, each seeing scope and the

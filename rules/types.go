@@ -78,6 +78,9 @@ type Rule struct {
 	// through variables.
 	StatusLookups []string
 
+	// Tenant, for a tenant rule (Loader.ForTenant), is the namespace it is
+	// confined to; its Name is <Tenant>.<metadata.name>.
+	Tenant string
 	// Identity is the ServiceAccount the rule acts as
 	// (spec.serviceAccountName, or the loader's default); zero: syncloop's
 	// own identity.

@@ -70,6 +70,7 @@ or from the objects themselves. Exit status 1 if any rendering fails.`,
 		},
 	}
 	rf.register(cmd)
+	rf.registerTenant(cmd)
 	rf.registerInstallation(cmd)
 	cmd.Flags().StringArrayVar(&objects, "objects", nil, "file or directory of Kubernetes objects (YAML or JSON; repeatable)")
 	cmd.Flags().StringVarP(&output, "output", "o", "yaml", "output format: yaml or json")

@@ -22,6 +22,8 @@ type ruleFlags struct {
 	// defaultSA is --default-service-account, NAMESPACE/NAME; home the
 	// namespace of a serviceAccountName given without one (syncloop's).
 	defaultSA, home string
+	// tenant is --tenant: the rules are a tenant's of that namespace.
+	tenant string
 	// served, when set, is the cluster's CRDs the kinds rules define are
 	// checked against; manageCRDs as run --manage-crds.
 	served     rules.CRDSource
@@ -42,6 +44,12 @@ func (f *ruleFlags) register(cmd *cobra.Command) {
 func (f *ruleFlags) registerInstallation(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.installation, "installation", "", "the name of this installation of syncloop, which its children carry (label "+rules.LabelInstallation+"), so that installations in one cluster never take each other's children (default: the default installation, whose children carry none)")
 	cmd.Flags().StringVar(&f.defaultSA, "default-service-account", "", "NAMESPACE/NAME of the ServiceAccount every rule without spec.serviceAccountName acts as: its requests impersonate it, so RBAC bounds what the rules may do (default: syncloop's own identity)")
+}
+
+// registerTenant adds --tenant, for the commands that check rules
+// without a cluster.
+func (f *ruleFlags) registerTenant(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.tenant, "tenant", "", "load the rules as the tenant rules of this namespace (as --tenant-rules reads them from a ConfigMap there): named <namespace>.<name>, acting as a ServiceAccount of the namespace, and confined to it — a watch, lookup or child elsewhere or of a cluster-scoped kind is an error")
 }
 
 // identities are --default-service-account and the home namespace, for
@@ -76,6 +84,11 @@ func (f *ruleFlags) load(stderr io.Writer, cl *manager.Clients, crds ...*unstruc
 	}
 	if err := l.SetIdentities(home, sa); err != nil {
 		return nil, err
+	}
+	if f.tenant != "" {
+		if l, err = l.ForTenant(f.tenant); err != nil {
+			return nil, fmt.Errorf("--%w", err)
+		}
 	}
 	if cl != nil {
 		l.UseSchemas(cl.Schemas)

@@ -13,7 +13,10 @@ import (
 )
 
 func newTestCommand() *cobra.Command {
-	var costLimit uint64
+	var (
+		costLimit uint64
+		tenant    string
+	)
 	cmd := &cobra.Command{
 		Use:   "test PATH...",
 		Short: "Run the Test documents in files or directories, without a cluster: exit 0 all pass, 1 a test fails, 2 a file error",
@@ -50,7 +53,7 @@ passes, 1 when one fails, 2 when a file does not load.`,
 				}
 				for _, t := range tests {
 					ran++
-					failures, err := offline.RunTest(cmd.Context(), expr.Options{CostLimit: costLimit}, t)
+					failures, err := offline.RunTest(cmd.Context(), expr.Options{CostLimit: costLimit}, t, tenant)
 					switch {
 					case err != nil:
 						fmt.Fprintf(out, "FAIL %s: %s\n", path, t.Name)
@@ -88,6 +91,7 @@ passes, 1 when one fails, 2 when a file does not load.`,
 		},
 	}
 	cmd.Flags().Uint64Var(&costLimit, "cel-cost-limit", expr.DefaultCostLimit, "CEL cost limit of one expression evaluation")
+	cmd.Flags().StringVar(&tenant, "tenant", "", "run the tests' rules as the tenant rules of this namespace (see validate --tenant); expectations name the rules as their files do")
 	return cmd
 }
 

@@ -34,5 +34,6 @@ CustomResourceDefinitions) are skipped.`,
 		},
 	}
 	rf.register(cmd)
+	rf.registerTenant(cmd)
 	return cmd
 }

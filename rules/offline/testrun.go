@@ -20,8 +20,10 @@ import (
 // objects, renders the rules against the objects as `syncloop render`
 // does — the objects are the cluster: triggers, lookup targets, and live
 // children — and checks every expectation. failures are what did not
-// match, one readable line each; err is a file that does not load.
-func RunTest(ctx context.Context, opts expr.Options, t *rules.Test) (failures []string, err error) {
+// match, one readable line each; err is a file that does not load. With
+// tenant, the rules are the tenant rules of that namespace
+// (rules.Loader.ForTenant), and the test names them as their files do.
+func RunTest(ctx context.Context, opts expr.Options, t *rules.Test, tenant string) (failures []string, err error) {
 	objs, err := rules.ReadObjects(t.Objects...)
 	if err != nil {
 		return nil, err
@@ -29,6 +31,11 @@ func RunTest(ctx context.Context, opts expr.Options, t *rules.Test) (failures []
 	l, err := rules.NewLoader(opts)
 	if err != nil {
 		return nil, err
+	}
+	if tenant != "" {
+		if l, err = l.ForTenant(tenant); err != nil {
+			return nil, err
+		}
 	}
 	l.UseCRDs(objs)
 	set, err := l.Load(t.Rules...)
@@ -40,6 +47,11 @@ func RunTest(ctx context.Context, opts expr.Options, t *rules.Test) (failures []
 		return nil, err
 	}
 	for _, e := range t.Expect {
+		if tenant != "" {
+			named := *e
+			named.Rule = rules.TenantName(tenant, e.Rule)
+			e = &named
+		}
 		failures = append(failures, check(e, set, res)...)
 	}
 	return failures, nil

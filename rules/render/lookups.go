@@ -89,6 +89,16 @@ func query(ctx context.Context, r *rules.Rule, l *rules.Lookup, act *expr.Activa
 			return q, fail("namespace", fmt.Errorf("rendered %q, not a namespace: %s", q.Namespace, strings.Join(errs, "; ")))
 		}
 	}
+	if r.Tenant != "" {
+		switch {
+		case !namespaced:
+			return q, fail("kind", fmt.Errorf("a tenant rule of namespace %q stays in it: %s is cluster-scoped", r.Tenant, l.Kind))
+		case q.Namespace == "": // a list: in the tenant's namespace
+			q.Namespace = r.Tenant
+		case q.Namespace != r.Tenant:
+			return q, fail("namespace", fmt.Errorf("a tenant rule of namespace %q stays in it: rendered %q", r.Tenant, q.Namespace))
+		}
+	}
 	return q, nil
 }
 

@@ -526,6 +526,14 @@ func renderChild(ctx context.Context, r *rules.Rule, res *rules.Resource, act *e
 	case !namespaced && hasNS:
 		delete(md, "namespace")
 	}
+	if r.Tenant != "" {
+		switch {
+		case !namespaced:
+			return nil, fail("kind", fmt.Errorf("a tenant rule of namespace %q stays in it: %s is cluster-scoped", r.Tenant, res.Kind))
+		case obj.GetNamespace() != r.Tenant:
+			return nil, fail("metadata.namespace", fmt.Errorf("a tenant rule of namespace %q stays in it: rendered %q", r.Tenant, obj.GetNamespace()))
+		}
+	}
 	if res.Mode == rules.ModePatch {
 		return obj, nil // not syncloop's: no labels, annotations or owner
 	}
