@@ -64,6 +64,7 @@ or why it would halt.`,
 	}
 	rf.register(cmd)
 	rf.registerInstallation(cmd)
+	rf.registerIdentity(cmd)
 	cf.register(cmd)
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "plan format: text or json (one object per line)")
 	cmd.Flags().StringVar(&syncloopNamespace, "syncloop-namespace", "", "syncloop's namespace (run's --leader-elect-namespace), where the rules' revisions are: a changed rule is planned as its rollout goes, step by step (default: the kubeconfig context's)")

@@ -43,6 +43,11 @@ func (f *ruleFlags) register(cmd *cobra.Command) {
 // act in (or render for) a cluster.
 func (f *ruleFlags) registerInstallation(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.installation, "installation", "", "the name of this installation of syncloop, which its children carry (label "+rules.LabelInstallation+"), so that installations in one cluster never take each other's children (default: the default installation, whose children carry none)")
+}
+
+// registerIdentity adds --default-service-account, for the commands that
+// act on a cluster as the rules would.
+func (f *ruleFlags) registerIdentity(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.defaultSA, "default-service-account", "", "NAMESPACE/NAME of the ServiceAccount every rule without spec.serviceAccountName acts as: its requests impersonate it, so RBAC bounds what the rules may do (default: syncloop's own identity)")
 }
 

@@ -138,6 +138,7 @@ version in force; at start, files that fail are left out and reported.`,
 func (f *runFlags) register(cmd *cobra.Command) {
 	f.rf.register(cmd)
 	f.rf.registerInstallation(cmd)
+	f.rf.registerIdentity(cmd)
 	f.cf.register(cmd)
 	cmd.Flags().StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "address of /metrics (0 turns it off)")
 	cmd.Flags().StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (0 turns them off)")
