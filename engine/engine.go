@@ -362,6 +362,8 @@ type RuleState struct {
 	// Identity is the ServiceAccount the rule acts as, namespace/name; ""
 	// syncloop's own.
 	Identity string
+	// Tenant is the namespace of a tenant rule; "" for the platform's.
+	Tenant string
 }
 
 // States returns every rule's state, for readiness reporting.
@@ -371,12 +373,15 @@ func (e *Engine) States() []RuleState {
 	out := make([]RuleState, 0, len(e.loops))
 	for name, l := range e.loops {
 		st, detail := l.getState()
-		out = append(out, RuleState{Rule: name, State: st, Detail: detail, Identity: l.rule.Identity.String()})
+		out = append(out, RuleState{Rule: name, State: st, Detail: detail, Identity: l.rule.Identity.String(), Tenant: l.rule.Tenant})
 	}
 	return out
 }
 
-// Ready reports whether a rule set is in force and every rule's loop runs.
+// Ready reports whether a rule set is in force and every rule's loop runs
+// — every platform rule's: a team's tenant rule that cannot run (its
+// ServiceAccount lacks a right) says so in its state, and never makes the
+// replica unready for the others.
 func (e *Engine) Ready() bool {
 	e.mu.Lock()
 	applied := e.applied
@@ -385,7 +390,7 @@ func (e *Engine) Ready() bool {
 		return false
 	}
 	for _, s := range e.States() {
-		if s.State != StateRunning {
+		if s.State != StateRunning && s.Tenant == "" {
 			return false
 		}
 	}

@@ -105,6 +105,7 @@ type runFlags struct {
 	leaderElect, sharding  bool
 	leaseNS, leaseID       string
 	rulesConfigMap         string
+	tenantRules            bool
 	identity               string
 }
 
@@ -152,6 +153,7 @@ func (f *runFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.leaseID, "leader-elect-id", "syncloop", "name of the leader Lease; with --sharding, the group's name (default with --installation: syncloop-<installation>)")
 	cmd.Flags().StringVar(&f.identity, "leader-elect-identity", "", "this replica's identity (default: hostname_uuid; with --sharding, the host name, which is the pod's name)")
 	_ = cmd.Flags().MarkHidden("leader-elect-identity")
+	cmd.Flags().BoolVar(&f.tenantRules, "tenant-rules", false, "also read rules from the ConfigMaps labelled "+manager.LabelTenantRules+"=true in every namespace (or --watch-namespace's): each key a rule file of that namespace's team, named <namespace>.<name>, acting as a ServiceAccount of the namespace and confined to it; why one does not load is a Warning Event on its ConfigMap")
 	cmd.Flags().StringVar(&f.rulesConfigMap, "rules-configmap", "", "NAMESPACE/NAME of the ConfigMap the rule files are mounted from: why a file did not load becomes a Warning Event on it (the chart sets it)")
 }
 
@@ -213,5 +215,6 @@ func (f *runFlags) options(cmd *cobra.Command) (manager.Options, error) {
 		RulesConfigMap:    f.rulesConfigMap,
 		// Rules act as it unless they name a ServiceAccount of their own.
 		DefaultServiceAccount: defaultSA,
+		TenantRules:           f.tenantRules,
 	}, nil
 }

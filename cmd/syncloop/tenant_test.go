@@ -1,9 +1,18 @@
 package main
 
 import (
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/syncloop/syncloop/internal/testenv"
 )
 
 const (
@@ -106,5 +115,110 @@ func TestTenantOffline(t *testing.T) {
 	}
 	if code, out, _ := syncloop(t, "test", filepath.Join(dir, "test.yaml")); code != 1 {
 		t.Errorf("the tenant's test as a platform rule's: exit %d, want 1 (the child is not confined)\n%s", code, out)
+	}
+}
+
+// TestTenantRules: with --tenant-rules, a team's ConfigMap labelled
+// syncloop.dev/rules: "true" in its namespace is a rule source. Its rule
+// runs as the namespace's default ServiceAccount, whose only rights are a
+// Role there, end to end; an edit reloads it; a version that reads another
+// namespace's Secret is refused at load with a Warning Event on the
+// ConfigMap naming file:line:col (its last good version stays in force), a
+// Normal Event once it loads again; a tenant rule that cannot run does not
+// make the replica unready; deleting the ConfigMap removes its rule and
+// leaves its children.
+func TestTenantRules(t *testing.T) {
+	env := testenv.Get(t)
+	ctx := t.Context()
+	cs, err := kubernetes.NewForConfig(env.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := newNamespace(t, cs, "team")
+	if _, err := cs.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "team"}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "watch"}},
+	}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "team"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "team"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "default", Namespace: ns}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "creds"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "web", Labels: map[string]string{"app": "web"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rulesCM := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "team-rules", Labels: map[string]string{"syncloop.dev/rules": "true"}},
+		Data: map[string]string{"app.yaml": tenantRule}}
+	if rulesCM, err = cs.CoreV1().ConfigMaps(ns).Create(ctx, rulesCM, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir() // the platform's rules: none
+	_, probes := runInProcess(t, "-f", dir, "--kubeconfig", env.Kubeconfig(), "--tenant-rules")
+	readyz, poll := probing(t, probes, 60*time.Second)
+	name := ns + ".app"
+	settings := func() *corev1.ConfigMap {
+		cm, _ := cs.CoreV1().ConfigMaps(ns).Get(ctx, "web-settings", metav1.GetOptions{})
+		return cm
+	}
+	poll("the tenant rule's child, made as the namespace's default ServiceAccount", func() bool {
+		cm := settings()
+		return cm != nil && cm.Data["secret"] == "creds" && cm.Labels["syncloop.dev/rule"] == name &&
+			strings.Contains(readyz(), "rule "+name+": running as "+ns+"/default\n")
+	})
+
+	edit := func(text string) {
+		t.Helper()
+		cm, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, "team-rules", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cm.Data["app.yaml"] = text
+		if _, err := cs.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	events := func(reason, text string) bool {
+		list, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false
+		}
+		for _, e := range list.Items {
+			if e.Reason == reason && e.InvolvedObject.Name == "team-rules" && e.InvolvedObject.UID == rulesCM.UID && strings.Contains(e.Message, text) {
+				return true
+			}
+		}
+		return false
+	}
+	edit(strings.Replace(tenantRule, `data: {secret: "${lookups.creds.metadata.name}"}`, `data: {secret: "${lookups.creds.metadata.name}", v: "2"}`, 1))
+	poll("the edit reloaded", func() bool { cm := settings(); return cm != nil && cm.Data["v"] == "2" })
+
+	edit(strings.Replace(tenantRule, "name: creds}", "namespace: kube-system, name: creds}", 1))
+	want := "configmap:" + ns + `/team-rules/app.yaml:7:60: rule "app": spec.lookups[0].namespace: a tenant rule of namespace "` + ns + `" stays in it: it cannot read namespace "kube-system"`
+	poll("a Warning Event on the ConfigMap with file:line:col", func() bool { return events("RuleFileNotLoaded", want) })
+	if !strings.Contains(readyz(), "rule "+name+": running") {
+		t.Errorf("the last good version is not in force:\n%s", readyz())
+	}
+	edit(strings.Replace(tenantRule, "spec:\n", "spec:\n  serviceAccountName: nobody\n", 1))
+	poll("a Normal Event once it loads, and the rule waiting as a ServiceAccount without rights", func() bool {
+		r := readyz()
+		return events("RulesLoaded", "loads again") && strings.Contains(r, "rule "+name+": syncing as "+ns+"/nobody: ")
+	})
+	if resp, err := http.Get("http://" + probes + "/readyz"); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("a tenant rule that cannot run made the replica unready: %v %v", err, resp)
+	} else {
+		resp.Body.Close()
+	}
+
+	if err := cs.CoreV1().ConfigMaps(ns).Delete(ctx, "team-rules", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll("the tenant rule removed", func() bool { return !strings.Contains(readyz(), "rule "+name) })
+	if settings() == nil {
+		t.Error("removing the tenant's rule deleted its child")
 	}
 }

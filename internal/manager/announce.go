@@ -66,11 +66,7 @@ func (a *announcer) announce(ctx context.Context, errs []reload.FileError, rules
 		a.recorder.Eventf(ref, corev1.EventTypeNormal, ReasonRulesLoaded, "every rule file loads again: %d rule(s) in force", rules)
 	}
 	for _, e := range errs {
-		msg := e.Error()
-		if len(msg) > maxEventMessage {
-			msg = strings.ToValidUTF8(msg[:maxEventMessage-3], "") + "..."
-		}
-		a.recorder.Event(ref, corev1.EventTypeWarning, ReasonRuleFileNotLoaded, msg)
+		a.recorder.Event(ref, corev1.EventTypeWarning, ReasonRuleFileNotLoaded, eventMessage(e.Error()))
 	}
 	a.last = key.String()
 }

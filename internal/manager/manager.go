@@ -73,6 +73,12 @@ type Options struct {
 	// DefaultServiceAccount is the identity of every rule that names none
 	// (rules.Loader.SetIdentities); zero: syncloop's own.
 	DefaultServiceAccount rules.ServiceAccount
+	// TenantRules also reads rules from the ConfigMaps labelled
+	// syncloop.dev/rules: "true" in every namespace (or Namespace's): each
+	// key a file of the tenant rules of its namespace
+	// (rules.Loader.ForTenant), reloaded when they change; why one does
+	// not load is a Warning Event on its ConfigMap.
+	TenantRules bool
 }
 
 // process is one running syncloop, built whole by newProcess before
@@ -140,6 +146,9 @@ func newProcess(ctx context.Context, o Options) (*process, error) {
 	}
 	p.rules.announcer = &announcer{configMap: cm, core: p.clients.Core, recorder: recorder}
 	p.rules.revisions.recorder = recorder
+	if p.rules.tenants != nil {
+		p.rules.tenants.recorder = recorder
+	}
 	eo := engine.Options{
 		Client:       p.clients.Dynamic,
 		Mapper:       p.clients.Mapper,

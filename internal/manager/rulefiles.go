@@ -34,6 +34,7 @@ type ruleFiles struct {
 	crds      *crdKeeper
 	revisions *revisionKeeper
 	announcer *announcer // Events on the rules ConfigMap; nil: none
+	tenants   *tenants   // --tenant-rules: the teams' ConfigMaps; nil: none
 	// active is true while this replica runs the engine: only then does
 	// it keep the CRDs of the kinds rules define.
 	active atomic.Bool
@@ -59,7 +60,8 @@ func (f *ruleFiles) inForce(ctx context.Context, set *rules.Set) {
 	f.keepCRDs(ctx, set)
 	if f.crds.dryRun == nil {
 		f.revisions.keep(ctx, set)
-		f.announcer.announce(ctx, f.files.get(), set.Len())
+		f.announcer.announce(ctx, platformErrors(f.files.get()), set.Len())
+		f.tenants.announce(f.files.get())
 	}
 }
 
@@ -82,9 +84,13 @@ func newRuleFiles(o Options, c *Clients, m *metrics.Metrics) (*ruleFiles, error)
 	src := reload.NewSource(loader, o.Rules)
 	revisions := newRevisionKeeper(c, o.SyncloopNamespace, o.Installation)
 	revisions.compile = compileRevision(loader.ForRevisions())
-	return &ruleFiles{src: src, watcher: reload.NewWatcher(src, 0), clients: c, metrics: m,
+	f := &ruleFiles{src: src, watcher: reload.NewWatcher(src, 0), clients: c, metrics: m,
 		files: &fileErrors{}, current: &currentSet{}, updates: make(chan *rules.Set, 1), crds: crds,
-		revisions: revisions}, nil
+		revisions: revisions}
+	if o.TenantRules {
+		f.tenants = &tenants{core: c.Core, namespace: o.Namespace, src: src, changed: f.watcher.Reload}
+	}
+	return f, nil
 }
 
 // compileRevision compiles the rule a revision object holds.
@@ -139,6 +145,9 @@ func (f *ruleFiles) load(ctx context.Context) *rules.Set {
 			served.Forget(group)
 		}
 	})
+	if f.tenants != nil {
+		f.tenants.start(ctx)
+	}
 	loaded := f.src.Load()
 	if f.awaitSchemas(ctx, loaded.Set) {
 		f.src.Invalidate()

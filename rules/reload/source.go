@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/syncloop/syncloop/rules"
 )
@@ -28,6 +29,27 @@ type Source struct {
 	files  map[string]*fileState
 	gen    int    // load counter: when each file last changed
 	errKey string // the previous load's errors, to tell when they change
+
+	mu      sync.Mutex // guards tenant: SetTenantFiles is called from anywhere
+	tenant  []TenantFile
+	tenants map[string]*rules.Loader // by namespace
+}
+
+// TenantFile is a rule file a team keeps in its namespace (a key of a
+// ConfigMap there): its rules are the tenant rules of Namespace
+// (rules.Loader.ForTenant). Path names it in errors.
+type TenantFile struct {
+	Path      string
+	Namespace string
+	Data      []byte
+}
+
+// SetTenantFiles makes files the tenant rule files later loads read,
+// besides the roots': a file no longer among them takes its rules with it.
+func (s *Source) SetTenantFiles(files []TenantFile) {
+	s.mu.Lock()
+	s.tenant = append([]TenantFile(nil), files...)
+	s.mu.Unlock()
 }
 
 type fileState struct {
@@ -100,6 +122,15 @@ func (s *Source) Load() Status {
 			}
 		}
 	}
+	s.mu.Lock()
+	tenant := s.tenant
+	s.mu.Unlock()
+	for _, tf := range tenant {
+		seen[tf.Path] = true
+		if s.readTenant(tf) {
+			changed = true
+		}
+	}
 	for p := range s.files {
 		if !seen[p] {
 			delete(s.files, p)
@@ -155,6 +186,45 @@ func (s *Source) read(path string) bool {
 		fs.parsed = nil
 	}
 	return true
+}
+
+// readTenant parses a tenant file if its bytes changed, as a tenant rule
+// file of its namespace; it reports whether they did.
+func (s *Source) readTenant(tf TenantFile) bool {
+	fs := s.files[tf.Path]
+	if fs == nil {
+		fs = &fileState{}
+		s.files[tf.Path] = fs
+	}
+	sum := sha256.Sum256(append([]byte(tf.Namespace+"\x00"), tf.Data...))
+	if sum == fs.sum && fs.gen != 0 {
+		return false
+	}
+	fs.sum, fs.gen = sum, s.gen
+	l, err := s.tenantLoader(tf.Namespace)
+	if err == nil {
+		fs.parsed, err = l.Parse(tf.Path, tf.Data)
+	}
+	if fs.err = err; err != nil {
+		fs.parsed = nil
+	}
+	return true
+}
+
+// tenantLoader is the loader of namespace ns's tenant rules.
+func (s *Source) tenantLoader(ns string) (*rules.Loader, error) {
+	if l, ok := s.tenants[ns]; ok {
+		return l, nil
+	}
+	l, err := s.loader.ForTenant(ns)
+	if err != nil {
+		return nil, err
+	}
+	if s.tenants == nil {
+		s.tenants = map[string]*rules.Loader{}
+	}
+	s.tenants[ns] = l
+	return l, nil
 }
 
 // build assembles the set: each file's current version when it parses, its

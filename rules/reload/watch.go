@@ -22,6 +22,7 @@ type Watcher struct {
 	debounce time.Duration
 	ready    chan struct{}
 	recheck  chan struct{}
+	reload   chan struct{}
 }
 
 // NewWatcher returns a Watcher over src; debounce 0 means DefaultDebounce.
@@ -29,7 +30,7 @@ func NewWatcher(src *Source, debounce time.Duration) *Watcher {
 	if debounce == 0 {
 		debounce = DefaultDebounce
 	}
-	return &Watcher{src: src, debounce: debounce, ready: make(chan struct{}), recheck: make(chan struct{}, 1)}
+	return &Watcher{src: src, debounce: debounce, ready: make(chan struct{}), recheck: make(chan struct{}, 1), reload: make(chan struct{}, 1)}
 }
 
 // Recheck makes Run parse every file again after the debounce, as if all
@@ -38,6 +39,15 @@ func NewWatcher(src *Source, debounce time.Duration) *Watcher {
 func (w *Watcher) Recheck() {
 	select {
 	case w.recheck <- struct{}{}:
+	default:
+	}
+}
+
+// Reload makes Run load the Source again after the debounce: its tenant
+// files changed (Source.SetTenantFiles). Safe to call from any goroutine.
+func (w *Watcher) Reload() {
+	select {
+	case w.reload <- struct{}{}:
 	default:
 	}
 }
@@ -88,6 +98,8 @@ func (w *Watcher) Run(ctx context.Context, onReload func(Status)) error {
 			timer.Reset(w.debounce)
 		case <-w.recheck:
 			invalidate = true
+			timer.Reset(w.debounce)
+		case <-w.reload:
 			timer.Reset(w.debounce)
 		case <-timer.C:
 			if invalidate {
