@@ -16,6 +16,7 @@ import (
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -657,7 +658,7 @@ func TestChartInstall(t *testing.T) {
 	newNS("syncloop-identity")
 	identity := []string{"install", "imp", chartDir, "-n", "syncloop-identity", "--kubeconfig", env.Kubeconfig(),
 		"--set-file", "rules.tenant\\.yaml=../../examples/tenant-defaults/rules.yaml", "--set", "rbac.mode=restricted", "-f", "testdata/tenant-rbac.yaml",
-		"--set", "identity.defaultServiceAccount=rules"}
+		"--set", "identity.defaultServiceAccount=rules", "--set", "tenantRules.enabled=true"}
 	if out, err := helmCmd(t, identity...); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
@@ -689,12 +690,17 @@ func TestChartInstall(t *testing.T) {
 		want bool
 	}{
 		{authorizationv1.ResourceAttributes{Namespace: "syncloop-identity", Verb: "impersonate", Resource: "serviceaccounts", Name: "rules"}, true},
-		{authorizationv1.ResourceAttributes{Namespace: "syncloop-identity", Verb: "impersonate", Resource: "serviceaccounts", Name: "default"}, false},
+		{authorizationv1.ResourceAttributes{Namespace: "syncloop-identity", Verb: "impersonate", Resource: "serviceaccounts", Name: "other"}, false},
 		{authorizationv1.ResourceAttributes{Namespace: "kube-system", Verb: "impersonate", Resource: "serviceaccounts", Name: "rules"}, false},
 		{authorizationv1.ResourceAttributes{Verb: "impersonate", Resource: "users", Name: "admin"}, false},
 		{authorizationv1.ResourceAttributes{Verb: "impersonate", Resource: "groups", Name: "system:masters"}, false},
 		{authorizationv1.ResourceAttributes{Verb: "bind", Group: "rbac.authorization.k8s.io", Resource: "clusterroles", Name: "edit"}, false},
 		{authorizationv1.ResourceAttributes{Namespace: "identity-team", Verb: "create", Resource: "events"}, true},
+		// Tenant rules: the teams' ConfigMaps read, their default
+		// ServiceAccounts impersonated, no other.
+		{authorizationv1.ResourceAttributes{Namespace: "tenant-team", Verb: "list", Resource: "configmaps"}, true},
+		{authorizationv1.ResourceAttributes{Namespace: "tenant-team", Verb: "impersonate", Resource: "serviceaccounts", Name: "default"}, true},
+		{authorizationv1.ResourceAttributes{Namespace: "tenant-team", Verb: "impersonate", Resource: "serviceaccounts", Name: "admin"}, false},
 	} {
 		if got := may(own, c.attr); got != c.want {
 			t.Errorf("syncloop's own account may %s %s %s in %q: %v, want %v", c.attr.Verb, c.attr.Resource, c.attr.Name, c.attr.Namespace, got, c.want)
@@ -703,7 +709,31 @@ func TestChartInstall(t *testing.T) {
 	if !may(rulesSA, authorizationv1.ResourceAttributes{Namespace: "identity-team", Verb: "create", Resource: "resourcequotas"}) {
 		t.Error("the rules ServiceAccount lacks rbac.rules")
 	}
-	stop = runAs("imp-syncloop", "syncloop-identity", "--leader-elect", "--default-service-account", "syncloop-identity/rules")
+	// A team's rules in its namespace, whose default ServiceAccount may
+	// manage ConfigMaps there and nothing else.
+	newNS("tenant-team")
+	if _, err := cs.RbacV1().Roles("tenant-team").Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "team"}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "watch"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.RbacV1().RoleBindings("tenant-team").Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "team"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "team"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "default", Namespace: "tenant-team"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, obj := range []*corev1.ConfigMap{
+		{ObjectMeta: metav1.ObjectMeta{Name: "team-rules", Labels: map[string]string{"syncloop.dev/rules": "true"}}, Data: map[string]string{"app.yaml": tenantRule}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "web", Labels: map[string]string{"app": "web"}}},
+	} {
+		if _, err := cs.CoreV1().ConfigMaps("tenant-team").Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := cs.CoreV1().Secrets("tenant-team").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "creds"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	stop = runAs("imp-syncloop", "syncloop-identity", "--leader-elect", "--default-service-account", "syncloop-identity/rules", "--tenant-rules")
 	idTeam := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "identity-team", Labels: map[string]string{"tenant": "i", "tier": "gold"}}}
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, idTeam, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -715,6 +745,10 @@ func TestChartInstall(t *testing.T) {
 		}
 		_, err = cs.RbacV1().RoleBindings("identity-team").Get(ctx, "tenant-edit", metav1.GetOptions{})
 		return err == nil && quota.Labels[rules.LabelRule] != ""
+	})
+	poll("the team's tenant rule, run through the chart's RBAC", func() bool {
+		cm, err := cs.CoreV1().ConfigMaps("tenant-team").Get(ctx, "web-settings", metav1.GetOptions{})
+		return err == nil && cm.Labels[rules.LabelRule] == "tenant-team.app"
 	})
 	stop()
 
