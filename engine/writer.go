@@ -142,10 +142,13 @@ func (lw *liveWriter) delete(ctx context.Context, m *meta.RESTMapping, _ rules.O
 		return nil // deleted already; the cache has not shown it
 	}
 	if err := lw.client.Delete(ctx, m, ref.namespace, ref.name, child.GetUID()); err != nil {
-		lw.writes.deleteFailed(ref)
 		if goneAlready(err) {
+			// Someone else deleted it (the garbage collector, following
+			// the trigger's ownerReference): as good as our own delete,
+			// which is not made again until the cache shows it gone.
 			return nil
 		}
+		lw.writes.deleteFailed(ref)
 		return err
 	}
 	lw.writes.deleteDone(ref)
