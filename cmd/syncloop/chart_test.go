@@ -16,7 +16,6 @@ import (
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -712,16 +711,7 @@ func TestChartInstall(t *testing.T) {
 	// A team's rules in its namespace, whose default ServiceAccount may
 	// manage ConfigMaps there and nothing else.
 	newNS("tenant-team")
-	if _, err := cs.RbacV1().Roles("tenant-team").Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "team"}, Rules: []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
-		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "watch"}}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cs.RbacV1().RoleBindings("tenant-team").Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "team"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "team"},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "default", Namespace: "tenant-team"}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	grantConfigMaps(t, cs, "tenant-team", "default")
 	for _, obj := range []*corev1.ConfigMap{
 		{ObjectMeta: metav1.ObjectMeta{Name: "team-rules", Labels: map[string]string{"syncloop.dev/rules": "true"}}, Data: map[string]string{"app.yaml": tenantRule}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "web", Labels: map[string]string{"app": "web"}}},
