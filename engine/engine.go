@@ -325,6 +325,11 @@ func (e *Engine) Apply(ctx context.Context, set *rules.Set) {
 			l.start(klog.NewContext(ctx, klog.FromContext(ctx).WithValues("rule", name)))
 		}
 	}
+	inUse := map[rules.ServiceAccount]bool{}
+	for _, l := range e.loops {
+		inUse[l.rule.Identity] = true
+	}
+	e.actors.forget(inUse)
 }
 
 // retiredKinds are the child kinds that w's rule, or a version before it,

@@ -23,8 +23,8 @@ type actor struct {
 	client   *dynamic.Writer
 }
 
-// actors are the engine's identities, made as rules need them and kept
-// until the engine stops (one with no rule left runs no informer).
+// actors are the engine's identities, made as rules need them and
+// forgotten once no rule acts as them.
 type actors struct {
 	base     *dynamic.Client // syncloop's own
 	dryRun   bool
@@ -66,6 +66,19 @@ func (as *actors) of(id rules.ServiceAccount) (*actor, error) {
 	a := &actor{id: id, registry: reg, client: &dynamic.Writer{Client: c, DryRun: as.dryRun}}
 	as.by[id] = a
 	return a, nil
+}
+
+// forget drops the actors of identities no rule in use acts as (and that
+// run no informer), so that identities come and go — teams' rules added
+// and removed — without leaving their clients behind.
+func (as *actors) forget(inUse map[rules.ServiceAccount]bool) {
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	for id, a := range as.by {
+		if !id.IsZero() && !inUse[id] && a.registry.Len() == 0 {
+			delete(as.by, id)
+		}
+	}
 }
 
 // each calls f with every actor made so far.

@@ -283,3 +283,24 @@ spec:
 		}
 	}
 }
+
+// TestIdentitiesForgotten: an identity no rule acts as any more is
+// forgotten with its informers, so teams' rules coming and going leave
+// nothing behind.
+func TestIdentitiesForgotten(t *testing.T) {
+	h := newHarness(t)
+	h.bindServiceAccount("cm-manager", manageConfigMaps, nil)
+	as := strings.Replace(ruleYAML("as", "team=x", ""), "spec:\n", "spec:\n  serviceAccountName: cm-manager\n  serviceAccountNamespace: NS\n", 1)
+	own := ruleYAML("own", "team=x", "")
+	h.start(h.loadRules(own + "---\n" + as))
+	count := func() int {
+		h.engine.actors.mu.Lock()
+		defer h.engine.actors.mu.Unlock()
+		return len(h.engine.actors.by)
+	}
+	if n := count(); n != 2 {
+		t.Fatalf("%d identities, want syncloop's own and cm-manager", n)
+	}
+	h.updates <- h.loadRules(own)
+	h.eventually("cm-manager forgotten", func() bool { return count() == 1 && h.engine.Informers() == 2 })
+}
