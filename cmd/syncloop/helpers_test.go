@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -57,6 +58,15 @@ func probing(t *testing.T, probes string, timeout time.Duration) (readyz func() 
 // exits other than 0.
 func runInProcess(t *testing.T, args ...string) (metrics, probes string) {
 	t.Helper()
+	metrics, probes, stop := startInProcess(t, args...)
+	t.Cleanup(stop)
+	return metrics, probes
+}
+
+// startInProcess is runInProcess until stop, which waits for the exit
+// (and may be called again: it then does nothing).
+func startInProcess(t *testing.T, args ...string) (metrics, probes string, stop func()) {
+	t.Helper()
 	metrics, probes = freeAddr(t), freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	exited := make(chan int, 1)
@@ -64,13 +74,15 @@ func runInProcess(t *testing.T, args ...string) (metrics, probes string) {
 		exited <- runContext(ctx, append(append([]string{"run"}, args...),
 			"--metrics-bind-address", metrics, "--health-probe-bind-address", probes), io.Discard, io.Discard)
 	}()
-	t.Cleanup(func() {
-		cancel()
-		if code := <-exited; code != 0 {
-			t.Errorf("syncloop run exited %d", code)
-		}
-	})
-	return metrics, probes
+	var once sync.Once
+	return metrics, probes, func() {
+		once.Do(func() {
+			cancel()
+			if code := <-exited; code != 0 {
+				t.Errorf("syncloop run exited %d", code)
+			}
+		})
+	}
 }
 
 // writeFile writes content to dir/name and returns the path.

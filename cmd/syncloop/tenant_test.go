@@ -147,7 +147,9 @@ func TestTenantRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir() // the platform's rules: none
-	_, probes := runInProcess(t, "-f", dir, "--kubeconfig", env.Kubeconfig(), "--tenant-rules")
+	args := []string{"-f", dir, "--kubeconfig", env.Kubeconfig(), "--tenant-rules"}
+	_, probes, stop := startInProcess(t, args...)
+	t.Cleanup(func() { stop() })
 	readyz, poll := probing(t, probes, 60*time.Second)
 	name := ns + ".app"
 	settings := func() *corev1.ConfigMap {
@@ -185,6 +187,17 @@ func TestTenantRules(t *testing.T) {
 	}
 	edit(strings.Replace(tenantRule, `data: {secret: "${lookups.creds.metadata.name}"}`, `data: {secret: "${lookups.creds.metadata.name}", v: "2"}`, 1))
 	poll("the edit reloaded", func() bool { cm := settings(); return cm != nil && cm.Data["v"] == "2" })
+
+	// Changed while syncloop is down: the restarted syncloop rolls it out
+	// from the revision it recorded, compiled as the tenant rule it was.
+	stop()
+	edit(strings.Replace(tenantRule, `data: {secret: "${lookups.creds.metadata.name}"}`, `data: {secret: "${lookups.creds.metadata.name}", v: "3"}`, 1))
+	_, probes, stop = startInProcess(t, args...)
+	readyz, poll = probing(t, probes, 60*time.Second)
+	poll("the change rolled out from the recorded revision", func() bool {
+		cm := settings()
+		return cm != nil && cm.Data["v"] == "3" && strings.Contains(readyz(), "rollout "+name+": Complete")
+	})
 
 	edit(strings.Replace(tenantRule, "name: creds}", "namespace: kube-system, name: creds}", 1))
 	want := "configmap:" + ns + `/team-rules/app.yaml:7:60: rule "app": spec.lookups[0].namespace: a tenant rule of namespace "` + ns + `" stays in it: it cannot read namespace "kube-system"`

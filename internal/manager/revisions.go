@@ -37,7 +37,7 @@ type revisionKeeper struct {
 	installation string
 	// compile compiles a recorded revision (the rule a rollout moves
 	// from); recorder emits the rollouts' Events (nil: none).
-	compile  func(name string, source []byte) (*rules.Rule, error)
+	compile  func(r *rules.Rule, name string, source []byte) (*rules.Rule, error)
 	recorder record.EventRecorder
 	mu       sync.Mutex
 	// seen are each rule's revisions as the last keep listed them, before
@@ -290,7 +290,7 @@ func (k *revisionKeeper) Resume(_ context.Context, r *rules.Rule) (*engine.Rollo
 		if !ok {
 			return nil, nil, fmt.Errorf("the revision its rollout moves from (%s) is no longer recorded", rec.From)
 		}
-		compiled, err := k.compile(from.Name, from.Data.Raw)
+		compiled, err := k.compile(r, from.Name, from.Data.Raw)
 		return rec, compiled, err
 	}
 	from, begin := newest, &engine.RolloutRecord{}
@@ -305,7 +305,7 @@ func (k *revisionKeeper) Resume(_ context.Context, r *rules.Rule) (*engine.Rollo
 	if from.Annotations[rules.AnnotationRuleHash] == r.Hash {
 		return nil, nil, nil // put back
 	}
-	compiled, err := k.compile(from.Name, from.Data.Raw)
+	compiled, err := k.compile(r, from.Name, from.Data.Raw)
 	return begin, compiled, err
 }
 

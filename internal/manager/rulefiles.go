@@ -93,10 +93,18 @@ func newRuleFiles(o Options, c *Clients, m *metrics.Metrics) (*ruleFiles, error)
 	return f, nil
 }
 
-// compileRevision compiles the rule a revision object holds.
-func compileRevision(l *rules.Loader) func(string, []byte) (*rules.Rule, error) {
-	return func(name string, source []byte) (*rules.Rule, error) {
-		f, err := l.Parse("revision "+name, source)
+// compileRevision compiles the rule a revision object of rule r holds:
+// a tenant rule's as a tenant rule of its namespace.
+func compileRevision(l *rules.Loader) func(*rules.Rule, string, []byte) (*rules.Rule, error) {
+	return func(r *rules.Rule, name string, source []byte) (*rules.Rule, error) {
+		loader := l
+		if r.Tenant != "" {
+			var err error
+			if loader, err = l.ForTenant(r.Tenant); err != nil {
+				return nil, err
+			}
+		}
+		f, err := loader.Parse("revision "+name, source)
 		if err != nil {
 			return nil, err
 		}
