@@ -66,6 +66,12 @@ type Result struct {
 	// ConvergenceRatio is LimitSeconds / ConvergenceSeconds: 1 means
 	// syncloop converges as fast as the writes alone can be made.
 	ConvergenceRatio float64 `json:"convergence_ratio"`
+	// HandWrittenSeconds is the same triggers converged by a hand-written
+	// client-go controller for the job (handWritten), from its start;
+	// HandWrittenRatio is HandWrittenSeconds / ConvergenceSeconds: 1 means
+	// syncloop is as fast as the controller it replaces.
+	HandWrittenSeconds float64 `json:"hand_written_seconds"`
+	HandWrittenRatio   float64 `json:"hand_written_ratio"`
 	// FirstWriteSeconds: syncloop's start → its first child applied
 	// (discovery, informers listing).
 	FirstWriteSeconds float64 `json:"first_write_seconds"`
@@ -134,6 +140,12 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 	}
 	res.LimitSeconds = limit.Seconds()
 	logf("limit: %d applies from %d goroutines, no client-side limit, in %.2fs", cfg.Triggers, cfg.LimitWorkers, res.LimitSeconds)
+	hand, err := handWritten(ctx, env, w, cfg.Triggers, handWorkers)
+	if err != nil {
+		return nil, err
+	}
+	res.HandWrittenSeconds = hand.Seconds()
+	logf("hand-written client-go controller: %d children in %.2fs from its start", cfg.Triggers, res.HandWrittenSeconds)
 
 	// syncloop: N triggers exist before it starts (cold start).
 	ns, err := namespace(ctx, admin, "bench-")
@@ -193,6 +205,7 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 	res.FirstWriteSeconds = time.Unix(0, m.first.Load()).Sub(start).Seconds()
 	res.ColdStartRequests = len(counter.Requests(nil))
 	res.ConvergenceRatio = res.LimitSeconds / res.ConvergenceSeconds
+	res.HandWrittenRatio = res.HandWrittenSeconds / res.ConvergenceSeconds
 	res.RSSBytes = rss()
 	logf("syncloop: %d children in %.2fs, the first after %.2fs (%d requests)", cfg.Triggers, res.ConvergenceSeconds, res.FirstWriteSeconds, res.ColdStartRequests)
 
@@ -247,6 +260,10 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 	logf("reload with %d rules loaded: %.0fms from the file change to the new template applied", cfg.Rules, res.ReloadMs)
 	return res, nil
 }
+
+// handWorkers are the hand-written controller's workers: syncloop's
+// default for a rule.
+const handWorkers = rules.DefaultWorkers
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 

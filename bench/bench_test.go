@@ -25,7 +25,7 @@ func TestBenchSmoke(t *testing.T) {
 	if res.InformersDelta != 0 {
 		t.Errorf("rule add/remove cycles left %+d informers", res.InformersDelta)
 	}
-	if res.ConvergenceSeconds <= 0 || res.LimitSeconds <= 0 {
+	if res.ConvergenceSeconds <= 0 || res.LimitSeconds <= 0 || res.HandWrittenSeconds <= 0 {
 		t.Errorf("times not measured: %+v", res)
 	}
 	t.Logf("%+v", res)
