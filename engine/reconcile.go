@@ -230,12 +230,16 @@ const createOnlyVersion = "1"
 func (rc *reconciler) applyChild(ctx context.Context, ch *changes, trigger *unstructured.Unstructured, child render.Child) (map[string]any, error) {
 	obj := child.Object
 	ref := refOf(obj)
-	if ns := rc.w.ns; ns != "" && ref.namespace != ns {
-		return nil, fmt.Errorf("resource %q: %s %s is outside namespace %q: %s", child.ResourceID, ref.gvk.Kind, cacheKey(ref), ns, rc.w.limit())
-	}
+	// The kind's informer lists in one namespace (the engine's or a
+	// tenant's, or the one the rule names): a child elsewhere it would
+	// never see.
 	ck := rc.w.children[ref.gvk]
 	if ck.ns != "" && ref.namespace != ck.ns {
-		return nil, fmt.Errorf("resource %q: %s %s is outside namespace %q, where the rule's %s children are watched", child.ResourceID, ref.gvk.Kind, cacheKey(ref), ck.ns, ref.gvk.Kind)
+		why := ": " + rc.w.limit()
+		if rc.w.ns == "" {
+			why = ", where the rule's " + ref.gvk.Kind + " children are watched"
+		}
+		return nil, fmt.Errorf("resource %q: %s %s is outside namespace %q%s", child.ResourceID, ref.gvk.Kind, cacheKey(ref), ck.ns, why)
 	}
 	hash := contentHash(obj.Object)
 	ann := obj.GetAnnotations()

@@ -112,9 +112,6 @@ func (d *decoder) decodeIdentity(r *Rule, f map[string]*yaml.Node) {
 		return
 	}
 	ns := d.identities.home
-	if ns == "" {
-		ns = DefaultServiceAccountNamespace
-	}
 	if hasNS {
 		v, ok := d.str(nsNode, "spec.serviceAccountNamespace")
 		if !ok {

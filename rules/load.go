@@ -79,7 +79,8 @@ func NewLoader(opts expr.Options) (*Loader, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Loader{compiler: c, schemas: kinds.Builtin(), scopes: builtinScopes{}}, nil
+	return &Loader{compiler: c, schemas: kinds.Builtin(), scopes: builtinScopes{},
+		identities: identities{home: DefaultServiceAccountNamespace}}, nil
 }
 
 // ForRevisions is a copy of l that compiles the recorded revisions of

@@ -57,17 +57,16 @@ func (f *ruleFlags) registerTenant(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.tenant, "tenant", "", "load the rules as the tenant rules of this namespace (as --tenant-rules reads them from a ConfigMap there): named <namespace>.<name>, acting as a ServiceAccount of the namespace, and confined to it — a watch, lookup or child elsewhere or of a cluster-scoped kind is an error")
 }
 
-// identities are --default-service-account and the home namespace, for
-// rules.Loader.SetIdentities.
-func (f *ruleFlags) identities() (string, rules.ServiceAccount, error) {
-	var sa rules.ServiceAccount
-	if f.defaultSA != "" {
-		var err error
-		if sa, err = rules.ParseServiceAccount(f.defaultSA); err != nil {
-			return "", sa, fmt.Errorf("--default-service-account: %w", err)
-		}
+// defaultServiceAccount is --default-service-account; zero when not given.
+func (f *ruleFlags) defaultServiceAccount() (rules.ServiceAccount, error) {
+	if f.defaultSA == "" {
+		return rules.ServiceAccount{}, nil
 	}
-	return f.home, sa, nil
+	sa, err := rules.ParseServiceAccount(f.defaultSA)
+	if err != nil {
+		return sa, fmt.Errorf("--default-service-account: %w", err)
+	}
+	return sa, nil
 }
 
 // load loads the rule set, its templates, expressions and scopes checked
@@ -83,11 +82,11 @@ func (f *ruleFlags) load(stderr io.Writer, cl *manager.Clients, crds ...*unstruc
 	if err := l.SetInstallation(f.installation); err != nil {
 		return nil, fmt.Errorf("--%w", err)
 	}
-	home, sa, err := f.identities()
+	sa, err := f.defaultServiceAccount()
 	if err != nil {
 		return nil, err
 	}
-	if err := l.SetIdentities(home, sa); err != nil {
+	if err := l.SetIdentities(f.home, sa); err != nil {
 		return nil, err
 	}
 	if f.tenant != "" {

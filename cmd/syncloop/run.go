@@ -190,7 +190,7 @@ func (f *runFlags) options(cmd *cobra.Command) (manager.Options, error) {
 	case f.sharding:
 		mode = &manager.Sharding{Namespace: leaseNS, Group: leaseID, Identity: f.identity}
 	}
-	_, defaultSA, err := f.rf.identities()
+	defaultSA, err := f.rf.defaultServiceAccount()
 	if err != nil {
 		return manager.Options{}, err
 	}

@@ -47,8 +47,8 @@ func tenantConfigMap(path string) (types.NamespacedName, bool) {
 const tenantWait = 30 * time.Second
 
 // tenants are the tenant rule ConfigMaps (--tenant-rules): watched with
-// syncloop's own identity, each key a rule file of its namespace, handed to
-// the rule source on every change; and the Events that say on each
+// syncloop's own identity, each key a rule file of its namespace that the
+// rule source reads at every load (a change asks for one); and the Events that say on each
 // ConfigMap why one of its files did not load.
 type tenants struct {
 	core      kubernetes.Interface
@@ -70,14 +70,15 @@ func (t *tenants) start(ctx context.Context) {
 		informers.WithNamespace(t.namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = LabelTenantRules + "=true" }))
 	t.informer = factory.Core().V1().ConfigMaps().Informer()
-	update := func(any) {
-		t.hand()
+	t.src.UseTenantFiles(t.files)
+	// An event only asks for a load (debounced); the load reads the files.
+	changed := func(any) {
 		if t.changed != nil {
 			t.changed()
 		}
 	}
 	_, _ = t.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: update, UpdateFunc: func(_, o any) { update(o) }, DeleteFunc: update,
+		AddFunc: changed, UpdateFunc: func(_, o any) { changed(o) }, DeleteFunc: changed,
 	})
 	go t.informer.RunWithContext(ctx)
 	wctx, cancel := context.WithTimeout(ctx, tenantWait)
@@ -85,13 +86,11 @@ func (t *tenants) start(ctx context.Context) {
 	if !cache.WaitForCacheSync(wctx.Done(), t.informer.HasSynced) {
 		klog.FromContext(ctx).Error(nil, "Tenant rule ConfigMaps not listed yet: loading without them; they load when they list",
 			"labelSelector", LabelTenantRules+"=true", "waited", tenantWait)
-		return
 	}
-	t.hand()
 }
 
-// hand gives the source every tenant rule file now in the cache.
-func (t *tenants) hand() {
+// files are the tenant rule files now in the cache, for the source's loads.
+func (t *tenants) files() []reload.TenantFile {
 	var files []reload.TenantFile
 	for _, obj := range t.informer.GetStore().List() {
 		cm := obj.(*corev1.ConfigMap)
@@ -100,7 +99,7 @@ func (t *tenants) hand() {
 		}
 	}
 	sort.Slice(files, func(i, j int) bool { return files[i].Path < files[j].Path })
-	t.src.SetTenantFiles(files)
+	return files
 }
 
 // announce says on each tenant ConfigMap why its files did not load — a

@@ -16,7 +16,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 
 	"github.com/syncloop/syncloop/rules"
 )
@@ -30,9 +29,7 @@ type Source struct {
 	gen    int    // load counter: when each file last changed
 	errKey string // the previous load's errors, to tell when they change
 
-	mu      sync.Mutex // guards tenant: SetTenantFiles is called from anywhere
-	tenant  []TenantFile
-	tenants map[string]*rules.Loader // by namespace
+	tenantFiles func() []TenantFile // UseTenantFiles; nil: none
 }
 
 // TenantFile is a rule file a team keeps in its namespace (a key of a
@@ -44,13 +41,11 @@ type TenantFile struct {
 	Data      []byte
 }
 
-// SetTenantFiles makes files the tenant rule files later loads read,
-// besides the roots': a file no longer among them takes its rules with it.
-func (s *Source) SetTenantFiles(files []TenantFile) {
-	s.mu.Lock()
-	s.tenant = append([]TenantFile(nil), files...)
-	s.mu.Unlock()
-}
+// UseTenantFiles makes files what every later load asks for the tenant
+// rule files it reads besides the roots': a file no longer among them
+// takes its rules with it. Set it before the first Load; files is called
+// from Load's goroutine.
+func (s *Source) UseTenantFiles(files func() []TenantFile) { s.tenantFiles = files }
 
 type fileState struct {
 	sum     [32]byte
@@ -122,13 +117,12 @@ func (s *Source) Load() Status {
 			}
 		}
 	}
-	s.mu.Lock()
-	tenant := s.tenant
-	s.mu.Unlock()
-	for _, tf := range tenant {
-		seen[tf.Path] = true
-		if s.readTenant(tf) {
-			changed = true
+	if s.tenantFiles != nil {
+		for _, tf := range s.tenantFiles() {
+			seen[tf.Path] = true
+			if s.readTenant(tf) {
+				changed = true
+			}
 		}
 	}
 	for p := range s.files {
@@ -162,69 +156,54 @@ func (s *Source) Invalidate() {
 // read reads one file and parses it if its bytes changed; it reports
 // whether they did.
 func (s *Source) read(path string) bool {
+	data, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		delete(s.files, path) // gone between listing and reading
+		return true
+	case err != nil:
+		fs := s.state(path)
+		fs.parsed, fs.err, fs.gen = nil, err, s.gen
+		return true
+	}
+	return s.parse(path, data, s.loader.Parse)
+}
+
+// readTenant parses a tenant file, as a tenant rule file of its
+// namespace, if its bytes changed; it reports whether they did.
+func (s *Source) readTenant(tf TenantFile) bool {
+	return s.parse(tf.Path, tf.Data, func(path string, data []byte) (*rules.File, error) {
+		l, err := s.loader.ForTenant(tf.Namespace)
+		if err != nil {
+			return nil, err
+		}
+		return l.Parse(path, data)
+	})
+}
+
+// state is what is remembered of path, made on first use.
+func (s *Source) state(path string) *fileState {
 	fs := s.files[path]
 	if fs == nil {
 		fs = &fileState{}
 		s.files[path] = fs
 	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			delete(s.files, path) // gone between listing and reading
-			return true
-		}
-		fs.parsed, fs.err, fs.gen = nil, err, s.gen
-		return true
-	}
+	return fs
+}
+
+// parse parses path's data with parse unless its bytes are those parsed
+// already; it reports whether they changed.
+func (s *Source) parse(path string, data []byte, parse func(string, []byte) (*rules.File, error)) bool {
+	fs := s.state(path)
 	sum := sha256.Sum256(data)
 	if sum == fs.sum && fs.gen != 0 {
 		return false
 	}
 	fs.sum, fs.gen = sum, s.gen
-	fs.parsed, fs.err = s.loader.Parse(path, data)
-	if fs.err != nil {
+	if fs.parsed, fs.err = parse(path, data); fs.err != nil {
 		fs.parsed = nil
 	}
 	return true
-}
-
-// readTenant parses a tenant file if its bytes changed, as a tenant rule
-// file of its namespace; it reports whether they did.
-func (s *Source) readTenant(tf TenantFile) bool {
-	fs := s.files[tf.Path]
-	if fs == nil {
-		fs = &fileState{}
-		s.files[tf.Path] = fs
-	}
-	sum := sha256.Sum256(append([]byte(tf.Namespace+"\x00"), tf.Data...))
-	if sum == fs.sum && fs.gen != 0 {
-		return false
-	}
-	fs.sum, fs.gen = sum, s.gen
-	l, err := s.tenantLoader(tf.Namespace)
-	if err == nil {
-		fs.parsed, err = l.Parse(tf.Path, tf.Data)
-	}
-	if fs.err = err; err != nil {
-		fs.parsed = nil
-	}
-	return true
-}
-
-// tenantLoader is the loader of namespace ns's tenant rules.
-func (s *Source) tenantLoader(ns string) (*rules.Loader, error) {
-	if l, ok := s.tenants[ns]; ok {
-		return l, nil
-	}
-	l, err := s.loader.ForTenant(ns)
-	if err != nil {
-		return nil, err
-	}
-	if s.tenants == nil {
-		s.tenants = map[string]*rules.Loader{}
-	}
-	s.tenants[ns] = l
-	return l, nil
 }
 
 // build assembles the set: each file's current version when it parses, its
