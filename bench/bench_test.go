@@ -69,10 +69,9 @@ func TestIdentitiesSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// syncloop's own: one trigger and one child informer for both rules;
-	// one ServiceAccount: the trigger informer and a child informer per
-	// rule; two: all four of their own.
-	for i, want := range []int{2, 3, 4} {
+	// syncloop's own and one ServiceAccount: the trigger informer shared
+	// and a child informer per rule; two: all four of their own.
+	for i, want := range []int{3, 3, 4} {
 		run := res.Runs[i]
 		if run.Informers != want || run.SteadyRequests != 0 || run.Seconds <= 0 || run.HeapMiB <= 0 {
 			t.Errorf("as %s: %+v, want %d informers, 0 requests at steady state, time and heap measured", run.ActAs, run, want)

@@ -57,11 +57,10 @@ type IdentityRun struct {
 }
 
 // runIdentities converges rules × triggers children three times, each in
-// a namespace of its own: every rule as syncloop's own identity (one
-// trigger informer and one child informer for all), every rule as one
-// ServiceAccount (the trigger informer shared, a child informer per rule:
-// each caches its own children), and each rule as a ServiceAccount of its
-// own (a trigger informer each too).
+// a namespace of its own: every rule as syncloop's own identity and every
+// rule as one ServiceAccount (either way the trigger informer shared, a
+// child informer per rule: each caches its own children), and each rule as
+// a ServiceAccount of its own (a trigger informer each too).
 func runIdentities(ctx context.Context, env *testenv.Env, nRules, triggers int, logf func(string, ...any)) (*IdentityResult, error) {
 	res := &IdentityResult{Rules: nRules, Triggers: triggers}
 	for _, actAs := range []string{"syncloop's own identity", "one ServiceAccount", fmt.Sprintf("%d ServiceAccounts", nRules)} {

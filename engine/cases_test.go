@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -194,19 +195,20 @@ spec:
 `, name, selector, fs, name)
 }
 
-// TestInformerSharing: rules with the same WatchKey share one informer, a
-// different selector gets its own, and stopping a rule releases only what
-// no other rule uses.
+// TestInformerSharing: rules with the same watch share its informer; each
+// rule's child informer holds its own children only, so a rule's cache
+// holds nothing another rule made and a removed rule's children leave the
+// caches (though not the cluster).
 func TestInformerSharing(t *testing.T) {
 	h := newHarness(t)
 	a := ruleYAML("share-a", "team=x", "")
 	b := ruleYAML("share-b", "team=x", "")
 	c := ruleYAML("share-c", "team=y", "")
 	h.start(h.loadRules(a + "---\n" + b + "---\n" + c))
-	// share-a and share-b: one trigger informer; share-c: another; the
-	// ConfigMap child informer is shared by all three.
-	if n := h.engine.Informers(); n != 3 {
-		t.Errorf("%d informers for rules a, b (same watch) and c, want 3: %v", n, h.engine.actors.keys())
+	// share-a and share-b: one trigger informer; share-c: another; a
+	// ConfigMap child informer per rule.
+	if n := h.engine.Informers(); n != 5 {
+		t.Errorf("%d informers for rules a, b (same watch) and c, want 5: %v", n, h.engine.actors.keys())
 	}
 	h.createCM("t", map[string]string{"team": "x"}, nil)
 	h.eventually("both rules on the shared informer to act", func() bool {
@@ -214,10 +216,18 @@ func TestInformerSharing(t *testing.T) {
 		_, cb := h.configMap(h.ns, "t-share-b")
 		return ca && cb
 	})
+	cached := h.loop("share-a").rc.w.children[schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}].sub.Indexer().List()
+	var names []string
+	for _, o := range cached {
+		names = append(names, o.(*unstructured.Unstructured).GetName())
+	}
+	if !slices.Equal(names, []string{"t-share-a"}) {
+		t.Errorf("share-a's child cache holds %q, want its own child t-share-a only", names)
+	}
 
 	h.engine.Apply(t.Context(), h.loadRules(a+"---\n"+c))
-	if n := h.engine.Informers(); n != 3 {
-		t.Errorf("after removing share-b (its watch still used by share-a): %d informers, want 3", n)
+	if n := h.engine.Informers(); n != 4 {
+		t.Errorf("after removing share-b (its watch still used by share-a): %d informers, want 4: %v", n, h.engine.actors.keys())
 	}
 	if _, ok := h.configMap(h.ns, "t-share-b"); !ok {
 		t.Error("removing a rule deleted its child; it must stay")
@@ -251,9 +261,10 @@ func TestFieldSelector(t *testing.T) {
 	}
 }
 
-// TestConflictBetweenRules: two rules that render the same object. One owns
-// it; the other reports a ChildConflict Event and does not take it — no
-// ping-pong.
+// TestConflictBetweenRules: two rules that render the same object (both
+// forcing field conflicts, the default), neither caching the other's
+// children. One owns it; the other reports a ChildConflict Event and does
+// not take it — no ping-pong.
 func TestConflictBetweenRules(t *testing.T) {
 	h := newHarness(t)
 	rule := func(name, selector string) string {

@@ -6,10 +6,8 @@ import (
 	"github.com/syncloop/syncloop/rules"
 )
 
-// Indexes on the child informers. Children are watched once per kind for
-// all rules of an installation (childrenSelector), so that a rule sees
-// when another rule already owns an object it wants: a conflict is
-// reported instead of two rules taking an object from each other forever.
+// Indexes on the child informers. A rule's child informers hold its own
+// children (childKey); a rule's revisions during a rollout share them.
 const (
 	// ownerIndex: "<rule> <owner annotation>" → the children of one trigger.
 	ownerIndex = "syncloop.dev/owner"

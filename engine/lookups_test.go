@@ -236,12 +236,12 @@ func TestLookupWatchKeys(t *testing.T) {
 	}
 	sort.Strings(keys)
 	want := []string{
-		"configmaps/v1 in " + h.ns,                               // team's members: the selector is templated
-		"configmaps/v1 in " + h.ns + " labels kind=team",         // triggers
-		"configmaps/v1 in " + h.ns + " labels pull=yes",          // triggers
-		"configmaps/v1 labels " + childrenSelector(""),           // children
-		"secrets/v1 in " + h.ns + " fields metadata.name=source", // pull's source: by name
-		"secrets/v1 labels " + childrenSelector(""),              // children
+		"configmaps/v1 in " + h.ns,                                                       // team's members: the selector is templated
+		"configmaps/v1 in " + h.ns + " labels kind=team",                                 // triggers
+		"configmaps/v1 in " + h.ns + " labels pull=yes",                                  // triggers
+		"configmaps/v1 labels " + childrenSelector("") + "," + rules.LabelRule + "=team", // team's children
+		"secrets/v1 in " + h.ns + " fields metadata.name=source",                         // pull's source: by name
+		"secrets/v1 labels " + childrenSelector("") + "," + rules.LabelRule + "=pull",    // pull's children
 	}
 	if strings.Join(keys, "\n") != strings.Join(want, "\n") {
 		t.Errorf("lookup watches:\n%s\nwant:\n%s", strings.Join(keys, "\n"), strings.Join(want, "\n"))

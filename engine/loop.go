@@ -37,8 +37,8 @@ const (
 
 // childrenSelector selects every object an installation of syncloop
 // manages (the default installation's children carry no installation
-// label): child informers are shared by the installation's rules, one per
-// kind, and never see another installation's children.
+// label): a child informer (childKey) never sees another installation's
+// children.
 func childrenSelector(installation string) string {
 	if installation == "" {
 		return rules.LabelManagedBy + "=" + rules.ManagedByValue + ",!" + rules.LabelInstallation

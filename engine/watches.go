@@ -231,17 +231,15 @@ func (w *watches) triggerKey() dynamic.WatchKey {
 	return key
 }
 
-// childKey is the informer of one child kind: every child of the
-// installation (childrenSelector), shared by its rules.
+// childKey is the informer of one child kind of the rule: the
+// installation's children (childrenSelector) labelled with the rule's
+// name. A process caches only what its own rules made — not the children
+// of rules it does not run, of removed rules or of other processes — and
+// a rule's events reach only its own handlers. An object of a child's
+// name that another rule (or nobody) made is not cached: the create-only
+// apply finds it (applyChild), and it is a conflict, as before.
 func (w *watches) childKey(ck *childKind) dynamic.WatchKey {
-	sel := childrenSelector(w.rule.Installation)
-	if w.actor != nil && !w.actor.id.IsZero() {
-		// A rule acting as a ServiceAccount caches its own children only:
-		// nothing another rule made is read through its identity, and N
-		// identities do not each hold every child. A name another rule's
-		// child holds is found when the create-only apply fails.
-		sel += "," + rules.LabelRule + "=" + w.rule.Name
-	}
+	sel := childrenSelector(w.rule.Installation) + "," + rules.LabelRule + "=" + w.rule.Name
 	return dynamic.WatchKey{GVR: ck.mapping.Resource, Namespace: ck.ns, LabelSelector: sel}
 }
 
@@ -250,7 +248,7 @@ func (w *watches) childKey(ck *childKind) dynamic.WatchKey {
 // acts as a ServiceAccount — whose RBAC may well be one namespace's — and
 // puts every child of the kind in one namespace it names literally (or in
 // its triggers' namespace, which it watches literally), that one; else
-// every namespace. Rules acting as syncloop share one informer per kind.
+// every namespace.
 func (w *watches) childNamespace(gvk schema.GroupVersionKind, m *meta.RESTMapping) string {
 	if w.ns != "" || w.actor == nil || w.actor.id.IsZero() || !namespaced(m) {
 		return w.ns
