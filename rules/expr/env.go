@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"sort"
 	"strings"
@@ -202,7 +203,8 @@ func (e *Error) Error() string { return e.Msg }
 type Program struct {
 	src       string
 	result    Result
-	prog      cel.Program
+	prog      cel.Program // with the cost tracker
+	cost      *costPlan   // when prog's tracker may be skipped
 	costLimit uint64
 	// childRefs are the resource ids the program reads as children.<id>,
 	// sorted; lookupRefs and variableRefs likewise the lookup ids and the
@@ -329,7 +331,7 @@ func (c *Compiler) Compile(src string, scope Scope, want Result) (*Program, erro
 		return nil, &Error{Offset: -1, Msg: err.Error()}
 	}
 	variableRefs, _ := references(parsed, src, varVariables)
-	p := &Program{src: src, result: want, prog: prog, costLimit: c.costLimit, childRefs: refs.children, lookupRefs: refs.lookups,
+	p := &Program{src: src, result: want, prog: prog, cost: &costPlan{env: env, ast: checked, limit: c.costLimit}, costLimit: c.costLimit, childRefs: refs.children, lookupRefs: refs.lookups,
 		variableRefs: variableRefs, out: checked.OutputType()}
 	if scope.Status {
 		p.outSchema, p.outExact = prov.schemaOfCEL(checked.OutputType())
@@ -716,10 +718,8 @@ type Activation struct {
 	Offline bool
 }
 
-func (a *Activation) vars(vt *valueTypes) map[string]any {
-	if vt != nil {
-		return a.typedVars(vt)
-	}
+// native are the activation's values as Go values.
+func (a *Activation) native() map[string]any {
 	if a.Self != nil {
 		return map[string]any{varSelf: a.Self}
 	}
@@ -745,19 +745,25 @@ func (a *Activation) vars(vt *valueTypes) map[string]any {
 	}
 }
 
-// typedVars are the activation's values as the types vt see them.
-func (a *Activation) typedVars(vt *valueTypes) map[string]any {
-	if a.Self != nil {
-		return map[string]any{varSelf: vt.self.Value(a.Self)}
+// vars are the activation's values for a program checked with vt (the
+// types vt see them as; nil: untyped), and as Go values (native: what
+// sizes are read from).
+func (a *Activation) vars(vt *valueTypes) (vars, native map[string]any) {
+	native = a.native()
+	switch {
+	case vt == nil:
+		return native, native
+	case a.Self != nil:
+		return map[string]any{varSelf: vt.self.Value(a.Self)}, native
 	}
-	m := a.vars(nil)
-	m[varObject] = vt.object.Value(a.Object)
-	m[varLookups] = vt.lookups.Value(m[varLookups])
-	m[varChildren] = vt.children.Value(m[varChildren])
+	vars = maps.Clone(native)
+	vars[varObject] = vt.object.Value(a.Object)
+	vars[varLookups] = vt.lookups.Value(vars[varLookups])
+	vars[varChildren] = vt.children.Value(vars[varChildren])
 	if a.Item != nil {
-		m[varItem] = vt.item.Value(a.Item)
+		vars[varItem] = vt.item.Value(a.Item)
 	}
-	return m
+	return vars, native
 }
 
 // Unknown is what a template string renders offline when its expression
@@ -775,7 +781,8 @@ func (p *Program) Unknown(err error) bool {
 // Eval evaluates the program and returns its value as a JSON-compatible Go
 // value (map[string]any, []any, string, int64, float64, bool or nil).
 func (p *Program) Eval(ctx context.Context, a *Activation) (any, error) {
-	v, err := p.eval(ctx, a.vars(p.vt))
+	vars, native := a.vars(p.vt)
+	v, err := p.eval(ctx, vars, native)
 	if err != nil {
 		return nil, err
 	}
@@ -784,7 +791,8 @@ func (p *Program) Eval(ctx context.Context, a *Activation) (any, error) {
 
 // EvalBool evaluates a BoolResult program.
 func (p *Program) EvalBool(ctx context.Context, a *Activation) (bool, error) {
-	v, err := p.eval(ctx, a.vars(p.vt))
+	vars, native := a.vars(p.vt)
+	v, err := p.eval(ctx, vars, native)
 	if err != nil {
 		return false, err
 	}
@@ -808,12 +816,17 @@ func (p *Program) EvalList(ctx context.Context, a *Activation) ([]any, error) {
 	return l, nil
 }
 
-func (p *Program) eval(ctx context.Context, vars map[string]any) (ref.Val, error) {
+// eval evaluates p over vars; native are the same values as Go values.
+func (p *Program) eval(ctx context.Context, vars, native map[string]any) (ref.Val, error) {
 	act, err := interpreter.NewActivation(vars)
 	if err != nil {
 		return nil, err
 	}
-	v, _, err := p.prog.ContextEval(ctx, act)
+	prog := p.prog
+	if p.cost.untracked(native) {
+		prog = p.cost.fast
+	}
+	v, _, err := prog.ContextEval(ctx, act)
 	if err != nil {
 		var cancelled interpreter.EvalCancelledError
 		if errors.As(err, &cancelled) && cancelled.Cause == interpreter.CostLimitExceeded {

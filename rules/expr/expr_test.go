@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-func newCompiler(t *testing.T, opts Options) *Compiler {
+func newCompiler(t testing.TB, opts Options) *Compiler {
 	t.Helper()
 	c, err := NewCompiler(opts)
 	if err != nil {

@@ -138,7 +138,8 @@ func (t *Template) Expressions() int { return t.n }
 // Render evaluates the template. A nil result means the whole template
 // evaluated to null.
 func (t *Template) Render(ctx context.Context, a *Activation) (any, error) {
-	return t.root.render(ctx, &state{vars: a.vars(t.vt), offline: a.Offline})
+	vars, native := a.vars(t.vt)
+	return t.root.render(ctx, &state{vars: vars, native: native, offline: a.Offline})
 }
 
 // ChildRef is a children.<id> reference in a template, and where.
@@ -162,6 +163,7 @@ func (t *Template) VariableRefs() []string { return t.variableRefs }
 // state is what one render of a template sees.
 type state struct {
 	vars    map[string]any
+	native  map[string]any // vars as Go values
 	offline bool
 }
 
@@ -394,7 +396,7 @@ type exprNode struct {
 }
 
 func (n *exprNode) render(ctx context.Context, st *state) (any, error) {
-	v, err := n.prog.eval(ctx, st.vars)
+	v, err := n.prog.eval(ctx, st.vars, st.native)
 	if err != nil && st.offline && n.prog.Unknown(err) {
 		return Unknown(n.prog.src), nil
 	}
@@ -427,7 +429,7 @@ func (n *interpNode) render(ctx context.Context, st *state) (any, error) {
 			b.WriteString(p.lit)
 			continue
 		}
-		v, err := p.prog.eval(ctx, st.vars)
+		v, err := p.prog.eval(ctx, st.vars, st.native)
 		if err != nil && st.offline && p.prog.Unknown(err) {
 			b.WriteString(Unknown(p.prog.src))
 			continue
