@@ -17,7 +17,7 @@ import (
 // Cost limits without the runtime tax. cel-go's cost tracker counts every
 // step of an evaluation, which costs more than the steps themselves: on a
 // rule that compares each of 64 values with each other (the benchmark's
-// CEL-heavy rule) a tracked evaluation takes 3 times as long as an
+// CEL-heavy rule) a tracked evaluation takes 4 times as long as an
 // untracked one. The limit is kept by proving instead of counting where
 // the proof is cheap:
 //
