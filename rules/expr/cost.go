@@ -114,9 +114,9 @@ func (c *costPlan) largestSize() uint64 {
 	return size
 }
 
-// untracked reports whether an evaluation over vars (the activation's
-// native values) may run without the cost tracker.
-func (c *costPlan) untracked(vars map[string]any) bool {
+// untracked reports whether an evaluation over a may run without the cost
+// tracker.
+func (c *costPlan) untracked(a *Activation) bool {
 	c.once.Do(c.make)
 	switch {
 	case c.fast == nil:
@@ -125,7 +125,7 @@ func (c *costPlan) untracked(vars map[string]any) bool {
 		return true
 	}
 	for _, path := range c.paths {
-		size, ok := sizeAt(vars[path[0]], path[1:])
+		size, ok := sizeAt(a.native(path[0]), path[1:])
 		if !ok || size > c.maxSize {
 			return false
 		}

@@ -55,12 +55,10 @@ func TestCostPlan(t *testing.T) {
 	if p.cost.bounded {
 		t.Fatalf("%s: bounded over every input, but a long list costs more than the limit", heavy)
 	}
-	small, _ := (&Activation{Object: valuesObject(64)}).vars(nil)
-	if !p.cost.untracked(small) {
+	if !p.cost.untracked(&Activation{Object: valuesObject(64)}) {
 		t.Errorf("%s over 64 values: tracked, though their sizes bound it within the limit", heavy)
 	}
-	large, _ := (&Activation{Object: valuesObject(1000)}).vars(nil)
-	if p.cost.untracked(large) {
+	if p.cost.untracked(&Activation{Object: valuesObject(1000)}) {
 		t.Errorf("%s over 1,000 values: untracked, though it may cost more than the limit", heavy)
 	}
 	if _, err := p.Eval(context.Background(), &Activation{Object: valuesObject(64)}); err != nil {
@@ -151,15 +149,15 @@ func randomObject(r *rand.Rand, n int) map[string]any {
 }
 
 // estimateAtSizes is p's cost estimate with every value it reads of the
-// size of the largest of them in native.
-func estimateAtSizes(p *Program, native map[string]any) (checker.CostEstimate, error) {
+// size of the largest of them in a.
+func estimateAtSizes(p *Program, a *Activation) (checker.CostEstimate, error) {
 	sizes := &uniformSizes{size: 1}
 	if _, err := p.cost.env.EstimateCost(p.cost.estimated, &library.CostEstimator{SizeEstimator: sizes}); err != nil {
 		return checker.CostEstimate{}, err
 	}
 	largest := uint64(1)
 	for _, path := range sizes.paths {
-		size, ok := sizeAt(native[path[0]], path[1:])
+		size, ok := sizeAt(a.native(path[0]), path[1:])
 		if !ok {
 			return checker.CostEstimate{Max: math.MaxUint64}, nil
 		}
@@ -194,12 +192,12 @@ func TestCostEstimateBoundsActual(t *testing.T) {
 		estimated := 0
 		for i := range 60 {
 			obj := randomObject(r, 1+i%20)
-			vars, native := (&Activation{Object: obj}).vars(nil)
-			est, err := estimateAtSizes(p, native)
+			a := &Activation{Object: obj}
+			est, err := estimateAtSizes(p, a)
 			if err != nil {
 				t.Fatalf("%s: %v", src, err)
 			}
-			act, err := interpreter.NewActivation(vars)
+			act, err := interpreter.NewActivation(a.vars(nil))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -245,13 +243,13 @@ func TestCostPlanKeepsTheLimit(t *testing.T) {
 			}
 			for i := range 40 {
 				obj := randomObject(r, 1+i)
-				vars, native := (&Activation{Object: obj}).vars(nil)
-				if !p.cost.untracked(native) {
+				a := &Activation{Object: obj}
+				if !p.cost.untracked(a) {
 					tracked++
 					continue
 				}
 				untracked++
-				act, err := interpreter.NewActivation(vars)
+				act, err := interpreter.NewActivation(a.vars(nil))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -282,8 +280,7 @@ func BenchmarkCostTracking(b *testing.B) {
 		a := &Activation{Object: obj}
 		b.Run(bc.name+"/tracked", func(b *testing.B) {
 			for b.Loop() {
-				vars, _ := a.vars(nil)
-				act, _ := interpreter.NewActivation(vars)
+				act, _ := interpreter.NewActivation(a.vars(nil))
 				if _, _, err := p.prog.ContextEval(context.Background(), act); err != nil {
 					b.Fatal(err)
 				}
@@ -327,12 +324,11 @@ func TestCostPlanTyped(t *testing.T) {
 		var untracked int
 		for n := 1; n <= 60; n++ {
 			a := widget(n)
-			vars, native := a.vars(p.vt)
-			if !p.cost.untracked(native) {
+			if !p.cost.untracked(a) {
 				continue
 			}
 			untracked++
-			act, err := interpreter.NewActivation(vars)
+			act, err := interpreter.NewActivation(a.vars(p.vt))
 			if err != nil {
 				t.Fatal(err)
 			}

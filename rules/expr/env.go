@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"regexp"
 	"sort"
 	"strings"
@@ -201,11 +200,10 @@ func (e *Error) Error() string { return e.Msg }
 // Program is a compiled expression. It is immutable and safe for concurrent
 // use.
 type Program struct {
-	src       string
-	result    Result
-	prog      cel.Program // with the cost tracker
-	cost      *costPlan   // when prog's tracker may be skipped
-	costLimit uint64
+	src    string
+	result Result
+	prog   cel.Program // with the cost tracker
+	cost   *costPlan   // when prog's tracker may be skipped; its limit
 	// childRefs are the resource ids the program reads as children.<id>,
 	// sorted; lookupRefs and variableRefs likewise the lookup ids and the
 	// variables it reads.
@@ -331,7 +329,7 @@ func (c *Compiler) Compile(src string, scope Scope, want Result) (*Program, erro
 		return nil, &Error{Offset: -1, Msg: err.Error()}
 	}
 	variableRefs, _ := references(parsed, src, varVariables)
-	p := &Program{src: src, result: want, prog: prog, cost: &costPlan{env: env, ast: checked, limit: c.costLimit}, costLimit: c.costLimit, childRefs: refs.children, lookupRefs: refs.lookups,
+	p := &Program{src: src, result: want, prog: prog, cost: &costPlan{env: env, ast: checked, limit: c.costLimit}, childRefs: refs.children, lookupRefs: refs.lookups,
 		variableRefs: variableRefs, out: checked.OutputType()}
 	if scope.Status {
 		p.outSchema, p.outExact = prov.schemaOfCEL(checked.OutputType())
@@ -718,8 +716,10 @@ type Activation struct {
 	Offline bool
 }
 
-// native are the activation's values as Go values.
-func (a *Activation) native() map[string]any {
+func (a *Activation) vars(vt *valueTypes) map[string]any {
+	if vt != nil {
+		return a.typedVars(vt)
+	}
 	if a.Self != nil {
 		return map[string]any{varSelf: a.Self}
 	}
@@ -745,25 +745,45 @@ func (a *Activation) native() map[string]any {
 	}
 }
 
-// vars are the activation's values for a program checked with vt (the
-// types vt see them as; nil: untyped), and as Go values (native: what
-// sizes are read from).
-func (a *Activation) vars(vt *valueTypes) (vars, native map[string]any) {
-	native = a.native()
-	switch {
-	case vt == nil:
-		return native, native
-	case a.Self != nil:
-		return map[string]any{varSelf: vt.self.Value(a.Self)}, native
+// typedVars are the activation's values as the types vt see them.
+func (a *Activation) typedVars(vt *valueTypes) map[string]any {
+	if a.Self != nil {
+		return map[string]any{varSelf: vt.self.Value(a.Self)}
 	}
-	vars = maps.Clone(native)
-	vars[varObject] = vt.object.Value(a.Object)
-	vars[varLookups] = vt.lookups.Value(vars[varLookups])
-	vars[varChildren] = vt.children.Value(vars[varChildren])
+	m := a.vars(nil)
+	m[varObject] = vt.object.Value(a.Object)
+	m[varLookups] = vt.lookups.Value(m[varLookups])
+	m[varChildren] = vt.children.Value(m[varChildren])
 	if a.Item != nil {
-		vars[varItem] = vt.item.Value(a.Item)
+		m[varItem] = vt.item.Value(a.Item)
 	}
-	return vars, native
+	return m
+}
+
+// native is the Go value the activation binds to name (what sizes are read
+// from, whatever type the program sees it as).
+func (a *Activation) native(name string) any {
+	switch name {
+	case varObject:
+		return a.Object
+	case varVariables:
+		return a.Variables
+	case varRule:
+		return a.Rule
+	case varItem:
+		return a.Item
+	case varIndex:
+		return a.Index
+	case varChildren:
+		return a.Children
+	case varLookups:
+		return a.Lookups
+	case varReady:
+		return a.Ready
+	case varSelf:
+		return a.Self
+	}
+	return nil
 }
 
 // Unknown is what a template string renders offline when its expression
@@ -781,8 +801,7 @@ func (p *Program) Unknown(err error) bool {
 // Eval evaluates the program and returns its value as a JSON-compatible Go
 // value (map[string]any, []any, string, int64, float64, bool or nil).
 func (p *Program) Eval(ctx context.Context, a *Activation) (any, error) {
-	vars, native := a.vars(p.vt)
-	v, err := p.eval(ctx, vars, native)
+	v, err := p.eval(ctx, a, a.vars(p.vt))
 	if err != nil {
 		return nil, err
 	}
@@ -791,8 +810,7 @@ func (p *Program) Eval(ctx context.Context, a *Activation) (any, error) {
 
 // EvalBool evaluates a BoolResult program.
 func (p *Program) EvalBool(ctx context.Context, a *Activation) (bool, error) {
-	vars, native := a.vars(p.vt)
-	v, err := p.eval(ctx, vars, native)
+	v, err := p.eval(ctx, a, a.vars(p.vt))
 	if err != nil {
 		return false, err
 	}
@@ -816,21 +834,21 @@ func (p *Program) EvalList(ctx context.Context, a *Activation) ([]any, error) {
 	return l, nil
 }
 
-// eval evaluates p over vars; native are the same values as Go values.
-func (p *Program) eval(ctx context.Context, vars, native map[string]any) (ref.Val, error) {
+// eval evaluates p over vars, a's values as p sees them.
+func (p *Program) eval(ctx context.Context, a *Activation, vars map[string]any) (ref.Val, error) {
 	act, err := interpreter.NewActivation(vars)
 	if err != nil {
 		return nil, err
 	}
 	prog := p.prog
-	if p.cost.untracked(native) {
+	if p.cost.untracked(a) {
 		prog = p.cost.fast
 	}
 	v, _, err := prog.ContextEval(ctx, act)
 	if err != nil {
 		var cancelled interpreter.EvalCancelledError
 		if errors.As(err, &cancelled) && cancelled.Cause == interpreter.CostLimitExceeded {
-			return nil, fmt.Errorf("%w (limit %d)", ErrCostLimit, p.costLimit)
+			return nil, fmt.Errorf("%w (limit %d)", ErrCostLimit, p.cost.limit)
 		}
 		return nil, err
 	}

@@ -138,8 +138,7 @@ func (t *Template) Expressions() int { return t.n }
 // Render evaluates the template. A nil result means the whole template
 // evaluated to null.
 func (t *Template) Render(ctx context.Context, a *Activation) (any, error) {
-	vars, native := a.vars(t.vt)
-	return t.root.render(ctx, &state{vars: vars, native: native, offline: a.Offline})
+	return t.root.render(ctx, &state{a: a, vars: a.vars(t.vt)})
 }
 
 // ChildRef is a children.<id> reference in a template, and where.
@@ -162,9 +161,8 @@ func (t *Template) VariableRefs() []string { return t.variableRefs }
 
 // state is what one render of a template sees.
 type state struct {
-	vars    map[string]any
-	native  map[string]any // vars as Go values
-	offline bool
+	a    *Activation
+	vars map[string]any // a's values as the programs see them
 }
 
 type node interface {
@@ -396,8 +394,8 @@ type exprNode struct {
 }
 
 func (n *exprNode) render(ctx context.Context, st *state) (any, error) {
-	v, err := n.prog.eval(ctx, st.vars, st.native)
-	if err != nil && st.offline && n.prog.Unknown(err) {
+	v, err := n.prog.eval(ctx, st.a, st.vars)
+	if err != nil && st.a.Offline && n.prog.Unknown(err) {
 		return Unknown(n.prog.src), nil
 	}
 	if err != nil {
@@ -429,8 +427,8 @@ func (n *interpNode) render(ctx context.Context, st *state) (any, error) {
 			b.WriteString(p.lit)
 			continue
 		}
-		v, err := p.prog.eval(ctx, st.vars, st.native)
-		if err != nil && st.offline && p.prog.Unknown(err) {
+		v, err := p.prog.eval(ctx, st.a, st.vars)
+		if err != nil && st.a.Offline && p.prog.Unknown(err) {
 			b.WriteString(Unknown(p.prog.src))
 			continue
 		}
