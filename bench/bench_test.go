@@ -1,15 +1,24 @@
 package main
 
 import (
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/syncloop/syncloop/internal/testenv"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m, testenv.Options{}) }
+func TestMain(m *testing.M) {
+	if os.Getenv(handTenantsEnv) != "" { // the tenant workload's hand-written controller
+		os.Exit(handTenantsMain(os.Args[1:]))
+	}
+	testenv.Main(m, testenv.Options{})
+}
 
 // TestBenchSmoke runs the benchmark small. It asserts the counts — every
 // child applied, nothing at all requested in steady state — never times.
@@ -101,14 +110,7 @@ func TestShardSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the syncloop binary")
 	}
-	bin := filepath.Join(t.TempDir(), "syncloop")
-	args := []string{"build", "-o", bin}
-	if raceEnabled { // reuses the packages `go test -race` has built
-		args = append(args, "-race")
-	}
-	if out, err := exec.Command("go", append(args, "../cmd/syncloop")...).CombinedOutput(); err != nil {
-		t.Fatalf("building syncloop: %v\n%s", err, out)
-	}
+	bin := syncloopBinary(t)
 	const n = 60
 	res, err := runShard(t.Context(), testenv.Get(t), bin, n, 3, t.Logf)
 	if err != nil {
@@ -131,5 +133,83 @@ func TestShardSmoke(t *testing.T) {
 	}
 	if res.Runs[1].JoinedSeconds <= 0 || res.Ratio <= 0 {
 		t.Errorf("times not measured: %+v", res)
+	}
+}
+
+// syncloopBinary builds cmd/syncloop once for the package's tests.
+func syncloopBinary(t *testing.T) string {
+	t.Helper()
+	built.Do(func() {
+		dir, err := os.MkdirTemp("", "syncloop-bench-bin-")
+		if err != nil {
+			built.err = err
+			return
+		}
+		built.bin = filepath.Join(dir, "syncloop")
+		args := []string{"build", "-o", built.bin}
+		if raceEnabled { // reuses the packages `go test -race` has built
+			args = append(args, "-race")
+		}
+		if out, err := exec.Command("go", append(args, "../cmd/syncloop")...).CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("building syncloop: %v\n%s", err, out)
+		}
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
+	}
+	return built.bin
+}
+
+var built struct {
+	sync.Once
+	bin string
+	err error
+}
+
+// TestTenantsSmoke runs the tenant workload's phase small: the
+// hand-written controller and syncloop each converge every way — Tenants
+// pre-created, streamed in, streamed in as ServiceAccounts — with one
+// apply per trigger, every ConfigMap controlled by its Tenant (checked by
+// the run), the updates reflected and nothing written while idle.
+func TestTenantsSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the syncloop binary")
+	}
+	const n = 60
+	res, err := runTenants(t.Context(), testenv.Get(t), TenantRun{Syncloop: syncloopBinary(t), Triggers: n, Updates: 10,
+		Idle: time.Second, LimitWorkers: 8}, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Pairs) != 3 {
+		t.Fatalf("%d ways of running, want 3", len(res.Pairs))
+	}
+	for i, p := range res.Pairs {
+		for _, r := range []*ProcessResult{p.HandWritten, p.Syncloop} {
+			if r.Streamed != (i > 0) || r.AsServiceAccounts != (i == 2) {
+				t.Errorf("way %d: %s streamed %v, as ServiceAccounts %v", i, r.Controller, r.Streamed, r.AsServiceAccounts)
+			}
+			// One apply per trigger; syncloop also records its rule's
+			// revision at start (one ControllerRevision created).
+			extra := 0
+			if r.Controller == "syncloop" {
+				extra = 1
+			}
+			if r.Writes != n+extra || r.IdleWrites != 0 || r.FailedEvents != 0 {
+				t.Errorf("way %d, %s: %d writes, %d idle writes, %d Failed Events; want %d, 0, 0", i, r.Controller, r.Writes, r.IdleWrites, r.FailedEvents, n+extra)
+			}
+			if r.ConvergenceSeconds <= 0 || r.CPUSeconds <= 0 || r.RSSAtConvergenceBytes <= 0 || r.ClientSeconds <= 0 || r.ClientP99Ms < r.ClientP50Ms {
+				t.Errorf("way %d, %s: not measured: %+v", i, r.Controller, r)
+			}
+			if want := i == 0; (r.UpdateSeconds > 0) != want {
+				t.Errorf("way %d, %s: updates timed %v, want %v", i, r.Controller, r.UpdateSeconds, want)
+			}
+		}
+		if p.HandWritten.Controller != "hand-written" || p.Syncloop.Controller != "syncloop" || p.Ratio <= 0 || p.CPURatio <= 0 {
+			t.Errorf("way %d: %+v", i, p)
+		}
+	}
+	if report := reportTenants(TenantRun{Triggers: n, LimitWorkers: 8}, res); strings.Count(report, "| convergence: process start") != 3 {
+		t.Errorf("the report has not three tables:\n%s", report)
 	}
 }

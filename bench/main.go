@@ -17,6 +17,9 @@ import (
 )
 
 func main() {
+	if os.Getenv(handTenantsEnv) != "" {
+		os.Exit(handTenantsMain(os.Args[1:]))
+	}
 	var cfg Config
 	flag.IntVar(&cfg.Triggers, "n", 1000, "triggers, each needing one child")
 	qps := flag.Float64("qps", 0, "a client-side cap on syncloop's requests per second, as --qps (0: syncloop's default, none)")
@@ -197,29 +200,55 @@ func report(cfg Config, r *Result) string {
 	return b.String()
 }
 
-// reportTenants is the Markdown table of a tenant workload run.
-func reportTenants(tr TenantRun, r *ProcessResult) string {
+// reportTenants is the Markdown table of the tenant workload's phase: each
+// way of running it, the hand-written controller beside syncloop.
+func reportTenants(tr TenantRun, r *TenantsResult) string {
 	var b strings.Builder
 	flags := flagsOf(tr)
 	if tr.Workers > 0 {
 		flags += fmt.Sprintf(", the rule's workers %d", tr.Workers)
 	}
-	fmt.Fprintf(&b, "## %s — tenant workload, N = %d\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), r.Triggers)
-	fmt.Fprintf(&b, "Machine: %s, %d cores, %s; kube-apiserver %s. The `syncloop run` binary with %s; %d Tenant custom resources in one namespace, each needing one ConfigMap.\n\n",
-		cpuModel(), runtime.NumCPU(), memTotal(), testenv.KubeVersion, flags, r.Triggers)
-	fmt.Fprintf(&b, "| measure | value |\n|---|---|\n")
-	fmt.Fprintf(&b, "| convergence: process start → %d ConfigMaps created | %.2f s |\n", r.Triggers, r.ConvergenceSeconds)
-	if r.LimitSeconds > 0 {
-		fmt.Fprintf(&b, "| limit: %d server-side applies from a plain client-go loop, %d goroutines, unthrottled | %.2f s |\n", r.Triggers, tr.LimitWorkers, r.LimitSeconds)
-		fmt.Fprintf(&b, "| convergence ratio (limit / syncloop; 1 = at the limit) | %.3f |\n", r.ConvergenceRatio)
+	fmt.Fprintf(&b, "## %s — tenant workload, N = %d\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), tr.Triggers)
+	fmt.Fprintf(&b, "Machine: %s, %d cores, %s; kube-apiserver %s. %d Tenant custom resources in a namespace of their own, each needing one ConfigMap, converged by the `syncloop run` binary with %s and by the hand-written client-go controller for the job (a process of its own: a dynamic informer on Tenants, a typed one on its ConfigMaps over protobuf, workqueue, %d workers, server-side apply with a controller reference, unthrottled), one after the other on one control plane. The client creating the Tenants: 32 goroutines.\n\n",
+		cpuModel(), runtime.NumCPU(), memTotal(), testenv.KubeVersion, tr.Triggers, flags, handWorkers)
+	for _, p := range r.Pairs {
+		h, s := p.HandWritten, p.Syncloop
+		switch {
+		case !s.Streamed:
+			fmt.Fprintf(&b, "Tenants created before the controller starts, as the admin:\n\n")
+		case !s.AsServiceAccounts:
+			fmt.Fprintf(&b, "Tenants streamed in by the client from the controller's start, both as the admin (exempt from API Priority and Fairness):\n\n")
+		default:
+			fmt.Fprintf(&b, "Tenants streamed in from the controller's start, the controller and the client each a ServiceAccount bound to cluster-admin (API Priority and Fairness classifies both):\n\n")
+		}
+		fmt.Fprintf(&b, "| measure | hand-written | syncloop | ratio |\n|---|---|---|---|\n")
+		fmt.Fprintf(&b, "| convergence: process start → %d ConfigMaps created | %.2f s | %.2f s | %.3f (hand-written / syncloop) |\n", s.Triggers, h.ConvergenceSeconds, s.ConvergenceSeconds, p.Ratio)
+		fmt.Fprintf(&b, "| controller CPU to converge | %.1f s | %.1f s | %.2f× (syncloop / hand-written) |\n", h.CPUSeconds, s.CPUSeconds, p.CPURatio)
+		fmt.Fprintf(&b, "| first write after start | %.2f s | %.2f s | |\n", h.FirstWriteSeconds, s.FirstWriteSeconds)
+		fmt.Fprintf(&b, "| RSS at convergence / peak | %.0f / %.0f MiB | %.0f / %.0f MiB | %.2f× |\n",
+			mib(h.RSSAtConvergenceBytes), mib(h.PeakRSSBytes), mib(s.RSSAtConvergenceBytes), mib(s.PeakRSSBytes), float64(s.RSSAtConvergenceBytes)/float64(h.RSSAtConvergenceBytes))
+		fmt.Fprintf(&b, "| API writes to converge, per trigger | %.3f | %.3f | |\n", h.WritesPerTrigger, s.WritesPerTrigger)
+		when := "alone, before the controller starts"
+		if s.Streamed {
+			when = "while the controller converges"
+		}
+		fmt.Fprintf(&b, "| the client's %d creates, %s: time, p50 / p99 latency | %.2f s, %.1f / %.1f ms | %.2f s, %.1f / %.1f ms | |\n",
+			s.Triggers, when, h.ClientSeconds, h.ClientP50Ms, h.ClientP99Ms, s.ClientSeconds, s.ClientP50Ms, s.ClientP99Ms)
+		if s.LimitSeconds > 0 {
+			fmt.Fprintf(&b, "| limit: %d server-side applies from a plain client-go loop, %d goroutines, unthrottled / convergence | %.2f s | | %.3f (limit / syncloop) |\n", s.Triggers, tr.LimitWorkers, s.LimitSeconds, s.ConvergenceRatio)
+		}
+		if s.Updates > 0 {
+			fmt.Fprintf(&b, "| %d triggers changed at once → all children updated | %.3f s | %.3f s | |\n", s.Updates, h.UpdateSeconds, s.UpdateSeconds)
+		}
+		if s.IdleSeconds > 0 {
+			fmt.Fprintf(&b, "| writes while idle (%.0f s) / RSS after | %d / %.0f MiB | %d / %.0f MiB | |\n", s.IdleSeconds, h.IdleWrites, mib(h.RSSBytes), s.IdleWrites, mib(s.RSSBytes))
+		}
+		fmt.Fprintf(&b, "| syncloop's 429 answers / Failed Events | | %d / %d | |\n\n", s.TooManyRequests, s.FailedEvents)
 	}
-	fmt.Fprintf(&b, "| API writes to converge (Events included) | %d (%.3f per trigger) |\n", r.Writes, r.WritesPerTrigger)
-	fmt.Fprintf(&b, "| process RSS converged (after %.0f s idle) / at the moment of convergence / peak | %.0f / %.0f / %.0f MiB |\n", r.IdleSeconds, float64(r.RSSBytes)/(1<<20), float64(r.RSSAtConvergenceBytes)/(1<<20), float64(r.PeakRSSBytes)/(1<<20))
-	fmt.Fprintf(&b, "| %d triggers changed at once → all children updated | %.3f s |\n", r.Updates, r.UpdateSeconds)
-	fmt.Fprintf(&b, "| writes while idle (%.0f s) | %d |\n", r.IdleSeconds, r.IdleWrites)
-	fmt.Fprintf(&b, "| 429 answers / Failed Events | %d / %d |\n", r.TooManyRequests, r.FailedEvents)
 	return b.String()
 }
+
+func mib(n int64) float64 { return float64(n) / (1 << 20) }
 
 // reportPushback is the Markdown table of a run under pushback.
 func reportPushback(tr TenantRun, r *ProcessResult) string {

@@ -7,10 +7,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -18,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	k8sdynamic "k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/syncloop/syncloop/internal/testenv"
 )
@@ -73,10 +76,19 @@ func tenantWorkload(rule string) workload {
 	}}
 }
 
-// ProcessResult is what one run of the syncloop binary on the tenant
+// ProcessResult is what one run of a controller process on the tenant
 // workload measured. JSON names are the benchmark's contract.
 type ProcessResult struct {
-	Triggers int `json:"triggers"`
+	// Controller is what converged: "syncloop" or "hand-written".
+	Controller string `json:"controller"`
+	// Streamed: a client created the Tenants while the controller ran,
+	// from its start; otherwise they existed before it started.
+	Streamed bool `json:"streamed"`
+	// AsServiceAccounts: the controller and the client acted as
+	// ServiceAccounts (API Priority and Fairness classifies them; the
+	// admin identity is exempt), not as the admin.
+	AsServiceAccounts bool `json:"as_service_accounts"`
+	Triggers          int  `json:"triggers"`
 	// ConvergenceSeconds: process start → every trigger's ConfigMap
 	// created.
 	ConvergenceSeconds float64 `json:"convergence_seconds"`
@@ -85,13 +97,21 @@ type ProcessResult struct {
 	FirstWriteSeconds float64 `json:"first_write_seconds"`
 	// CPUSeconds is the CPU time the process used to converge.
 	CPUSeconds float64 `json:"cpu_seconds"`
+	// ClientSeconds: the client's N creates of Tenants (32 goroutines)
+	// took, and ClientP50Ms, ClientP99Ms the latencies of its requests:
+	// streamed, while the controller converged; pre-created, before it
+	// started (the client alone).
+	ClientSeconds float64 `json:"client_seconds"`
+	ClientP50Ms   float64 `json:"client_p50_ms"`
+	ClientP99Ms   float64 `json:"client_p99_ms"`
 	// LimitSeconds: the same N applies from a plain client-go loop with no
 	// client-side limit; ConvergenceRatio is LimitSeconds /
 	// ConvergenceSeconds.
 	LimitSeconds     float64 `json:"limit_seconds"`
 	ConvergenceRatio float64 `json:"convergence_ratio"`
-	// Writes: API writes syncloop made (POST, PUT, PATCH, DELETE, Events
-	// included) from start to converged; WritesPerTrigger is Writes / N.
+	// Writes: API writes the controller made (POST, PUT, PATCH, DELETE,
+	// Events included) from start to converged; WritesPerTrigger is
+	// Writes / N.
 	Writes           int     `json:"writes"`
 	WritesPerTrigger float64 `json:"writes_per_trigger"`
 	// RSSBytes is the process's resident memory converged, after the idle
@@ -113,6 +133,26 @@ type ProcessResult struct {
 	FailedEvents    int `json:"failed_events"`
 }
 
+// TenantsResult is the tenant workload's phase: the hand-written
+// controller and syncloop on the same workload, one after the other on
+// the same control plane, with the Tenants created before the controller
+// starts and streamed in while it runs (as the admin, and as
+// ServiceAccounts).
+type TenantsResult struct {
+	Pairs []TenantPair `json:"pairs"`
+}
+
+// TenantPair is one way of running the workload, with both controllers.
+type TenantPair struct {
+	HandWritten *ProcessResult `json:"hand_written"`
+	Syncloop    *ProcessResult `json:"syncloop"`
+	// Ratio is the hand-written controller's convergence over syncloop's
+	// (1: as fast); CPURatio syncloop's CPU seconds over the hand-written
+	// controller's (1: as frugal).
+	Ratio    float64 `json:"ratio"`
+	CPURatio float64 `json:"cpu_ratio"`
+}
+
 // TenantRun says how to run the tenant workload.
 type TenantRun struct {
 	Syncloop   string   // the binary
@@ -125,16 +165,113 @@ type TenantRun struct {
 	Workers int
 	// LimitWorkers is the limit loop's goroutines; 0 skips the limit.
 	LimitWorkers int
+	// Streamed: the client creates the Tenants while the controller runs.
+	Streamed bool
+	// AsServiceAccounts: the controller and the client act as
+	// ServiceAccounts bound to cluster-admin (Kubeconfig is ignored).
+	AsServiceAccounts bool
 }
 
-// runTenants runs the tenant workload on env with the syncloop binary.
-func runTenants(ctx context.Context, env *testenv.Env, run TenantRun, logf func(string, ...any)) (*ProcessResult, error) {
-	admin := env.Config()
-	cs, err := kubernetes.NewForConfig(admin)
+// tenantController is a controller the tenant workload runs: how its
+// process starts, the series counting its ConfigMaps created and updated,
+// and the label selector of its ConfigMaps.
+type tenantController struct {
+	name             string
+	start            func(run TenantRun, kubeconfig, rulesDir, ns, logPath string) (*syncloopRun, error)
+	creates, updates string
+	children         string
+}
+
+var (
+	syncloopCtl = tenantController{name: "syncloop",
+		start: func(run TenantRun, kubeconfig, rulesDir, _, logPath string) (*syncloopRun, error) {
+			return startSyncloop(run.Syncloop, rulesDir, kubeconfig, logPath, run.Args...)
+		},
+		creates:  `syncloop_apply_total{action="create",rule="tenant-config"}`,
+		updates:  `syncloop_apply_total{action="update",rule="tenant-config"}`,
+		children: "syncloop.dev/rule=tenant-config"}
+	handCtl = tenantController{name: "hand-written",
+		start: func(_ TenantRun, kubeconfig, _, ns, logPath string) (*syncloopRun, error) {
+			return startHandTenants(kubeconfig, ns, logPath)
+		},
+		creates: handCreates, updates: handUpdates, children: handLabel}
+)
+
+// runTenants runs the tenant workload's phase on env: the limit once, then
+// each way of running it with the hand-written controller and syncloop —
+// pre-created (hand-written first), streamed (syncloop first, so that
+// neither always runs on the fuller control plane) and streamed as
+// ServiceAccounts (hand-written first).
+func runTenants(ctx context.Context, env *testenv.Env, run TenantRun, logf func(string, ...any)) (*TenantsResult, error) {
+	var limit float64
+	if run.LimitWorkers > 0 {
+		if err := installTenantCRD(ctx, env); err != nil {
+			return nil, err
+		}
+		d, err := tenantWorkload(tenantRule).limit(ctx, env, run.Triggers, run.LimitWorkers)
+		if err != nil {
+			return nil, err
+		}
+		limit = d.Seconds()
+		logf("tenants: limit: %d applies from %d goroutines in %.2fs", run.Triggers, run.LimitWorkers, limit)
+	}
+	res := &TenantsResult{}
+	for _, way := range []struct {
+		streamed, asSAs, syncloopFirst bool
+	}{{false, false, false}, {true, false, true}, {true, true, false}} {
+		r := run
+		r.Streamed, r.AsServiceAccounts, r.LimitWorkers = way.streamed, way.asSAs, 0
+		if way.streamed {
+			r.Updates, r.Idle = 0, 0
+		}
+		order := []tenantController{handCtl, syncloopCtl}
+		if way.syncloopFirst {
+			order = []tenantController{syncloopCtl, handCtl}
+		}
+		var pair TenantPair
+		for _, ctl := range order {
+			pr, err := runTenantsWith(ctx, env, r, ctl, logf)
+			if err != nil {
+				return nil, err
+			}
+			if limit > 0 {
+				pr.LimitSeconds, pr.ConvergenceRatio = limit, limit/pr.ConvergenceSeconds
+			}
+			if ctl.name == syncloopCtl.name {
+				pair.Syncloop = pr
+			} else {
+				pair.HandWritten = pr
+			}
+		}
+		pair.Ratio = pair.HandWritten.ConvergenceSeconds / pair.Syncloop.ConvergenceSeconds
+		pair.CPURatio = pair.Syncloop.CPUSeconds / pair.HandWritten.CPUSeconds
+		res.Pairs = append(res.Pairs, pair)
+	}
+	return res, nil
+}
+
+func installTenantCRD(ctx context.Context, env *testenv.Env) error {
+	dir, err := os.MkdirTemp("", "syncloop-bench-tenants-")
 	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	crd := filepath.Join(dir, "crd.yaml")
+	if err := os.WriteFile(crd, []byte(tenantCRD), 0o644); err != nil {
+		return err
+	}
+	_, err = env.InstallCRDs(ctx, crd)
+	return err
+}
+
+// runTenantsWith runs the tenant workload once on env with the controller
+// ctl, in a namespace of its own that it deletes after.
+func runTenantsWith(ctx context.Context, env *testenv.Env, run TenantRun, ctl tenantController, logf func(string, ...any)) (*ProcessResult, error) {
+	if err := installTenantCRD(ctx, env); err != nil {
 		return nil, err
 	}
-	dc, err := k8sdynamic.NewForConfig(admin)
+	admin := env.Config()
+	cs, err := kubernetes.NewForConfig(admin)
 	if err != nil {
 		return nil, err
 	}
@@ -143,14 +280,20 @@ func runTenants(ctx context.Context, env *testenv.Env, run TenantRun, logf func(
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	crd := filepath.Join(dir, "crd.yaml")
-	if err := os.WriteFile(crd, []byte(tenantCRD), 0o644); err != nil {
-		return nil, err
-	}
-	if _, err := env.InstallCRDs(ctx, crd); err != nil {
-		return nil, err
-	}
 	ns, err := namespace(ctx, cs, "bench-tenants-")
+	if err != nil {
+		return nil, err
+	}
+	kubeconfig, client := run.Kubeconfig, admin
+	if kubeconfig == "" {
+		kubeconfig = env.Kubeconfig()
+	}
+	if run.AsServiceAccounts {
+		if kubeconfig, client, err = serviceAccounts(ctx, env, ns, dir); err != nil {
+			return nil, err
+		}
+	}
+	dc, err := k8sdynamic.NewForConfig(client)
 	if err != nil {
 		return nil, err
 	}
@@ -166,64 +309,83 @@ func runTenants(ctx context.Context, env *testenv.Env, run TenantRun, logf func(
 	if err := os.WriteFile(filepath.Join(rulesDir, "tenant.yaml"), []byte(strings.ReplaceAll(rule, "NS", ns)), 0o644); err != nil {
 		return nil, err
 	}
-	res := &ProcessResult{Triggers: run.Triggers, Updates: run.Updates}
-	if run.LimitWorkers > 0 {
-		limit, err := w.limit(ctx, env, run.Triggers, run.LimitWorkers)
-		if err != nil {
+	res := &ProcessResult{Controller: ctl.name, Streamed: run.Streamed, AsServiceAccounts: run.AsServiceAccounts,
+		Triggers: run.Triggers, Updates: run.Updates}
+	what := ctl.name
+	if run.Streamed {
+		what += ", streamed"
+	}
+	if run.AsServiceAccounts {
+		what += ", as ServiceAccounts"
+	}
+	createTenants := func() error {
+		took, p50, p99, err := createTimed(ctx, dc, w, ns, run.Triggers)
+		res.ClientSeconds, res.ClientP50Ms, res.ClientP99Ms = took.Seconds(), ms(p50), ms(p99)
+		return err
+	}
+	if !run.Streamed {
+		if err := createTenants(); err != nil {
 			return nil, err
 		}
-		res.LimitSeconds = limit.Seconds()
-		logf("tenants: limit: %d applies from %d goroutines in %.2fs", run.Triggers, run.LimitWorkers, res.LimitSeconds)
+		logf("tenants (%s): %d Tenants created in %.1fs, p50 %.1f ms, p99 %.1f ms", what, run.Triggers, res.ClientSeconds, res.ClientP50Ms, res.ClientP99Ms)
 	}
-	start := time.Now()
-	if err := w.create(ctx, dc, ns, run.Triggers); err != nil {
-		return nil, err
-	}
-	logf("tenants: %d Tenants created in %.1fs", run.Triggers, time.Since(start).Seconds())
 
-	kubeconfig := run.Kubeconfig
-	if kubeconfig == "" {
-		kubeconfig = env.Kubeconfig()
-	}
-	start = time.Now()
-	proc, err := startSyncloop(run.Syncloop, rulesDir, kubeconfig, filepath.Join(dir, "syncloop.log"), run.Args...)
+	start := time.Now()
+	proc, err := ctl.start(run, kubeconfig, rulesDir, ns, filepath.Join(dir, "controller.log"))
 	if err != nil {
 		return nil, err
 	}
 	defer proc.stop()
 	fail := func(err error) (*ProcessResult, error) {
 		_ = proc.stop()
-		return nil, fmt.Errorf("%w; syncloop's last output:\n%s", err, proc.lastOutput())
+		return nil, fmt.Errorf("tenants (%s): %w; the controller's last output:\n%s", what, err, proc.lastOutput())
 	}
 	scrape := func() (map[string]float64, error) { return proc.scrape(ctx) }
+	streamed := make(chan error, 1)
+	if run.Streamed {
+		go func() { streamed <- createTenants() }()
+	} else {
+		streamed <- nil
+	}
 
 	var m map[string]float64
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Minute, true, func(context.Context) (bool, error) {
 		if err := proc.exited(); err != nil {
 			return false, err
 		}
+		select {
+		case err := <-streamed:
+			if err != nil {
+				return false, fmt.Errorf("the client streaming Tenants: %w", err)
+			}
+			streamed <- nil
+		default:
+		}
 		if m, err = scrape(); err != nil {
 			return false, nil // not serving yet
 		}
-		if res.FirstWriteSeconds == 0 && m[`syncloop_apply_total{action="create",rule="tenant-config"}`] > 0 {
+		if res.FirstWriteSeconds == 0 && m[ctl.creates] > 0 {
 			res.FirstWriteSeconds = time.Since(start).Seconds()
 		}
-		return int(m[`syncloop_apply_total{action="create",rule="tenant-config"}`]) >= run.Triggers, nil
+		return int(m[ctl.creates]) >= run.Triggers, nil
 	})
 	if err != nil {
 		return fail(fmt.Errorf("converging: %w", err))
 	}
 	res.ConvergenceSeconds = time.Since(start).Seconds()
-	if res.LimitSeconds > 0 {
-		res.ConvergenceRatio = res.LimitSeconds / res.ConvergenceSeconds
-	}
 	status := proc.status()
 	res.RSSAtConvergenceBytes = procKB(status, "VmRSS:") << 10
 	res.CPUSeconds = m["process_cpu_seconds_total"]
 	res.Writes = writes(m)
 	res.WritesPerTrigger = float64(res.Writes) / float64(run.Triggers)
-	logf("tenants: syncloop converged %d triggers in %.2fs (first write after %.2fs, %.1f CPU seconds), %d writes (%.3f per trigger), RSS %.0f MiB",
-		run.Triggers, res.ConvergenceSeconds, res.FirstWriteSeconds, res.CPUSeconds, res.Writes, res.WritesPerTrigger, float64(res.RSSAtConvergenceBytes)/(1<<20))
+	if err := <-streamed; err != nil {
+		return fail(err)
+	}
+	if run.Streamed {
+		logf("tenants (%s): the client's %d creates took %.1fs, p50 %.1f ms, p99 %.1f ms", what, run.Triggers, res.ClientSeconds, res.ClientP50Ms, res.ClientP99Ms)
+	}
+	logf("tenants (%s): converged %d triggers in %.2fs (first write after %.2fs, %.1f CPU seconds), %d writes (%.3f per trigger), RSS %.0f MiB",
+		what, run.Triggers, res.ConvergenceSeconds, res.FirstWriteSeconds, res.CPUSeconds, res.Writes, res.WritesPerTrigger, float64(res.RSSAtConvergenceBytes)/(1<<20))
 
 	// Idle: nothing changes, nothing is written.
 	time.Sleep(run.Idle) // a measuring period, not a wait for a condition
@@ -233,11 +395,13 @@ func runTenants(ctx context.Context, env *testenv.Env, run TenantRun, logf func(
 	}
 	res.IdleWrites, res.IdleSeconds = writes(idle)-res.Writes, run.Idle.Seconds()
 	res.RSSBytes = procKB(status, "VmRSS:") << 10
-	logf("tenants: %d writes in %.0fs idle; RSS %.0f MiB", res.IdleWrites, res.IdleSeconds, float64(res.RSSBytes)/(1<<20))
+	if run.Idle > 0 {
+		logf("tenants (%s): %d writes in %.0fs idle; RSS %.0f MiB", what, res.IdleWrites, res.IdleSeconds, float64(res.RSSBytes)/(1<<20))
+	}
 
 	// Updates: change run.Updates triggers at once.
 	if run.Updates > 0 {
-		base := idle[`syncloop_apply_total{action="update",rule="tenant-config"}`]
+		base := idle[ctl.updates]
 		start = time.Now()
 		if err := parallel(ctx, run.Updates, 32, func(ctx context.Context, i int) error {
 			_, err := dc.Resource(tenants).Namespace(ns).Patch(ctx, fmt.Sprintf("t-%05d", i), types.MergePatchType,
@@ -248,7 +412,7 @@ func runTenants(ctx context.Context, env *testenv.Env, run TenantRun, logf func(
 		}
 		err = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Minute, true, func(context.Context) (bool, error) {
 			m, err := scrape()
-			return err == nil && m[`syncloop_apply_total{action="update",rule="tenant-config"}`]-base >= float64(run.Updates), nil
+			return err == nil && m[ctl.updates]-base >= float64(run.Updates), nil
 		})
 		if err != nil {
 			return fail(fmt.Errorf("updating: %w", err))
@@ -261,7 +425,7 @@ func runTenants(ctx context.Context, env *testenv.Env, run TenantRun, logf func(
 				return fail(fmt.Errorf("child of t-%05d not updated: %v %v", i, err, cm.Data))
 			}
 		}
-		logf("tenants: %d trigger updates reflected in %.3fs", run.Updates, res.UpdateSeconds)
+		logf("tenants (%s): %d trigger updates reflected in %.3fs", what, run.Updates, res.UpdateSeconds)
 	}
 	if m, err = scrape(); err != nil {
 		return fail(err)
@@ -273,19 +437,86 @@ func runTenants(ctx context.Context, env *testenv.Env, run TenantRun, logf func(
 		return fail(err)
 	}
 	res.FailedEvents = len(events.Items)
-	children, err := cs.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{LabelSelector: "syncloop.dev/rule=tenant-config"})
+	children, err := cs.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{LabelSelector: ctl.children})
 	if err != nil {
 		return fail(err)
 	}
 	if len(children.Items) != run.Triggers {
 		return fail(fmt.Errorf("%d children, want %d", len(children.Items), run.Triggers))
 	}
-	if err := proc.stop(); err != nil {
-		return fail(fmt.Errorf("syncloop exited with %v", err))
+	for _, c := range children.Items {
+		if ref := metav1.GetControllerOf(&c); ref == nil || ref.Kind != "Tenant" || "tenant-"+ref.Name != c.Name {
+			return fail(fmt.Errorf("child %s has controller reference %v, want its Tenant", c.Name, ref))
+		}
 	}
-	// Leave the cluster as found for the phases after this one.
+	if err := proc.stop(); err != nil {
+		return fail(fmt.Errorf("the controller exited with %v", err))
+	}
+	// Leave the cluster as found for the runs after this one: the control
+	// plane has no namespace controller or garbage collector, so a deleted
+	// namespace would keep its objects — and the next run's syncloop,
+	// whose rule has the same name, would list these children too.
+	if err := dc.Resource(tenants).Namespace(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		return nil, err
+	}
+	if err := cs.CoreV1().ConfigMaps(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		return nil, err
+	}
 	_ = cs.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
 	return res, nil
+}
+
+// createTimed makes the workload's n triggers in ns from 32 goroutines, as
+// w.create, and returns how long it took and its requests' p50 and p99
+// latencies.
+func createTimed(ctx context.Context, dc k8sdynamic.Interface, w workload, ns string, n int) (took, p50, p99 time.Duration, err error) {
+	lat := make([]time.Duration, n)
+	start := time.Now()
+	err = parallel(ctx, n, 32, func(ctx context.Context, i int) error {
+		t := time.Now()
+		_, err := dc.Resource(w.trigger).Namespace(ns).Create(ctx, w.make(i), metav1.CreateOptions{})
+		lat[i] = time.Since(t)
+		return err
+	})
+	took = time.Since(start)
+	if err != nil || n == 0 {
+		return took, 0, 0, err
+	}
+	slices.Sort(lat)
+	return took, lat[(n-1)/2], lat[(n-1)*99/100], nil
+}
+
+// serviceAccounts makes, in ns, the ServiceAccounts the controller and
+// the client act as — bound to cluster-admin, so RBAC allows all and API
+// Priority and Fairness, which exempts the admin, classifies them as any
+// ServiceAccount (the built-in service-accounts flow schema) — and returns
+// a kubeconfig file for the controller and the client's config.
+func serviceAccounts(ctx context.Context, env *testenv.Env, ns, dir string) (string, *rest.Config, error) {
+	cs, err := kubernetes.NewForConfig(env.Config())
+	if err != nil {
+		return "", nil, err
+	}
+	var cfgs []*rest.Config
+	for _, name := range []string{"controller", "client"} {
+		cfg, err := env.ServiceAccountConfig(ctx, ns, name)
+		if err != nil {
+			return "", nil, err
+		}
+		binding := &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: ns + "-" + name},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: name}},
+		}
+		if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+			return "", nil, err
+		}
+		cfgs = append(cfgs, cfg)
+	}
+	kubeconfig := filepath.Join(dir, "controller.kubeconfig")
+	if err := testenv.WriteKubeconfig(kubeconfig, cfgs[0], "controller"); err != nil {
+		return "", nil, err
+	}
+	return kubeconfig, cfgs[1], nil
 }
 
 // writes sums rest_client_requests_total over the writing methods.
@@ -373,5 +604,5 @@ func runPushback(ctx context.Context, run TenantRun, logf func(string, ...any)) 
 		return nil, err
 	}
 	logf("pushback: syncloop runs as ServiceAccount %s/syncloop, one seat, 429 beyond", ns)
-	return runTenants(ctx, env, run, logf)
+	return runTenantsWith(ctx, env, run, syncloopCtl, logf)
 }

@@ -5,14 +5,16 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"syscall"
 	"time"
 
 	"github.com/syncloop/syncloop/internal/testenv"
 )
 
-// syncloopRun is `syncloop run` as a process of its own, serving /metrics
-// and the probes on free addresses, its output in a file.
+// syncloopRun is `syncloop run` (or the hand-written tenant controller) as
+// a process of its own, serving /metrics (and syncloop the probes) on free
+// addresses, its output in a file.
 type syncloopRun struct {
 	cmd             *exec.Cmd
 	metrics, probes string
@@ -25,21 +27,48 @@ type syncloopRun struct {
 // startSyncloop starts bin run -f rulesDir as kubeconfig, with extra
 // flags, its output going to logPath.
 func startSyncloop(bin, rulesDir, kubeconfig, logPath string, extra ...string) (*syncloopRun, error) {
-	p := &syncloopRun{logPath: logPath, done: make(chan struct{})}
-	var err error
-	if p.metrics, err = testenv.FreeAddress(); err != nil {
+	metrics, err := testenv.FreeAddress()
+	if err != nil {
 		return nil, err
 	}
-	if p.probes, err = testenv.FreeAddress(); err != nil {
-		return nil, err
-	}
-	log, err := os.Create(logPath)
+	probes, err := testenv.FreeAddress()
 	if err != nil {
 		return nil, err
 	}
 	args := append([]string{"run", "-f", rulesDir, "--kubeconfig", kubeconfig,
-		"--metrics-bind-address", p.metrics, "--health-probe-bind-address", p.probes}, extra...)
-	p.cmd = exec.Command(bin, args...)
+		"--metrics-bind-address", metrics, "--health-probe-bind-address", probes}, extra...)
+	p, err := startMeasured(exec.Command(bin, args...), metrics, logPath)
+	if p != nil {
+		p.probes = probes
+	}
+	return p, err
+}
+
+// startHandTenants starts the hand-written tenant controller — this
+// binary again, made that controller by handTenantsEnv — on the Tenants
+// of ns as kubeconfig, its output going to logPath.
+func startHandTenants(kubeconfig, ns, logPath string) (*syncloopRun, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	metrics, err := testenv.FreeAddress()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(self, "-kubeconfig", kubeconfig, "-namespace", ns, "-metrics-bind-address", metrics)
+	cmd.Env = append(os.Environ(), handTenantsEnv+"=1")
+	return startMeasured(cmd, metrics, logPath)
+}
+
+// startMeasured starts cmd, which serves /metrics on metrics, its output
+// going to logPath.
+func startMeasured(cmd *exec.Cmd, metrics, logPath string) (*syncloopRun, error) {
+	p := &syncloopRun{cmd: cmd, metrics: metrics, logPath: logPath, done: make(chan struct{})}
+	log, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
 	p.cmd.Stdout, p.cmd.Stderr = log, log
 	if err := p.cmd.Start(); err != nil {
 		log.Close()
@@ -58,7 +87,7 @@ func startSyncloop(bin, rulesDir, kubeconfig, logPath string, extra ...string) (
 func (p *syncloopRun) exited() error {
 	select {
 	case <-p.done:
-		return fmt.Errorf("syncloop exited: %v; its last output:\n%s", p.err, p.lastOutput())
+		return fmt.Errorf("%s exited: %v; its last output:\n%s", filepath.Base(p.cmd.Path), p.err, p.lastOutput())
 	default:
 		return nil
 	}
@@ -79,7 +108,7 @@ func (p *syncloopRun) stop() error {
 	case <-time.After(time.Minute):
 		_ = p.cmd.Process.Kill()
 		<-p.done
-		return fmt.Errorf("syncloop did not stop within a minute of SIGTERM")
+		return fmt.Errorf("%s did not stop within a minute of SIGTERM", filepath.Base(p.cmd.Path))
 	}
 }
 
