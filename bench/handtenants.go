@@ -38,12 +38,6 @@ import (
 // memory are measured as syncloop's are.
 const handTenantsEnv = "SYNCLOOP_BENCH_HAND_TENANTS"
 
-// The series the hand-written tenant controller counts its applies in.
-const (
-	handCreates = `bench_hand_applies_total{action="create"}`
-	handUpdates = `bench_hand_applies_total{action="update"}`
-)
-
 // handTenantsMain runs the hand-written controller for the tenant workload
 // until SIGTERM: the controller a Go programmer writes for the job instead
 // of a rule, as client-go's sample-controller has it — a shared informer
@@ -54,8 +48,7 @@ const (
 // goroutines, and a ConfigMap applied server-side with a controller
 // reference to its Tenant unless the cached one already holds the desired
 // data. No client-side rate limit, as syncloop's default. It serves
-// /metrics: the process's CPU and memory, client-go's request counts and
-// its applies.
+// /metrics: the process's CPU and memory and client-go's request counts.
 func handTenantsMain(args []string) int {
 	fs := flag.NewFlagSet("hand-tenants", flag.ContinueOnError)
 	kubeconfig := fs.String("kubeconfig", "", "the kubeconfig to act with")
@@ -78,9 +71,7 @@ func runHandTenants(ctx context.Context, kubeconfig, ns, addr string, workers in
 	reg := prometheus.NewRegistry()
 	requests := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rest_client_requests_total", Help: "client-go's API requests."},
 		[]string{"code", "method", "host"})
-	applies := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bench_hand_applies_total", Help: "ConfigMaps applied: created or updated."},
-		[]string{"action"})
-	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector(), requests, applies)
+	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector(), requests)
 	clientmetrics.Register(clientmetrics.RegisterOpts{RequestResult: requestCounter{requests}})
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -105,7 +96,6 @@ func runHandTenants(ctx context.Context, kubeconfig, ns, addr string, workers in
 		return err
 	}
 	c := &handTenants{cs: cs, ns: ns,
-		creates: applies.WithLabelValues("create"), updates: applies.WithLabelValues("update"),
 		queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())}
 	defer c.queue.ShutDown()
 	c.tenants = dynamicinformer.NewFilteredDynamicSharedInformerFactory(dc, 0, ns, nil).ForResource(tenants).Informer()
@@ -166,8 +156,6 @@ type handTenants struct {
 	ns                string
 	queue             workqueue.TypedRateLimitingInterface[string]
 	tenants, children cache.SharedIndexInformer
-	creates, updates  prometheus.Counter
-	created           sync.Map // ConfigMap names applied at least once
 }
 
 func (c *handTenants) next(ctx context.Context) bool {
@@ -207,13 +195,6 @@ func (c *handTenants) sync(ctx context.Context, key string) error {
 		WithOwnerReferences(metav1apply.OwnerReference().WithAPIVersion(t.GetAPIVersion()).WithKind(t.GetKind()).
 			WithName(t.GetName()).WithUID(t.GetUID()).WithController(true)).
 		WithData(want)
-	if _, err := c.cs.CoreV1().ConfigMaps(c.ns).Apply(ctx, cm, metav1.ApplyOptions{FieldManager: "bench-hand", Force: true}); err != nil {
-		return err
-	}
-	if _, seen := c.created.LoadOrStore(name, true); !seen {
-		c.creates.Inc()
-	} else if ok {
-		c.updates.Inc()
-	}
-	return nil
+	_, err = c.cs.CoreV1().ConfigMaps(c.ns).Apply(ctx, cm, metav1.ApplyOptions{FieldManager: "bench-hand", Force: true})
+	return err
 }
