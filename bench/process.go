@@ -16,6 +16,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -25,6 +26,8 @@ import (
 	k8sdynamic "k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/syncloop/syncloop/internal/testenv"
 )
@@ -384,9 +387,14 @@ func runTenantsWith(ctx context.Context, env *testenv.Env, run TenantRun, ctl te
 	res.RSSAtConvergenceBytes = procKB(status, "VmRSS:") << 10
 	_, at, _ := watched.count("")
 	res.ConvergenceSeconds, res.FirstWriteSeconds = at[1].Sub(start).Seconds(), at[0].Sub(start).Seconds()
-	m, err := scrape()
-	if err != nil {
-		return fail(err)
+	// The last child's watch event can come before the controller has its
+	// answer: its count of writes is read once it has one per trigger.
+	var m map[string]float64
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		m, err = scrape()
+		return err == nil && writes(m) >= run.Triggers, nil
+	}); err != nil {
+		return fail(fmt.Errorf("the controller counted %d writes for %d children: %w", writes(m), run.Triggers, err))
 	}
 	res.CPUSeconds = m["process_cpu_seconds_total"]
 	res.Writes = writes(m)
@@ -481,7 +489,7 @@ func runTenantsWith(ctx context.Context, env *testenv.Env, run TenantRun, ctl te
 
 // childWatch counts the children a watch sees, by the tier they hold.
 type childWatch struct {
-	w    watch.Interface
+	w    *watchtools.RetryWatcher
 	done chan struct{}
 
 	mu    sync.Mutex
@@ -503,7 +511,13 @@ func watchChildren(ctx context.Context, cs kubernetes.Interface, ns, selector st
 	if err != nil {
 		return nil, err
 	}
-	w, err := cs.CoreV1().ConfigMaps(ns).Watch(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: list.ResourceVersion})
+	// A watch the server ends (its timeout, a dropped connection) is
+	// resumed from the last version seen.
+	w, err := watchtools.NewRetryWatcherWithContext(ctx, list.ResourceVersion, &cache.ListWatch{
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = selector
+			return cs.CoreV1().ConfigMaps(ns).Watch(ctx, o)
+		}})
 	if err != nil {
 		return nil, err
 	}
@@ -511,6 +525,12 @@ func watchChildren(ctx context.Context, cs kubernetes.Interface, ns, selector st
 	go func() {
 		defer close(c.done)
 		for ev := range w.ResultChan() {
+			if ev.Type == watch.Error {
+				c.mu.Lock()
+				c.err = fmt.Errorf("watching the children: %v", apierrors.FromObject(ev.Object))
+				c.mu.Unlock()
+				continue
+			}
 			cm, ok := ev.Object.(*corev1.ConfigMap)
 			if !ok || ev.Type == watch.Deleted {
 				continue

@@ -16,6 +16,9 @@ type Client struct {
 	Dynamic dynamic.Interface
 	rest    rest.Interface
 	config  *rest.Config
+	// protobuf lists and watches client-go's kinds in protobuf, on the
+	// same connections.
+	protobuf *Protobuf
 }
 
 // NewClient makes a Client from cfg, as dynamic.NewForConfig would.
@@ -23,11 +26,28 @@ func NewClient(cfg *rest.Config) (*Client, error) {
 	config := dynamic.ConfigFor(cfg)
 	config.GroupVersion = nil
 	config.APIPath = "/if-you-see-this-search-for-the-break"
-	rc, err := rest.UnversionedRESTClientFor(config)
+	httpClient, err := rest.HTTPClientFor(config)
 	if err != nil {
 		return nil, err
 	}
-	return &Client{Dynamic: dynamic.New(rc), rest: rc, config: rest.CopyConfig(cfg)}, nil
+	rc, err := rest.UnversionedRESTClientForConfigAndClient(config, httpClient)
+	if err != nil {
+		return nil, err
+	}
+	pb, err := newProtobuf(config, httpClient, rc)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{Dynamic: dynamic.New(rc), rest: rc, config: rest.CopyConfig(cfg), protobuf: pb}, nil
+}
+
+// Protobuf is how informers list and watch client-go's kinds in protobuf
+// (Registry.Protobuf); nil for a nil Client.
+func (c *Client) Protobuf() *Protobuf {
+	if c == nil {
+		return nil
+	}
+	return c.protobuf
 }
 
 // Impersonating is a Client whose requests impersonate user (the API

@@ -3,7 +3,9 @@ package dynamic
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"strings"
 	"sync"
@@ -16,7 +18,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/version"
 	applycorev1 "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
@@ -334,5 +338,165 @@ func TestWriter(t *testing.T) {
 	}
 	if errFull.Error() != errVersion.Error() {
 		t.Errorf("the two report one refusal differently:\n%v\n%v", errFull, errVersion)
+	}
+}
+
+// TestRegistryProtobuf: informers on client-go's kinds list and watch in
+// protobuf and cache exactly the objects the dynamic client's JSON makes —
+// every field, the managedFields entries kept, after updates too — while a
+// custom resource stays JSON.
+func TestRegistryProtobuf(t *testing.T) {
+	env := testenv.Get(t)
+	ctx := t.Context()
+	cs, err := kubernetes.NewForConfig(env.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := newNamespace(t, cs)
+	if _, err := env.InstallCRDs(ctx, filepath.Join("testdata", "gadgets-crd.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	plain, err := dynamic.NewForConfig(env.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	objects := []string{
+		`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cm","labels":{"a":"b"},"annotations":{"n":"1"}},"data":{"k":"v","empty":""},"binaryData":{"bin":"AAEC"}}`,
+		`{"apiVersion":"v1","kind":"Secret","metadata":{"name":"s"},"type":"Opaque","stringData":{"password":"x"}}`,
+		`{"apiVersion":"v1","kind":"Service","metadata":{"name":"svc"},"spec":{"ports":[{"name":"a","port":80,"targetPort":8080},{"name":"b","port":81,"targetPort":"http"}],"selector":{"app":"x"}}}`,
+		`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"d"},"spec":{"replicas":2,"selector":{"matchLabels":{"app":"x"}},"template":{"metadata":{"labels":{"app":"x"}},"spec":{"containers":[{"name":"c","image":"i","resources":{"limits":{"cpu":"500m","memory":"1Gi"}},"ports":[{"containerPort":80}]}]}}}}`,
+		`{"apiVersion":"test.syncloop.dev/v1","kind":"Gadget","metadata":{"name":"g"},"spec":{"size":3}}`,
+	}
+	gvrs := []schema.GroupVersionResource{configMaps, {Version: "v1", Resource: "secrets"}, {Version: "v1", Resource: "services"},
+		{Group: "apps", Version: "v1", Resource: "deployments"}, {Group: "test.syncloop.dev", Version: "v1", Resource: "gadgets"}}
+	for i := range objects {
+		var u unstructured.Unstructured
+		if err := u.UnmarshalJSON([]byte(objects[i])); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := plain.Resource(gvrs[i]).Namespace(ns).Apply(ctx, u.GetName(), &u, metav1.ApplyOptions{FieldManager: "test", Force: true}); err != nil {
+			t.Fatal(err)
+		}
+		// A second manager, whose entry the caches keep.
+		if _, err := plain.Resource(gvrs[i]).Namespace(ns).Patch(ctx, gvrName(t, objects[i]), types.MergePatchType,
+			[]byte(`{"metadata":{"labels":{"kept":"yes"}}}`), metav1.PatchOptions{FieldManager: "keep-me"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var counter testenv.RequestCounter
+	c, err := NewClient(counter.Wrap(env.Config()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keep := func(m string) bool { return m == "keep-me" }
+	viaJSON, viaProtobuf := NewRegistry(plain, nil), NewRegistry(c.Dynamic, nil)
+	viaJSON.KeepManagedFields, viaProtobuf.KeepManagedFields = keep, keep
+	viaProtobuf.Protobuf = c.Protobuf()
+	defer viaJSON.Shutdown()
+	defer viaProtobuf.Shutdown()
+	subscribe := func(r *Registry, gvr schema.GroupVersionResource) *Subscription {
+		t.Helper()
+		sub, err := r.Subscribe(ctx, WatchKey{GVR: gvr, Namespace: ns}, cache.ResourceEventHandlerFuncs{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		syncCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if !sub.WaitForSync(syncCtx) {
+			t.Fatalf("%s did not sync", gvr)
+		}
+		return sub
+	}
+	type pair struct{ json, protobuf *Subscription }
+	subs := make([]pair, len(gvrs))
+	for i, gvr := range gvrs {
+		subs[i] = pair{subscribe(viaJSON, gvr), subscribe(viaProtobuf, gvr)}
+	}
+	same := func(i int, rv string) bool {
+		t.Helper()
+		key := ns + "/" + gvrName(t, objects[i])
+		a, okA, _ := subs[i].json.Indexer().GetByKey(key)
+		b, okB, _ := subs[i].protobuf.Indexer().GetByKey(key)
+		if !okA || !okB {
+			return false
+		}
+		ua, ub := a.(*unstructured.Unstructured), b.(*unstructured.Unstructured)
+		if rv != "" && (ua.GetResourceVersion() != rv || ub.GetResourceVersion() != rv) {
+			return false // not there yet
+		}
+		if !reflect.DeepEqual(ua.Object, ub.Object) {
+			t.Fatalf("%s: the protobuf informer caches\n%v\nthe JSON one\n%v", gvrs[i], ub.Object, ua.Object)
+		}
+		if mf := ub.GetManagedFields(); len(mf) != 1 || mf[0].Manager != "keep-me" {
+			t.Fatalf("%s: managedFields %v, want keep-me's entry alone", gvrs[i], mf)
+		}
+		return true
+	}
+	for i := range gvrs {
+		if !same(i, "") {
+			t.Fatalf("%s: not cached", gvrs[i])
+		}
+	}
+	// Updates reach both alike, through the watch.
+	for i := range objects {
+		live, err := plain.Resource(gvrs[i]).Namespace(ns).Patch(ctx, gvrName(t, objects[i]), types.MergePatchType,
+			[]byte(`{"metadata":{"labels":{"changed":"yes"}}}`), metav1.PatchOptions{FieldManager: "test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		poll(t, gvrs[i].String()+" updated in both caches", func() bool { return same(i, live.GetResourceVersion()) })
+	}
+	for _, q := range counter.Requests(func(q testenv.Request) bool {
+		return q.Method == "GET" && strings.Contains(q.Path, "/namespaces/"+ns+"/")
+	}) {
+		want := "application/vnd.kubernetes.protobuf"
+		if strings.HasSuffix(q.Path, "/gadgets") {
+			want = "application/json" // no protobuf for custom resources
+		}
+		if q.Watch && q.ContentType == "application/json;stream=watch" {
+			q.ContentType = "application/json"
+		}
+		if !strings.HasPrefix(q.ContentType, want) {
+			t.Errorf("%s %s?%s answered %q, want %s", q.Method, q.Path, q.Query, q.ContentType, want)
+		}
+	}
+}
+
+func gvrName(t *testing.T, object string) string {
+	t.Helper()
+	var u unstructured.Unstructured
+	if err := u.UnmarshalJSON([]byte(object)); err != nil {
+		t.Fatal(err)
+	}
+	return u.GetName()
+}
+
+func TestTypesKnowServer(t *testing.T) {
+	for _, c := range []struct {
+		major, minor string
+		types        int
+		want         bool
+	}{
+		{"1", "37", 37, true},
+		{"1", "36", 37, true},
+		{"1", "37+", 37, true},
+		{"1", "38", 37, false}, // a newer server may send fields the types lack
+		{"1", "38+", 37, false},
+		{"1", "37", 0, false}, // the types' version unknown
+		{"2", "0", 37, false},
+		{"1", "x", 37, false},
+	} {
+		if got := typesKnowServer(&version.Info{Major: c.major, Minor: c.minor}, c.types); got != c.want {
+			t.Errorf("server %s.%s, types 1.%d: %v, want %v", c.major, c.minor, c.types, got, c.want)
+		}
+	}
+	// typesMinor is the k8s.io/api module's version.
+	mod, err := os.ReadFile("../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("\tk8s.io/api v0.%d.", typesMinor); !strings.Contains(string(mod), want) {
+		t.Errorf("go.mod does not require %q: set typesMinor to the k8s.io/api module's minor version", strings.TrimSpace(want))
 	}
 }

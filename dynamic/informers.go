@@ -9,10 +9,11 @@ import (
 	"sync/atomic"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
@@ -69,6 +70,11 @@ type Registry struct {
 	// field managers' managedFields entries the caches keep; every other
 	// entry is dropped (all of them when it is nil).
 	KeepManagedFields func(manager string) bool
+
+	// Protobuf, when set before the first Subscribe, lists and watches the
+	// kinds it serves (client-go's) in protobuf; the others, and all when
+	// it is nil, are JSON through client.
+	Protobuf *Protobuf
 
 	// Identity, when set before the first Subscribe, names who the
 	// client's requests act as (a ServiceAccount it impersonates, as
@@ -129,11 +135,20 @@ func (r *Registry) Subscribe(ctx context.Context, key WatchKey, handler cache.Re
 }
 
 func (r *Registry) start(ctx context.Context, key WatchKey) (*entry, error) {
-	inf := dynamicinformer.NewFilteredDynamicInformer(r.client, key.GVR, key.Namespace, 0, r.indexers,
-		func(o *metav1.ListOptions) {
-			o.LabelSelector = key.LabelSelector
-			o.FieldSelector = key.FieldSelector
-		}).Informer()
+	tweak := func(o *metav1.ListOptions) {
+		o.LabelSelector = key.LabelSelector
+		o.FieldSelector = key.FieldSelector
+	}
+	var inf cache.SharedIndexInformer
+	if r.Protobuf.serves(ctx, key.GVR) {
+		convert := func(obj runtime.Object) (*unstructured.Unstructured, error) {
+			return typedToUnstructured(obj, key.GVR.GroupVersion(), r.KeepManagedFields)
+		}
+		inf = cache.NewSharedIndexInformerWithOptions(r.Protobuf.listWatch(key, tweak, convert, r.jsonListWatch(key, tweak)),
+			&unstructured.Unstructured{}, cache.SharedIndexInformerOptions{Indexers: r.indexers, ObjectDescription: key.GVR.String()})
+	} else {
+		inf = dynamicinformer.NewFilteredDynamicInformer(r.client, key.GVR, key.Namespace, 0, r.indexers, tweak).Informer()
+	}
 	if err := inf.SetTransform(r.transform); err != nil {
 		return nil, err
 	}
@@ -155,6 +170,22 @@ func (r *Registry) start(ctx context.Context, key WatchKey) (*entry, error) {
 		inf.RunWithContext(ictx)
 	}()
 	return e, nil
+}
+
+// jsonListWatch lists and watches key through the dynamic client, as the
+// dynamic informer does.
+func (r *Registry) jsonListWatch(key WatchKey, tweak func(*metav1.ListOptions)) *cache.ListWatch {
+	resource := r.client.Resource(key.GVR).Namespace(key.Namespace)
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			tweak(&o)
+			return resource.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			tweak(&o)
+			return resource.Watch(ctx, o)
+		},
+	}
 }
 
 // logWatchError logs a failed list or watch as client-go's default handler

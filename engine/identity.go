@@ -61,6 +61,7 @@ func (as *actors) of(id rules.ServiceAccount) (*actor, error) {
 		dc = c.Dynamic
 	}
 	reg := dynamic.NewRegistry(dc, as.indexers)
+	reg.Protobuf = c.Protobuf()
 	reg.Identity = id.String()
 	as.setup(reg)
 	a := &actor{id: id, registry: reg, client: &dynamic.Writer{Client: c, DryRun: as.dryRun}}

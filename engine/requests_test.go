@@ -25,7 +25,8 @@ func classify(r testenv.Request) string {
 	}
 	segs := strings.Split(strings.Trim(r.Path, "/"), "/")
 	switch {
-	case segs[0] == "api" && len(segs) <= 2, segs[0] == "apis" && len(segs) <= 3:
+	case segs[0] == "api" && len(segs) <= 2, segs[0] == "apis" && len(segs) <= 3,
+		segs[0] != "api" && segs[0] != "apis": // /version, /openapi/...
 		return "discovery"
 	}
 	// /api/v1/[namespaces/NS/]RESOURCE[/NAME]; /apis/G/V/[namespaces/NS/]RESOURCE[/NAME]

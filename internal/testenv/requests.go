@@ -25,6 +25,9 @@ type Request struct {
 	// Status is the response's HTTP status code; 0 when no response came
 	// (connection refused).
 	Status int
+	// ContentType is the response's media type (its Content-Type without
+	// parameters).
+	ContentType string
 }
 
 // Verb is the request's Kubernetes verb, roughly: get/list/watch (all GET),
@@ -92,6 +95,7 @@ func (c *RequestCounter) Wrap(cfg *rest.Config) *rest.Config {
 			resp, err := rt.RoundTrip(req)
 			if err == nil {
 				r.Status = resp.StatusCode
+				r.ContentType, _, _ = strings.Cut(resp.Header.Get("Content-Type"), ";")
 			}
 			c.mu.Lock()
 			c.reqs = append(c.reqs, r)
