@@ -410,3 +410,28 @@ spec:
 		t.Error("the rule's hash did not change with its trigger's schema: the engine would keep the old compiled rule")
 	}
 }
+
+// TestChangeBeforeTheWatchStarts: a file changed after the first Load but
+// before the watcher's watches are in place is loaded all the same.
+func TestChangeBeforeTheWatchStarts(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "rules.yaml")
+	write(t, f, doc("r", 1))
+	src := newSource(t, dir)
+	if st := src.Load(); workers(st.Set) != "r=1" {
+		t.Fatalf("first load: %q", workers(st.Set))
+	}
+	write(t, f, doc("r", 2)) // before Run: no watch sees it
+	ch := make(chan Status, 10)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	w := NewWatcher(src, 50*time.Millisecond)
+	go func() {
+		defer close(done)
+		if err := w.Run(ctx, func(st Status) { ch <- st }); err != nil {
+			t.Error(err)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	next(t, ch, "r=2")
+}

@@ -74,8 +74,11 @@ func (w *Watcher) Run(ctx context.Context, onReload func(Status)) error {
 	w.addWatches(ctx, fw)
 	close(w.ready)
 
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
+	// A first look once the watches are in place: a file changed between
+	// the caller's first Load and now sent no event here, and would
+	// otherwise wait for the next change (a standby replica once took
+	// over with the rules it started with). Unchanged, it reloads nothing.
+	timer := time.NewTimer(w.debounce)
 	invalidate := false
 	for {
 		select {
