@@ -206,11 +206,11 @@ var (
 // neither always runs on the fuller control plane) and streamed as
 // ServiceAccounts (hand-written first).
 func runTenants(ctx context.Context, env *testenv.Env, run TenantRun, logf func(string, ...any)) (*TenantsResult, error) {
+	if err := installTenantCRD(ctx, env); err != nil {
+		return nil, err
+	}
 	var limit float64
 	if run.LimitWorkers > 0 {
-		if err := installTenantCRD(ctx, env); err != nil {
-			return nil, err
-		}
 		d, err := tenantWorkload(tenantRule).limit(ctx, env, run.Triggers, run.LimitWorkers)
 		if err != nil {
 			return nil, err
@@ -267,12 +267,10 @@ func installTenantCRD(ctx context.Context, env *testenv.Env) error {
 	return err
 }
 
-// runTenantsWith runs the tenant workload once on env with the controller
-// ctl, in a namespace of its own that it deletes after.
+// runTenantsWith runs the tenant workload once on env, whose Tenant CRD is
+// installed, with the controller ctl, in a namespace of its own that it
+// empties and deletes after.
 func runTenantsWith(ctx context.Context, env *testenv.Env, run TenantRun, ctl tenantController, logf func(string, ...any)) (*ProcessResult, error) {
-	if err := installTenantCRD(ctx, env); err != nil {
-		return nil, err
-	}
 	admin := env.Config()
 	cs, err := kubernetes.NewForConfig(admin)
 	if err != nil {
@@ -734,5 +732,8 @@ func runPushback(ctx context.Context, run TenantRun, logf func(string, ...any)) 
 		return nil, err
 	}
 	logf("pushback: syncloop runs as ServiceAccount %s/syncloop, one seat, 429 beyond", ns)
+	if err := installTenantCRD(ctx, env); err != nil {
+		return nil, err
+	}
 	return runTenantsWith(ctx, env, run, syncloopCtl, logf)
 }

@@ -77,14 +77,8 @@ var (
 // path is the URL path of namespace/name of m's resource, as the dynamic
 // client builds it.
 func path(m *meta.RESTMapping, namespace, name string, subresources ...string) []string {
-	gvr := m.Resource
-	p := []string{"api"}
-	if gvr.Group != "" {
-		p = []string{"apis", gvr.Group}
+	if m.Scope.Name() != meta.RESTScopeNameNamespace {
+		namespace = ""
 	}
-	p = append(p, gvr.Version)
-	if m.Scope.Name() == meta.RESTScopeNameNamespace {
-		p = append(p, "namespaces", namespace)
-	}
-	return append(append(p, gvr.Resource, name), subresources...)
+	return append(append(collectionPath(m.Resource, namespace), name), subresources...)
 }
