@@ -3,7 +3,9 @@ package dynamic
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -51,30 +53,191 @@ func (w *Writer) Apply(ctx context.Context, m *meta.RESTMapping, obj *unstructur
 
 // ApplyVersion server-side applies obj as Apply does, and returns only the
 // resourceVersion the server answered with: the answer — the whole object,
-// managedFields included — is not decoded, which a caller that needs only
-// the version is spared.
+// managedFields included — is read no further than its metadata's
+// resourceVersion, which a caller that needs only the version is spared.
+// The options are the query parameters the dynamic client's codec would
+// make of them, set directly (the codec converts them by reflection at
+// every request).
 func (w *Writer) ApplyVersion(ctx context.Context, m *meta.RESTMapping, obj *unstructured.Unstructured, fieldManager string, force bool) (string, error) {
 	req, err := apply.NewRequest(w.Client.rest, obj.Object)
 	if err != nil {
 		return "", err
 	}
-	opts := metav1.ApplyOptions{FieldManager: fieldManager, Force: force, DryRun: w.dryRun()}.ToPatchOptions()
-	res := req.AbsPath(path(m, obj.GetNamespace(), obj.GetName())...).
-		SpecificallyVersionedParams(&opts, parameterCodec, optionsVersion).
-		Do(ctx)
+	req = req.AbsPath(path(m, obj.GetNamespace(), obj.GetName())...).Param("fieldManager", fieldManager)
+	if force {
+		req = req.Param("force", "true")
+	}
+	if w.DryRun {
+		req = req.Param("dryRun", metav1.DryRunAll)
+	}
+	res := req.Do(ctx)
 	if err := res.Error(); err != nil { // the server's Status, as the dynamic client reports it
 		return "", err
 	}
 	body, _ := res.Raw()
-	var answer struct {
-		Metadata struct {
-			ResourceVersion string `json:"resourceVersion"`
-		} `json:"metadata"`
-	}
-	if err := json.Unmarshal(body, &answer); err != nil {
+	rv, err := answerVersion(body)
+	if err != nil {
 		return "", fmt.Errorf("decoding the answer to an apply: %w", err)
 	}
-	return answer.Metadata.ResourceVersion, nil
+	return rv, nil
+}
+
+// answerVersion reads metadata.resourceVersion from an object's JSON in
+// one pass that stops there: the API server writes metadata before the
+// object's content and resourceVersion before labels, annotations and
+// managedFields, so a few hundred bytes of a write's answer are read, not
+// the whole of it twice (encoding/json validates all of its input before
+// decoding any). Keys in another order are found all the same, values
+// skipped by their brackets and quotes; an object without one gives "".
+func answerVersion(body []byte) (string, error) {
+	s := &jsonScan{b: body}
+	rv := ""
+	err := s.object(func(key string) (bool, error) {
+		if key != "metadata" {
+			return false, s.skip()
+		}
+		found := false
+		err := s.object(func(key string) (bool, error) {
+			if key != "resourceVersion" {
+				return false, s.skip()
+			}
+			found = true
+			var err error
+			rv, err = s.str()
+			return true, err
+		})
+		return found, err
+	})
+	return rv, err
+}
+
+// jsonScan reads JSON a value at a time from b, from i on.
+type jsonScan struct {
+	b []byte
+	i int
+}
+
+func (s *jsonScan) space() {
+	for s.i < len(s.b) && (s.b[s.i] == ' ' || s.b[s.i] == '\t' || s.b[s.i] == '\n' || s.b[s.i] == '\r') {
+		s.i++
+	}
+}
+
+// next reads the byte after spaces; 0 at the end.
+func (s *jsonScan) next() byte {
+	s.space()
+	if s.i == len(s.b) {
+		return 0
+	}
+	s.i++
+	return s.b[s.i-1]
+}
+
+func (s *jsonScan) fail(c byte) error {
+	if c == 0 {
+		return errors.New("unexpected end of JSON input")
+	}
+	return fmt.Errorf("invalid character %q at offset %d", c, s.i-1)
+}
+
+// object reads an object's members, calling each with a member's key,
+// the scan at its value, which each reads or skips; it stops when each is
+// done.
+func (s *jsonScan) object(each func(key string) (done bool, err error)) error {
+	if c := s.next(); c != '{' {
+		return s.fail(c)
+	}
+	s.space()
+	if s.i < len(s.b) && s.b[s.i] == '}' {
+		s.i++
+		return nil
+	}
+	for {
+		s.space()
+		key, err := s.str()
+		if err != nil {
+			return err
+		}
+		if c := s.next(); c != ':' {
+			return s.fail(c)
+		}
+		if done, err := each(key); done || err != nil {
+			return err
+		}
+		switch c := s.next(); c {
+		case ',':
+		case '}':
+			return nil
+		default:
+			return s.fail(c)
+		}
+	}
+}
+
+// str reads a string.
+func (s *jsonScan) str() (string, error) {
+	if c := s.next(); c != '"' {
+		return "", s.fail(c)
+	}
+	start, escaped := s.i-1, false
+	for ; s.i < len(s.b); s.i++ {
+		switch s.b[s.i] {
+		case '\\':
+			escaped = true
+			s.i++
+		case '"':
+			s.i++
+			if !escaped {
+				return string(s.b[start+1 : s.i-1]), nil
+			}
+			var v string
+			err := json.Unmarshal(s.b[start:s.i], &v)
+			return v, err
+		}
+	}
+	return "", s.fail(0)
+}
+
+// skip passes over one value: a string, an object or array (to its
+// closing bracket, strings inside passed whole) or a literal.
+func (s *jsonScan) skip() error {
+	s.space()
+	if s.i == len(s.b) {
+		return s.fail(0)
+	}
+	switch s.b[s.i] {
+	case '"':
+		_, err := s.str()
+		return err
+	case '{', '[':
+		depth := 0
+		for s.i < len(s.b) {
+			switch s.b[s.i] {
+			case '"':
+				if _, err := s.str(); err != nil {
+					return err
+				}
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					s.i++
+					return nil
+				}
+			}
+			s.i++
+		}
+		return s.fail(0)
+	}
+	start := s.i
+	for s.i < len(s.b) && !strings.ContainsRune(",}] \t\n\r", rune(s.b[s.i])) {
+		s.i++
+	}
+	if s.i == start {
+		return s.fail(s.b[s.i])
+	}
+	return nil
 }
 
 // ApplyStatus server-side applies obj's status through the status

@@ -328,6 +328,22 @@ func TestWriter(t *testing.T) {
 		t.Errorf("a no-op ApplyVersion answered %q, %v; want the unchanged version %q", rv2, err, out.GetResourceVersion())
 	}
 
+	// Its options reach the server: another manager's change of the same
+	// field conflicts unless forced, and a dry run persists nothing.
+	if _, err := w.ApplyVersion(ctx, m, obj("a", "3"), "other", false); !apierrors.IsConflict(err) {
+		t.Errorf("another manager's unforced apply of an owned field: %v, want a conflict", err)
+	}
+	dry := &Writer{Client: cl, DryRun: true}
+	if rv3, err := dry.ApplyVersion(ctx, m, obj("a", "4"), "other", true); err != nil || rv3 == "" {
+		t.Errorf("a forced dry-run apply: %q, %v", rv3, err)
+	}
+	if got, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, "a", metav1.GetOptions{}); err != nil || got.Data["k"] != "2" || got.ResourceVersion != out.GetResourceVersion() {
+		t.Errorf("after a dry run: %v, data %v at %q; want it untouched", err, got.Data, got.ResourceVersion)
+	}
+	if rv4, err := w.ApplyVersion(ctx, m, obj("a", "5"), "other", true); err != nil || rv4 == out.GetResourceVersion() {
+		t.Errorf("another manager's forced apply: %q, %v", rv4, err)
+	}
+
 	bad := obj("Not_A_Name", "1")
 	_, errFull := w.Apply(ctx, m, bad, "test", true)
 	_, errVersion := w.ApplyVersion(ctx, m, bad, "test", true)
