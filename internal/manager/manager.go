@@ -7,8 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
@@ -121,7 +119,6 @@ func newProcess(ctx context.Context, o Options) (*process, error) {
 	if o.SyncloopNamespace == "" {
 		o.SyncloopNamespace = "default"
 	}
-	setGCPercent()
 	p := &process{opts: o, reg: prometheus.NewRegistry()}
 	p.metrics = metrics.New(p.reg, func() int { return p.engine.Informers() }, func() []metrics.RuleReady {
 		var out []metrics.RuleReady
@@ -262,20 +259,6 @@ func (p *process) start(ctx context.Context) error {
 // created just before it (the API server publishes them within a second or
 // two).
 const startSchemaWait = 10 * time.Second
-
-// GCPercent is the garbage collector's target for Run unless GOGC is set:
-// syncloop's heap is mostly its informer caches, which live as long as the
-// process, while what it allocates per request dies at once. Go's default
-// (100) lets the heap grow to twice the caches before collecting; 50 keeps
-// it at one and a half — measured with 5,000 triggers and 5,000 children:
-// 82–84 MiB resident instead of 95–96, for 3–8 % more CPU.
-const GCPercent = 50
-
-func setGCPercent() {
-	if _, set := os.LookupEnv("GOGC"); !set {
-		debug.SetGCPercent(GCPercent)
-	}
-}
 
 // currentSet is the newest rule set, shared by the reload watcher and the
 // engine's start.
