@@ -153,7 +153,6 @@ func (s *jsonScan) object(each func(key string) (done bool, err error)) error {
 		return nil
 	}
 	for {
-		s.space()
 		key, err := s.str()
 		if err != nil {
 			return err
