@@ -213,3 +213,41 @@ func TestTenantsSmoke(t *testing.T) {
 		t.Errorf("the report has not three tables:\n%s", report)
 	}
 }
+
+// TestMemorySmoke runs the memory phase small: the hand-written
+// controller, syncloop and three sharded replicas each converge the same
+// Tenants (every child made, none left over between runs — checked by the
+// run), and each run's memory is measured.
+func TestMemorySmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the syncloop binary")
+	}
+	const n = 60
+	res, err := runMemory(t.Context(), testenv.Get(t), syncloopBinary(t), n, 3, 0, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Runs) != 3 || res.Triggers != n {
+		t.Fatalf("%d runs of %d triggers, want 3 of %d", len(res.Runs), res.Triggers, n)
+	}
+	for i, want := range []struct {
+		name     string
+		replicas int
+	}{{"hand-written", 1}, {"syncloop", 1}, {"syncloop --sharding", 3}} {
+		r := res.Runs[i]
+		if r.Controller != want.name || r.Replicas != want.replicas {
+			t.Errorf("run %d: %s with %d processes, want %s with %d", i, r.Controller, r.Replicas, want.name, want.replicas)
+		}
+		if r.ConvergenceSeconds <= 0 || r.CPUSeconds <= 0 || r.RSSBytes <= 0 || r.PeakRSSBytes < r.RSSBytes || r.HeapInuseBytes <= 0 ||
+			r.RSSPerTriggerBytes != float64(r.RSSBytes)/n {
+			t.Errorf("run %d (%s): not measured: %+v", i, r.Controller, r)
+		}
+	}
+	if res.RSSRatio != float64(res.Runs[1].RSSBytes)/float64(res.Runs[0].RSSBytes) ||
+		res.ShardedRatio != float64(res.Runs[2].RSSBytes)/float64(res.Runs[1].RSSBytes) {
+		t.Errorf("ratios %v %v", res.RSSRatio, res.ShardedRatio)
+	}
+	if table := reportMemory(res); !strings.Contains(table, "| syncloop --sharding | 3 |") {
+		t.Errorf("table:\n%s", table)
+	}
+}

@@ -46,7 +46,8 @@ func main() {
 	identityTriggers := flag.Int("identity-triggers", 1000, "the identity phase's triggers")
 	chain := flag.Int("chain", 0, "run the chain phase: this many triggers each need three dependent children (0: skip)")
 	shard := flag.Int("shard", 0, "run the sharding phase: this many CEL-heavy triggers converged by one replica and by -shard-replicas replicas sharing them (needs -syncloop; 0: skip)")
-	shardReplicas := flag.Int("shard-replicas", 3, "replicas of the sharding phase's sharded run")
+	shardReplicas := flag.Int("shard-replicas", 3, "replicas of the sharding and memory phases' sharded runs")
+	memory := flag.Int("memory", 0, "run the memory phase on a control plane of its own: this many Tenants converged by the hand-written controller, by syncloop and by -shard-replicas replicas sharing them, each process's memory recorded (needs -syncloop; 0: skip)")
 	syncloopArgs := flag.String("syncloop-args", "", "extra `syncloop run` flags for the tenant workload, space-separated (none: its defaults)")
 	flag.Parse()
 	cfg.QPS = float32(*qps)
@@ -54,8 +55,8 @@ func main() {
 		tr.Args = strings.Fields(*syncloopArgs)
 	}
 	tr.LimitWorkers = cfg.LimitWorkers
-	if (tr.Triggers > 0 || *pushback > 0 || *shard > 0) && tr.Syncloop == "" {
-		fmt.Fprintln(os.Stderr, "bench: -tenants, -pushback and -shard need -syncloop")
+	if (tr.Triggers > 0 || *pushback > 0 || *shard > 0 || *memory > 0) && tr.Syncloop == "" {
+		fmt.Fprintln(os.Stderr, "bench: -tenants, -pushback, -shard and -memory need -syncloop")
 		os.Exit(2)
 	}
 
@@ -155,6 +156,22 @@ func main() {
 		}
 		table += withNote(reportPushback(run, res), *note) + "\n"
 		out["pushback"] = res
+	}
+	if *memory > 0 {
+		res, err := func() (*MemoryResult, error) {
+			env, err := testenv.Start(ctx, testenv.Options{})
+			if err != nil {
+				return nil, err
+			}
+			defer env.Stop()
+			return runMemory(ctx, env, tr.Syncloop, *memory, *shardReplicas, tr.Idle, logf)
+		}()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		table += withNote(reportMemory(res), *note) + "\n"
+		out["memory"] = res
 	}
 	fmt.Print(table)
 	if *record != "" {
