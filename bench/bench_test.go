@@ -34,7 +34,8 @@ func TestBenchSmoke(t *testing.T) {
 	if res.InformersDelta != 0 {
 		t.Errorf("rule add/remove cycles left %+d informers", res.InformersDelta)
 	}
-	if res.ConvergenceSeconds <= 0 || res.LimitSeconds <= 0 || res.HandWrittenSeconds <= 0 {
+	if res.ConvergenceSeconds <= 0 || res.LimitSeconds <= 0 || res.HandWrittenBeforeSeconds <= 0 || res.HandWrittenAfterSeconds <= 0 ||
+		res.HandWrittenSeconds != (res.HandWrittenBeforeSeconds+res.HandWrittenAfterSeconds)/2 {
 		t.Errorf("times not measured: %+v", res)
 	}
 	t.Logf("%+v", res)

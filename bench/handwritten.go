@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	corev1apply "k8s.io/client-go/applyconfigurations/core/v1"
+	metav1apply "k8s.io/client-go/applyconfigurations/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -29,8 +30,9 @@ const handLabel = "bench-hand-child"
 // programmer would write for the job instead of a rule — as the client-go
 // textbook has it: typed shared informers on the triggers and on its
 // children (protobuf on the wire), a rate-limited workqueue, workers
-// goroutines, a child applied server-side unless the cached one already
-// holds the desired data, and no client-side rate limit (as syncloop's
+// goroutines, a child applied server-side — controlled by its trigger, as
+// sample-controller's are — unless the cached one already holds the
+// desired data, and no client-side rate limit (as syncloop's
 // default). It returns the time from its start — informers listing
 // included — to the n-th child applied.
 func handWritten(ctx context.Context, env *testenv.Env, w workload, n, workers int) (time.Duration, error) {
@@ -128,7 +130,9 @@ func (c *handController) sync(ctx context.Context, key string) error {
 	if cached, ok, _ := c.children.GetIndexer().GetByKey(c.ns + "/" + name); ok && maps.Equal(cached.(*corev1.ConfigMap).Data, want) {
 		return nil
 	}
-	child := corev1apply.ConfigMap(name, c.ns).WithLabels(map[string]string{handLabel: trigger.Name}).WithData(want)
+	child := corev1apply.ConfigMap(name, c.ns).WithLabels(map[string]string{handLabel: trigger.Name}).WithData(want).
+		WithOwnerReferences(metav1apply.OwnerReference().WithAPIVersion("v1").WithKind("ConfigMap").WithName(trigger.Name).
+			WithUID(trigger.UID).WithController(true).WithBlockOwnerDeletion(true))
 	if _, err := c.cs.CoreV1().ConfigMaps(c.ns).Apply(ctx, child, metav1.ApplyOptions{FieldManager: "bench-hand", Force: true}); err != nil {
 		return err
 	}

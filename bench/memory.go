@@ -7,12 +7,10 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"syscall"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	k8sdynamic "k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/syncloop/syncloop/internal/testenv"
@@ -64,11 +62,7 @@ func runMemory(ctx context.Context, env *testenv.Env, bin string, n, replicas in
 	if err := installTenantCRD(ctx, env); err != nil {
 		return nil, err
 	}
-	cs, err := kubernetes.NewForConfig(env.Config())
-	if err != nil {
-		return nil, err
-	}
-	dc, err := k8sdynamic.NewForConfig(env.Config())
+	cs, dc, err := adminClients(env)
 	if err != nil {
 		return nil, err
 	}
@@ -152,14 +146,7 @@ func memoryRun(ctx context.Context, cs, pcs kubernetes.Interface, ns, dir string
 	}
 	defer watched.stop()
 	var procs []*syncloopRun
-	defer func() {
-		for _, p := range procs { // all told to stop first: they leave together
-			_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		}
-		for _, p := range procs {
-			_ = p.stop()
-		}
-	}()
+	defer func() { _ = stopAll(procs) }()
 	began := time.Now()
 	for i := range replicas {
 		p, err := start(i, filepath.Join(dir, fmt.Sprintf("%s-%d.log", ns, len(procs))))
@@ -193,13 +180,8 @@ func memoryRun(ctx context.Context, cs, pcs kubernetes.Interface, ns, dir string
 		run.PeakRSSBytes += procKB(status, "VmHWM:") << 10
 	}
 	run.RSSPerTriggerBytes = float64(run.RSSBytes) / float64(n)
-	for _, p := range procs { // all told first: they leave together, handing nothing over
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	}
-	for i, p := range procs {
-		if err := p.stop(); err != nil {
-			return nil, fmt.Errorf("process %d exited with %v", i, err)
-		}
+	if err := stopAll(procs); err != nil {
+		return nil, err
 	}
 	// Every child was made by one of these processes, and goes before the
 	// next run's controller starts.

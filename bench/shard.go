@@ -8,15 +8,12 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
-	k8sdynamic "k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/syncloop/syncloop/internal/testenv"
 )
@@ -138,11 +135,7 @@ func runShard(ctx context.Context, env *testenv.Env, bin string, n, replicas int
 }
 
 func shardRun(ctx context.Context, env *testenv.Env, bin, dir string, n, replicas int, logf func(string, ...any)) (*ShardRun, error) {
-	cs, err := kubernetes.NewForConfig(env.Config())
-	if err != nil {
-		return nil, err
-	}
-	dc, err := k8sdynamic.NewForConfig(env.Config())
+	cs, dc, err := adminClients(env)
 	if err != nil {
 		return nil, err
 	}
@@ -166,14 +159,7 @@ func shardRun(ctx context.Context, env *testenv.Env, bin, dir string, n, replica
 	logf("shard: %d Scores created in %.1fs", n, time.Since(start).Seconds())
 
 	var procs []*syncloopRun
-	defer func() {
-		for _, p := range procs { // all told to stop first: they leave together
-			_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		}
-		for _, p := range procs {
-			_ = p.stop()
-		}
-	}()
+	defer func() { _ = stopAll(procs) }()
 	cpBefore := controlPlaneCPU(env)
 	start = time.Now()
 	for i := range replicas {

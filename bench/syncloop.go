@@ -112,6 +112,24 @@ func (p *syncloopRun) stop() error {
 	}
 }
 
+// stopAll tells every process to stop, then waits for each, so that
+// sharded replicas leave together and hand nothing over; it returns how
+// the first that failed ended.
+func stopAll(procs []*syncloopRun) error {
+	for _, p := range procs {
+		if !p.stopped {
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		}
+	}
+	var first error
+	for i, p := range procs {
+		if err := p.stop(); err != nil && first == nil {
+			first = fmt.Errorf("process %d exited with %v", i, err)
+		}
+	}
+	return first
+}
+
 // scrape reads the process's /metrics.
 func (p *syncloopRun) scrape(ctx context.Context) (map[string]float64, error) {
 	return scrapeMetrics(ctx, "http://"+p.metrics+"/metrics")
