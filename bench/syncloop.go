@@ -21,7 +21,10 @@ type syncloopRun struct {
 	logPath         string
 	done            chan struct{} // closed when the process has exited; err is set then
 	err             error
-	stopped         bool
+	// terminated: SIGTERM sent (only once: a second one, after syncloop
+	// has finished its shutdown and restored the signal's default, would
+	// kill it); stopped: stop called.
+	terminated, stopped bool
 }
 
 // startSyncloop starts bin run -f rulesDir as kubeconfig, with extra
@@ -101,7 +104,7 @@ func (p *syncloopRun) stop() error {
 		return nil
 	}
 	p.stopped = true
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	p.terminate()
 	select {
 	case <-p.done:
 		return p.err
@@ -112,14 +115,20 @@ func (p *syncloopRun) stop() error {
 	}
 }
 
+// terminate sends the process SIGTERM, once.
+func (p *syncloopRun) terminate() {
+	if !p.terminated {
+		p.terminated = true
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	}
+}
+
 // stopAll tells every process to stop, then waits for each, so that
 // sharded replicas leave together and hand nothing over; it returns how
 // the first that failed ended.
 func stopAll(procs []*syncloopRun) error {
 	for _, p := range procs {
-		if !p.stopped {
-			_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		}
+		p.terminate()
 	}
 	var first error
 	for i, p := range procs {
