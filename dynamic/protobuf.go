@@ -263,9 +263,11 @@ func typedToUnstructured(obj runtime.Object, gv schema.GroupVersion, keep func(m
 			m.SetManagedFields(kept)
 		}
 	}
-	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-	if err != nil {
-		return nil, err
+	content, ok := fastUnstructured(obj)
+	if !ok {
+		if content, err = runtime.DefaultUnstructuredConverter.ToUnstructured(obj); err != nil {
+			return nil, err
+		}
 	}
 	u := &unstructured.Unstructured{Object: content}
 	u.SetGroupVersionKind(gvk)
