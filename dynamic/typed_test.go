@@ -67,6 +67,20 @@ func TestFastUnstructured(t *testing.T) {
 	}
 }
 
+// TestFastUnstructuredFields: the types converted field by field have the
+// fields fastUnstructured knows; a k8s.io/api that adds one fails here
+// rather than dropping it from every cached object.
+func TestFastUnstructuredFields(t *testing.T) {
+	for _, c := range []struct {
+		v    any
+		want int
+	}{{metav1.ObjectMeta{}, 15}, {metav1.OwnerReference{}, 6}, {corev1.ConfigMap{}, 5}, {corev1.Secret{}, 6}} {
+		if got := reflect.TypeOf(c.v).NumField(); got != c.want {
+			t.Errorf("%T has %d fields, fastUnstructured knows %d: convert the new ones", c.v, got, c.want)
+		}
+	}
+}
+
 func genMeta(r *rand.Rand) metav1.ObjectMeta {
 	m := metav1.ObjectMeta{Name: genString(r), GenerateName: genString(r), Namespace: genString(r), SelfLink: genString(r),
 		UID: types.UID(genString(r)), ResourceVersion: genString(r), Labels: genStrings(r), Annotations: genStrings(r)}
