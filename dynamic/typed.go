@@ -24,17 +24,9 @@ func fastUnstructured(obj runtime.Object) (map[string]any, bool) {
 		if len(o.ManagedFields) > 0 {
 			return nil, false
 		}
-		out := make(map[string]any, 4)
-		out["metadata"] = objectMetaContent(&o.ObjectMeta)
-		if o.Immutable != nil {
-			out["immutable"] = *o.Immutable
-		}
+		out := withMeta(&o.ObjectMeta, o.Immutable)
 		if len(o.Data) > 0 {
-			data := make(map[string]any, len(o.Data))
-			for k, v := range o.Data {
-				data[k] = v
-			}
-			out["data"] = data
+			out["data"] = stringsContent(o.Data)
 		}
 		if len(o.BinaryData) > 0 {
 			out["binaryData"] = bytesContent(o.BinaryData)
@@ -44,20 +36,12 @@ func fastUnstructured(obj runtime.Object) (map[string]any, bool) {
 		if len(o.ManagedFields) > 0 {
 			return nil, false
 		}
-		out := make(map[string]any, 5)
-		out["metadata"] = objectMetaContent(&o.ObjectMeta)
-		if o.Immutable != nil {
-			out["immutable"] = *o.Immutable
-		}
+		out := withMeta(&o.ObjectMeta, o.Immutable)
 		if len(o.Data) > 0 {
 			out["data"] = bytesContent(o.Data)
 		}
 		if len(o.StringData) > 0 {
-			data := make(map[string]any, len(o.StringData))
-			for k, v := range o.StringData {
-				data[k] = v
-			}
-			out["stringData"] = data
+			out["stringData"] = stringsContent(o.StringData)
 		}
 		if o.Type != "" {
 			out["type"] = string(o.Type)
@@ -65,6 +49,17 @@ func fastUnstructured(obj runtime.Object) (map[string]any, bool) {
 		return out, true
 	}
 	return nil, false
+}
+
+// withMeta is the content of an object with metadata m and an immutable
+// field.
+func withMeta(m *metav1.ObjectMeta, immutable *bool) map[string]any {
+	out := make(map[string]any, 5)
+	out["metadata"] = objectMetaContent(m)
+	if immutable != nil {
+		out["immutable"] = *immutable
+	}
+	return out
 }
 
 // bytesContent is a map of bytes as JSON has it: each value base64.
