@@ -72,9 +72,9 @@ type Result struct {
 	// after the phase (HandWrittenAfterSeconds), so that it does not run
 	// only on the emptier control plane (on 10,000 triggers the same
 	// controller took 6.9 s first and 9.8 s after syncloop in one run,
-	// 10.4 and 8.0 s in another). HandWrittenRatio
-	// is HandWrittenSeconds / ConvergenceSeconds: 1 means syncloop is as
-	// fast as the controller it replaces.
+	// 10.4 and 8.0 s in another). HandWrittenRatio is HandWrittenSeconds /
+	// ConvergenceSeconds: 1 means syncloop is as fast as the controller it
+	// replaces.
 	HandWrittenSeconds       float64 `json:"hand_written_seconds"`
 	HandWrittenBeforeSeconds float64 `json:"hand_written_before_seconds"`
 	HandWrittenAfterSeconds  float64 `json:"hand_written_after_seconds"`
@@ -356,6 +356,14 @@ func adminClients(env *testenv.Env) (kubernetes.Interface, k8sdynamic.Interface,
 	}
 	dc, err := k8sdynamic.NewForConfig(env.Config())
 	return cs, dc, err
+}
+
+// protobufAdmin is a typed client acting as env's admin in protobuf, the
+// cheapest way to watch many built-in objects.
+func protobufAdmin(env *testenv.Env) (kubernetes.Interface, error) {
+	cfg := env.Config()
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	return kubernetes.NewForConfig(cfg)
 }
 
 func namespace(ctx context.Context, cs kubernetes.Interface, prefix string) (string, error) {

@@ -66,9 +66,7 @@ func runMemory(ctx context.Context, env *testenv.Env, bin string, n, replicas in
 	if err != nil {
 		return nil, err
 	}
-	pcfg := env.Config()
-	pcfg.ContentType = "application/vnd.kubernetes.protobuf"
-	pcs, err := kubernetes.NewForConfig(pcfg)
+	pcs, err := protobufAdmin(env)
 	if err != nil {
 		return nil, err
 	}
@@ -206,9 +204,6 @@ func memoryRun(ctx context.Context, cs, pcs kubernetes.Interface, ns, dir string
 // what one DeleteCollection left when its time ran out goes in the next.
 func deleteAll(ctx context.Context, del func(context.Context) error, gone func(context.Context) (bool, error)) error {
 	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Minute, true, func(ctx context.Context) (bool, error) {
-		if done, err := gone(ctx); err != nil || done {
-			return done, err
-		}
 		_ = del(ctx) // a timeout is expected; gone decides
 		return gone(ctx)
 	})

@@ -338,9 +338,7 @@ func runTenantsWith(ctx context.Context, env *testenv.Env, run TenantRun, ctl te
 	// The children are counted as the API server has them, from a watch
 	// of this process's: scraping the controller's metrics for progress
 	// would cost the measured process CPU at every poll.
-	pcfg := env.Config()
-	pcfg.ContentType = "application/vnd.kubernetes.protobuf"
-	pcs, err := kubernetes.NewForConfig(pcfg)
+	pcs, err := protobufAdmin(env)
 	if err != nil {
 		return nil, err
 	}
