@@ -29,6 +29,11 @@ type WatchKey struct {
 	Namespace     string
 	LabelSelector string
 	FieldSelector string
+	// Stubs, when set, makes the informer keep whole only the objects the
+	// Registry's Keep approves and a stub of each other one (see Stub):
+	// its value is the subscriber's, passed to Keep. Informers that stub
+	// and those that do not never share.
+	Stubs string
 }
 
 func (k WatchKey) String() string {
@@ -45,6 +50,9 @@ func (k WatchKey) String() string {
 	}
 	if k.FieldSelector != "" {
 		s += " fields " + k.FieldSelector
+	}
+	if k.Stubs != "" {
+		s += " stubs " + k.Stubs
 	}
 	return s
 }
@@ -76,6 +84,15 @@ type Registry struct {
 	// it is nil, are JSON through client.
 	Protobuf *Protobuf
 
+	// Keep, when set before the first Subscribe, says which objects the
+	// informers of keys with Stubs keep whole; each other one is cached
+	// as a stub that holds note (StubNote): what its subscriber needs to
+	// tell, later, whether it would keep the object whole then. It is
+	// asked as each object arrives from a list or a watch, so what it
+	// answers takes hold for objects cached before only on Refresh (or,
+	// for those it keeps no more, Restub). Nil keeps every object whole.
+	Keep func(key WatchKey, obj *unstructured.Unstructured) (keep bool, note string)
+
 	// Identity, when set before the first Subscribe, names who the
 	// client's requests act as (a ServiceAccount it impersonates, as
 	// namespace/name) in the log of a refused list or watch; "" is
@@ -87,13 +104,20 @@ type Registry struct {
 }
 
 type entry struct {
-	key      WatchKey
+	key     WatchKey
+	run     atomic.Pointer[informerRun] // the informer; Refresh replaces it
+	subs    map[*Subscription]bool      // guarded by the Registry's mu
+	lastErr atomic.Pointer[error]       // the last failed list or watch
+}
+
+// informerRun is one informer and how to stop it.
+type informerRun struct {
 	informer cache.SharedIndexInformer
 	cancel   context.CancelFunc
 	done     chan struct{} // closed when the informer's goroutine has returned
-	subs     int
-	lastErr  atomic.Pointer[error] // the last failed list or watch
 }
+
+func (e *entry) informer() cache.SharedIndexInformer { return e.run.Load().informer }
 
 // NewRegistry returns a Registry whose informers list and watch through
 // client. Every informer gets the namespace index and indexers.
@@ -116,25 +140,32 @@ func (r *Registry) Subscribe(ctx context.Context, key WatchKey, handler cache.Re
 	defer r.mu.Unlock()
 	e, ok := r.entries[key]
 	if !ok {
-		var err error
-		if e, err = r.start(ctx, key); err != nil {
+		e = &entry{key: key, subs: map[*Subscription]bool{}}
+		run, err := r.start(ctx, e)
+		if err != nil {
 			return nil, err
 		}
+		e.run.Store(run)
 		r.entries[key] = e
 	}
-	reg, err := e.informer.AddEventHandler(handler)
+	reg, err := e.informer().AddEventHandler(handler)
 	if err != nil {
-		if e.subs == 0 {
+		if len(e.subs) == 0 {
 			delete(r.entries, key)
 			e.stop()
 		}
 		return nil, fmt.Errorf("subscribing to %s: %w", key, err)
 	}
-	e.subs++
-	return &Subscription{r: r, e: e, reg: reg}, nil
+	s := &Subscription{r: r, e: e, handler: handler}
+	s.reg.Store(&reg)
+	e.subs[s] = true
+	return s, nil
 }
 
-func (r *Registry) start(ctx context.Context, key WatchKey) (*entry, error) {
+// start runs an informer on e's key; a list or watch it fails is e's
+// last error.
+func (r *Registry) start(ctx context.Context, e *entry) (*informerRun, error) {
+	key := e.key
 	tweak := func(o *metav1.ListOptions) {
 		o.LabelSelector = key.LabelSelector
 		o.FieldSelector = key.FieldSelector
@@ -149,12 +180,12 @@ func (r *Registry) start(ctx context.Context, key WatchKey) (*entry, error) {
 	} else {
 		inf = dynamicinformer.NewFilteredDynamicInformer(r.client, key.GVR, key.Namespace, 0, r.indexers, tweak).Informer()
 	}
-	if err := inf.SetTransform(r.transform); err != nil {
+	if err := inf.SetTransform(r.transformFor(key)); err != nil {
 		return nil, err
 	}
 	ictx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	ictx = klog.NewContext(ictx, klog.FromContext(ctx).WithValues("watch", key.String()))
-	e := &entry{key: key, informer: inf, cancel: cancel, done: make(chan struct{})}
+	run := &informerRun{informer: inf, cancel: cancel, done: make(chan struct{})}
 	if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, _ *cache.Reflector, err error) {
 		e.lastErr.Store(&err)
 		logWatchError(ctx, r.Identity, err)
@@ -166,10 +197,55 @@ func (r *Registry) start(ctx context.Context, key WatchKey) (*entry, error) {
 		return nil, err
 	}
 	go func() {
-		defer close(e.done)
+		defer close(run.done)
 		inf.RunWithContext(ictx)
 	}()
-	return e, nil
+	return run, nil
+}
+
+// Refresh lists key's objects again on a new informer and, once it has
+// synced, moves every subscription to it and stops the old one: what Keep
+// answers now takes hold for every object. Until then the subscriptions
+// read and are sent events from the old informer. Each handler is sent an
+// Add for every object of the new list, as a new subscriber is; an object
+// deleted between the two lists is not sent a Delete. Refresh returns
+// when the new informer is in place, when the key has no subscriber any
+// more (nil), or when ctx ends (its error; the old informer stays).
+func (r *Registry) Refresh(ctx context.Context, key WatchKey) error {
+	r.mu.Lock()
+	e := r.entries[key]
+	r.mu.Unlock()
+	if e == nil {
+		return nil
+	}
+	run, err := r.start(ctx, e)
+	if err != nil {
+		return err
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), run.informer.HasSynced) {
+		run.stop()
+		return ctx.Err()
+	}
+	r.mu.Lock()
+	if r.entries[key] != e || len(e.subs) == 0 {
+		r.mu.Unlock()
+		run.stop()
+		return nil
+	}
+	old := e.run.Swap(run)
+	var errs []error
+	for s := range e.subs {
+		reg, err := run.informer.AddEventHandler(s.handler)
+		if err != nil {
+			errs = append(errs, err) // stopped: never, it runs
+			continue
+		}
+		prev := s.reg.Swap(&reg)
+		_ = old.informer.RemoveEventHandler(*prev)
+	}
+	r.mu.Unlock()
+	old.stop()
+	return errors.Join(errs...)
 }
 
 // jsonListWatch lists and watches key through the dynamic client, as the
@@ -205,22 +281,85 @@ func logWatchError(ctx context.Context, identity string, err error) {
 	}
 }
 
-func (e *entry) stop() {
-	e.cancel()
-	<-e.done
+func (e *entry) stop() { e.run.Load().stop() }
+
+func (run *informerRun) stop() {
+	run.cancel()
+	<-run.done
 }
 
-// transform readies an object for the cache: it drops
-// metadata.managedFields — syncloop never reads them, and they are often
-// the larger part of an object — and interns the strings objects repeat.
-func (r *Registry) transform(obj any) (any, error) {
-	if u, ok := obj.(*unstructured.Unstructured); ok {
+// transformFor readies the objects of key's informer for the cache: it
+// drops metadata.managedFields — syncloop never reads them, and they are
+// often the larger part of an object — and interns the strings objects
+// repeat; for a key with Stubs, an object Keep does not keep is cached as
+// its stub.
+func (r *Registry) transformFor(key WatchKey) cache.TransformFunc {
+	stubs := key.Stubs != "" && r.Keep != nil
+	return func(obj any) (any, error) {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return obj, nil
+		}
+		if stubs {
+			if keep, note := r.Keep(key, u); !keep {
+				return Stub(u, note), nil
+			}
+		}
 		if md, ok := u.Object["metadata"].(map[string]any); ok {
 			r.filterManagedFields(md)
 		}
 		internObject(u.Object)
+		return obj, nil
 	}
-	return obj, nil
+}
+
+// stubField marks a stub (Stub) and holds its note: no object the API
+// server serves has a top-level field of this name.
+const stubField = "syncloop.dev/stub"
+
+// Stub is what an informer whose key has Stubs caches of an object its
+// subscribers do not need whole: its apiVersion, kind, namespace, name,
+// uid and resourceVersion, a small fraction of most objects, and note. It
+// has no labels or annotations, so no index but the namespace one finds
+// it.
+func Stub(u *unstructured.Unstructured, note string) *unstructured.Unstructured {
+	// Names, uids and versions are each object's own: interning them
+	// would cost a table entry apiece and share nothing.
+	md := map[string]any{}
+	for _, f := range [...]string{"name", "uid", "resourceVersion"} {
+		if v, ok, _ := unstructured.NestedString(u.Object, "metadata", f); ok && v != "" {
+			md[f] = v
+		}
+	}
+	if ns := u.GetNamespace(); ns != "" {
+		md["namespace"] = intern(ns)
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": intern(u.GetAPIVersion()),
+		"kind":       intern(u.GetKind()),
+		"metadata":   md,
+		stubField:    note,
+	}}
+}
+
+// IsStub reports whether obj, read from a cache, is a stub (Stub).
+func IsStub(obj any) bool {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return false
+	}
+	_, stub := u.Object[stubField]
+	return stub
+}
+
+// StubNote is the note of a stub (Stub); "" for an object that is none.
+func StubNote(obj any) string {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return ""
+	}
+	note, _ := u.Object[stubField].(string)
+	return note
 }
 
 // filterManagedFields drops the managedFields entries KeepManagedFields
@@ -265,25 +404,62 @@ func (r *Registry) Keys() []WatchKey {
 
 // Subscription is one handler on one shared informer.
 type Subscription struct {
-	r    *Registry
-	e    *entry
-	reg  cache.ResourceEventHandlerRegistration
+	r       *Registry
+	e       *entry
+	handler cache.ResourceEventHandler
+	// reg is the handler's registration on the entry's informer; Refresh
+	// and Stop change it and the informer under the Registry's mu.
+	reg  atomic.Pointer[cache.ResourceEventHandlerRegistration]
 	once sync.Once
 }
 
 // Key is the informer's WatchKey.
 func (s *Subscription) Key() WatchKey { return s.e.key }
 
+// Refresh lists the subscription's informer again (Registry.Refresh).
+func (s *Subscription) Refresh(ctx context.Context) error { return s.r.Refresh(ctx, s.e.key) }
+
+// Restub replaces, in the informer's cache, every whole object Keep no
+// longer keeps by its stub, without a request: how an informer with
+// Stubs lets go of what its subscribers need whole no more. It reports
+// how many it replaced. No handler is told; a stub replaced while an
+// event for its object is being cached may carry the resourceVersion
+// before that event's until the object's next event. What Keep keeps now
+// and did not before is not made whole: that takes Refresh.
+func (s *Subscription) Restub() int {
+	if s.e.key.Stubs == "" || s.r.Keep == nil {
+		return 0
+	}
+	idx := s.Indexer()
+	n := 0
+	for _, obj := range idx.List() {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok || IsStub(u) {
+			continue
+		}
+		keep, note := s.r.Keep(s.e.key, u)
+		if keep {
+			continue
+		}
+		if idx.Update(Stub(u, note)) == nil {
+			n++
+		}
+	}
+	return n
+}
+
+func (s *Subscription) registration() cache.ResourceEventHandlerRegistration { return *s.reg.Load() }
+
 // HasSynced reports whether the informer has listed and this handler has
 // been sent every object of that list.
-func (s *Subscription) HasSynced() bool { return s.reg.HasSynced() }
+func (s *Subscription) HasSynced() bool { return s.registration().HasSynced() }
 
 // Synced is closed once HasSynced: waiting on it needs no polling.
-func (s *Subscription) Synced() <-chan struct{} { return s.reg.HasSyncedChecker().Done() }
+func (s *Subscription) Synced() <-chan struct{} { return s.registration().HasSyncedChecker().Done() }
 
 // WaitForSync blocks until HasSynced or ctx ends; it reports which.
 func (s *Subscription) WaitForSync(ctx context.Context) bool {
-	return cache.WaitForCacheSync(ctx.Done(), s.reg.HasSynced)
+	return cache.WaitForCacheSync(ctx.Done(), s.HasSynced)
 }
 
 // LastError is the error of the informer's last failed list or watch, or
@@ -297,7 +473,7 @@ func (s *Subscription) LastError() error {
 }
 
 // Indexer is the informer's cache. Callers must not modify what it returns.
-func (s *Subscription) Indexer() cache.Indexer { return s.e.informer.GetIndexer() }
+func (s *Subscription) Indexer() cache.Indexer { return s.e.informer().GetIndexer() }
 
 // Stop removes the handler (an event being delivered right then may still
 // complete; none is delivered after). The last
@@ -305,11 +481,11 @@ func (s *Subscription) Indexer() cache.Indexer { return s.e.informer.GetIndexer(
 // called more than once.
 func (s *Subscription) Stop() {
 	s.once.Do(func() {
-		_ = s.e.informer.RemoveEventHandler(s.reg)
 		r := s.r
 		r.mu.Lock()
-		s.e.subs--
-		last := s.e.subs == 0
+		_ = s.e.informer().RemoveEventHandler(s.registration())
+		delete(s.e.subs, s)
+		last := len(s.e.subs) == 0
 		if last && r.entries[s.e.key] == s.e {
 			delete(r.entries, s.e.key)
 		}
