@@ -129,9 +129,15 @@ type Engine struct {
 	rollouts RolloutStore
 	planned  []RolloutStatus // PlanOnce's rollouts
 
-	shardMu sync.RWMutex // guards shard and shards; SetShard holds it to change them
-	shard   Shard
-	shards  []shardChange // recent shards, oldest first (see ownedSince)
+	shardMu  sync.RWMutex // guards shard, shards and shardGen; SetShard holds it to change them
+	shard    Shard
+	shards   []shardChange // recent shards, oldest first (see ownedSince)
+	shardGen uint64        // SetShards so far
+	// sharded: the engine was made with a shard (replicas share the
+	// triggers); its rules' informers stub what it does not own
+	// (stubs.go), and stubLoops are the loops running, by rule, for keep.
+	sharded   bool
+	stubLoops sync.Map
 
 	mu      sync.Mutex
 	loops   map[string]*ruleLoop
@@ -149,6 +155,7 @@ func New(o Options) *Engine {
 		ns:       o.Namespace,
 		rollouts: o.Rollouts,
 		shard:    o.Shard,
+		sharded:  o.Shard != nil,
 		loops:    map[string]*ruleLoop{},
 	}
 	if e.metrics == nil {
@@ -172,6 +179,7 @@ func New(o Options) *Engine {
 		cache.Indexers{ownerIndex: ownerIndexFunc, ruleIndex: ruleIndexFunc, patchIndex: patchIndexFunc},
 		func(reg *dynamic.Registry) {
 			reg.KeepManagedFields = rules.IsPatchManager
+			reg.Keep = e.keep
 			reg.OnWatchError = func(key dynamic.WatchKey, err error) {
 				e.metrics.WatchError(key.GVR.GroupResource().String(), errorReason(err))
 			}

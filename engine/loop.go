@@ -81,6 +81,9 @@ type ruleLoop struct {
 	// shard the loop last queued triggers for (run's goroutine only).
 	reshard   chan struct{}
 	shardSeen Shard
+	// listed is what the stubbing informers were last listed under (run's
+	// goroutine only; see refresh).
+	listed listing
 }
 
 // loopCounters count what a loop did, for tests and diagnostics.
@@ -90,6 +93,8 @@ type loopCounters struct {
 	inFlight   atomic.Int64 // reconciles under way
 	// triggerSub is the trigger informer once subscribed, for Owned.
 	triggerSub atomic.Pointer[dynamic.Subscription]
+	refreshes  atomic.Int64 // stubbing informers listed again (refresh)
+	restubs    atomic.Int64 // stubbing informers stubbed in place (refresh)
 }
 
 // newRuleLoop makes the loop of rule r. retired are kinds an earlier
@@ -112,7 +117,7 @@ func newRuleLoop(e *Engine, r *rules.Rule, retired []schema.GroupVersionKind, re
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(limiter,
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: r.Name, MetricsProvider: e.queues}),
 		done:    make(chan struct{}),
-		watches: &watches{rule: r, ns: cmp.Or(e.ns, r.Tenant), actor: a, retired: retired, retiredPatches: retiredPatches},
+		watches: &watches{rule: r, ns: cmp.Or(e.ns, r.Tenant), actor: a, retired: retired, retiredPatches: retiredPatches, stubs: e.stubs()},
 		working: map[uint64]context.CancelFunc{},
 		reshard: make(chan struct{}, 1),
 		state:   StateWaiting,
@@ -182,7 +187,15 @@ func (l *ruleLoop) run(ctx context.Context) {
 		}
 	}()
 	defer l.queue.ShutDown()
+	if l.watches.stubs {
+		l.e.stubLoops.Store(l.rule.Name, l)
+		defer l.e.stubLoops.CompareAndDelete(l.rule.Name, l)
+	}
+	if !l.waitForShard(ctx) {
+		return
+	}
 	l.shardSeen = l.e.currentShard()
+	l.listed = l.listingNow()
 	if !l.prepare(ctx) || !l.prepareRollout(ctx) || !l.waitForSync(ctx, l.needed()) {
 		return
 	}
@@ -315,6 +328,7 @@ const rolloutResolveWait = 10 * time.Second
 func (l *ruleLoop) giveUpRollout(ctx context.Context, why error) {
 	klog.FromContext(ctx).Error(why, "Cannot roll the change out in steps: every trigger moves at once")
 	l.ro.Store(nil)
+	l.poke() // informers that stub keep whole only what the shard owns again
 }
 
 // needed are the informers the workers need synced: the rule's, and
@@ -492,6 +506,12 @@ func (l *ruleLoop) processNext(ctx context.Context) bool {
 		return true
 	}
 	defer l.end(d)
+	if !l.whole(key) {
+		// Gained a moment ago: cached as a stub until its informer has
+		// listed again.
+		l.queue.AddAfter(key, holdWait)
+		return true
+	}
 	l.inFlight.Add(1)
 	defer l.inFlight.Add(-1)
 	start := time.Now()

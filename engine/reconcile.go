@@ -309,10 +309,13 @@ func (rc *reconciler) existing(ctx context.Context, ck *childKind, ref childRef,
 	if err != nil {
 		return nil, err
 	}
-	if found {
+	stub := found && dynamic.IsStub(cachedObj)
+	if found && !stub {
 		return cachedObj.(*unstructured.Unstructured), nil
 	}
-	if !rc.mayLag(key) && !rc.writes.hadConflict(key, ref) {
+	// A stub is a child of a trigger gained a moment ago, whose informer
+	// has not listed it whole again yet (stubs.go).
+	if !stub && !rc.mayLag(key) && !rc.writes.hadConflict(key, ref) {
 		return nil, nil
 	}
 	live, err := rc.client.Get(ctx, ck.mapping, ref.namespace, ref.name)

@@ -230,12 +230,21 @@ func (e *Engine) resumeRollout(ctx context.Context, r *rules.Rule) *rolloutPlan 
 	return p
 }
 
+// settle marks the rollout complete for good: every trigger is on the new
+// revision. A loop whose informers stub lists them again, now keeping
+// whole only what its shard owns (stubs.go).
+func (ro *rollout) settle() {
+	if !ro.settled.Swap(true) {
+		ro.l.poke()
+	}
+}
+
 // newRollout makes loop l's rollout as p says.
 func newRollout(l *ruleLoop, p *rolloutPlan) *rollout {
 	e := l.e
 	from := p.from
 	writes := newOwnWrites()
-	w := &watches{rule: from, ns: l.watches.ns, actor: l.watches.actor, retired: retiredKinds(l.watches, from)}
+	w := &watches{rule: from, ns: l.watches.ns, actor: l.watches.actor, retired: retiredKinds(l.watches, from), stubs: l.watches.stubs}
 	ro := &rollout{l: l, store: e.rollouts, poke: make(chan struct{}, 1), rec: p.rec, sharded: e.currentShard() != nil,
 		step: map[cache.ObjectName]bool{}, health: map[cache.ObjectName]health{}}
 	ro.rec.From, ro.rec.To = from.Hash, l.rule.Hash
@@ -470,7 +479,7 @@ func (ro *rollout) follow(ctx context.Context) {
 	ro.step = ro.stepKeys(rec.StepFrom, rec.Threshold)
 	ro.mu.Unlock()
 	if rec.State == RolloutComplete {
-		ro.settled.Store(true)
+		ro.settle()
 	}
 	if old.State == rec.State && old.Threshold == rec.Threshold && old.Started.Equal(rec.Started) {
 		return
@@ -682,7 +691,7 @@ func (ro *rollout) rollBack(ctx context.Context, msg string) {
 
 func (ro *rollout) complete(ctx context.Context) {
 	ro.mu.Lock()
-	ro.settled.Store(true)
+	ro.settle()
 	ro.rec.State, ro.rec.Reason, ro.rec.Message = RolloutComplete, "", ""
 	ro.rec.Threshold = math.MaxUint64
 	ro.rec.Moved = ro.rec.Total

@@ -53,6 +53,13 @@ func (e *Engine) held() bool {
 	return !ok || h.Held()
 }
 
+// shardGeneration counts the shards the engine has been given.
+func (e *Engine) shardGeneration() uint64 {
+	e.shardMu.RLock()
+	defer e.shardMu.RUnlock()
+	return e.shardGen
+}
+
 func (e *Engine) currentShard() Shard {
 	e.shardMu.RLock()
 	defer e.shardMu.RUnlock()
@@ -68,6 +75,7 @@ func (e *Engine) currentShard() Shard {
 func (e *Engine) SetShard(ctx context.Context, s Shard) {
 	e.shardMu.Lock()
 	e.shard = s
+	e.shardGen++
 	now := time.Now()
 	e.shards = append(e.shards, shardChange{s: s, at: now})
 	// Keep the changes of the verifying period and the shard in force
@@ -85,10 +93,7 @@ func (e *Engine) SetShard(ctx context.Context, s Shard) {
 	}
 	e.mu.Unlock()
 	for _, l := range loops {
-		select {
-		case l.reshard <- struct{}{}:
-		default: // one pending is enough: it reads the newest shard
-		}
+		l.poke()
 	}
 	deadline := time.Now().Add(e.drain)
 	tick := time.NewTicker(5 * time.Millisecond)
@@ -239,6 +244,9 @@ const handoverVerify = 10 * time.Second
 // before did not, and sweeps for orphans among them. It runs on the
 // loop's goroutine.
 func (l *ruleLoop) resharded(ctx context.Context) {
+	if !l.refresh(ctx) {
+		return
+	}
 	s := l.e.currentShard()
 	before := l.shardSeen
 	l.shardSeen = s

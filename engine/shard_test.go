@@ -64,19 +64,7 @@ func TestShard(t *testing.T) {
 	h := newHarness(t)
 	h.shard = evenShard
 	h.start(h.loadRules(copyRule))
-	var even, odd []string
-	for i := range 24 {
-		name := fmt.Sprintf("t%d", i)
-		h.createCM(name, map[string]string{"copy": "yes"}, map[string]string{"k": "v"})
-		if TriggerDigest(cache.ObjectName{Namespace: h.ns, Name: name})%2 == 0 {
-			even = append(even, name)
-		} else {
-			odd = append(odd, name)
-		}
-	}
-	if len(even) == 0 || len(odd) == 0 {
-		t.Fatalf("24 names all fell on one side: even %v, odd %v", even, odd)
-	}
+	even, odd := h.evenAndOdd(24)
 	has := func(names []string) func() bool {
 		return func() bool {
 			for _, n := range names {
@@ -128,6 +116,25 @@ func TestShard(t *testing.T) {
 		_, ok := h.configMap(h.ns, gone+"-copy")
 		return !ok
 	})
+}
+
+// evenAndOdd creates n triggers of copyRule and names them by the side of
+// evenShard they fall on.
+func (h *harness) evenAndOdd(n int) (even, odd []string) {
+	h.t.Helper()
+	for i := range n {
+		name := fmt.Sprintf("t%d", i)
+		h.createCM(name, map[string]string{"copy": "yes"}, map[string]string{"k": "v"})
+		if evenShard.Owns("copy", TriggerDigest(cache.ObjectName{Namespace: h.ns, Name: name})) {
+			even = append(even, name)
+		} else {
+			odd = append(odd, name)
+		}
+	}
+	if len(even) == 0 || len(odd) == 0 {
+		h.t.Fatalf("%d names all fell on one side: even %v, odd %v", n, even, odd)
+	}
+	return even, odd
 }
 
 // TestSetShardDrains: SetShard does not return while a reconcile of a

@@ -27,6 +27,9 @@ type watches struct {
 	// actor is the identity the rule acts as: its informers are that
 	// identity's, its requests that identity's.
 	actor *actor
+	// stubs: the trigger and child informers are the rule's own and keep
+	// whole only what its replica's shard owns (stubs.go).
+	stubs bool
 
 	triggerMapping *meta.RESTMapping
 	trigger        *dynamic.Subscription
@@ -228,6 +231,9 @@ func (w *watches) triggerKey() dynamic.WatchKey {
 	if namespaced(w.triggerMapping) {
 		key.Namespace = w.watchNamespace()
 	}
+	if w.stubs {
+		key.Stubs = stubsTriggers + w.rule.Name
+	}
 	return key
 }
 
@@ -240,7 +246,11 @@ func (w *watches) triggerKey() dynamic.WatchKey {
 // apply finds it (applyChild), and it is a conflict, as before.
 func (w *watches) childKey(ck *childKind) dynamic.WatchKey {
 	sel := childrenSelector(w.rule.Installation) + "," + rules.LabelRule + "=" + w.rule.Name
-	return dynamic.WatchKey{GVR: ck.mapping.Resource, Namespace: ck.ns, LabelSelector: sel}
+	key := dynamic.WatchKey{GVR: ck.mapping.Resource, Namespace: ck.ns, LabelSelector: sel}
+	if w.stubs {
+		key.Stubs = stubsChildren + w.rule.Name
+	}
+	return key
 }
 
 // childNamespace is where the informer of the rule's children of kind

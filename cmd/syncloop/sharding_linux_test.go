@@ -153,6 +153,33 @@ func (r *shardReplica) writes(action string) int {
 	return int(metricValue(page, fmt.Sprintf(`syncloop_apply_total{action="%s",rule="shard"}`, action)))
 }
 
+// cachedShares waits until the running replicas' caches hold objects
+// (triggers and children) whole once between them and each holds every
+// one, whole or as a stub: each keeps its share whole, the rest as stubs.
+func (sc *shardCluster) cachedShares(objects int) {
+	sc.t.Helper()
+	var got string
+	pollUntil(sc.t, 30*time.Second, fmt.Sprintf("%d objects cached whole once across the replicas", objects), func() bool {
+		whole, ok := 0, true
+		got = ""
+		for name, r := range sc.replicas {
+			select {
+			case <-r.exited:
+				continue
+			default:
+			}
+			page := httpGet("http://" + r.metrics + "/metrics")
+			w := int(metricValue(page, `syncloop_shard_cached_objects{form="whole",rule="shard"}`))
+			st := int(metricValue(page, `syncloop_shard_cached_objects{form="stub",rule="shard"}`))
+			got += fmt.Sprintf(" %s: %d whole, %d stubs;", name, w, st)
+			whole += w
+			ok = ok && w > 0 && w+st == objects
+		}
+		return ok && whole == objects
+	})
+	sc.t.Logf("cached:%s", got)
+}
+
 // stop stops replica name with SIGTERM and waits for it to exit 0.
 func (sc *shardCluster) stop(name string) {
 	sc.t.Helper()
@@ -283,6 +310,7 @@ func TestSharding(t *testing.T) {
 		}
 	}
 	sc.childWrites(n, 0)
+	sc.cachedShares(2 * n)
 
 	// b leaves: it drains, removes its Lease; a and c take its triggers.
 	sc.stop("b")
@@ -299,6 +327,7 @@ func TestSharding(t *testing.T) {
 		sc.trigger(fmt.Sprintf("u-%03d", i), "1")
 	}
 	pollUntil(t, 60*time.Second, "the triggers to converge after b left", sc.converged)
+	sc.cachedShares(2 * (n + 30))
 
 	// c is killed: a removes its Lease once it expires and takes over.
 	if err := sc.replicas["c"].cmd.Process.Signal(syscall.SIGKILL); err != nil {

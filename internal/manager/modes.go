@@ -42,6 +42,7 @@ type runner struct {
 	shards interface {
 		shard.Target
 		Owned() map[string]int
+		Cached() map[string]engine.CachedObjects
 	}
 	core kubernetes.Interface
 	reg  prometheus.Registerer
@@ -208,7 +209,14 @@ func (s *Sharding) configure(o *engine.Options) error {
 }
 
 func (s *Sharding) run(ctx context.Context, r *runner) error {
-	return s.member.Run(ctx, r.core, r.shards, metrics.NewShard(r.reg, r.shards.Owned), r.engine)
+	cached := func() map[string]metrics.Cached {
+		out := map[string]metrics.Cached{}
+		for rule, c := range r.shards.Cached() {
+			out[rule] = metrics.Cached{Whole: c.Whole, Stubs: c.Stubs}
+		}
+		return out
+	}
+	return s.member.Run(ctx, r.core, r.shards, metrics.NewShard(r.reg, r.shards.Owned, cached), r.engine)
 }
 
 func (s *Sharding) status() modeStatus {

@@ -262,7 +262,7 @@ type Shard struct {
 // NewShard registers the sharding metrics on reg. owned is read at every
 // scrape for syncloop_shard_owned_keys: each rule's triggers this replica
 // owns.
-func NewShard(reg prometheus.Registerer, owned func() map[string]int) *Shard {
+func NewShard(reg prometheus.Registerer, owned func() map[string]int, cached func() map[string]Cached) *Shard {
 	s := &Shard{
 		members: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "syncloop_shard_members", Help: "Members of the shard group in the view this replica works under (0 while it joins).",
@@ -275,7 +275,7 @@ func NewShard(reg prometheus.Registerer, owned func() map[string]int) *Shard {
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 		}),
 	}
-	reg.MustRegister(s.members, s.handovers, s.took, ownedKeys{owned})
+	reg.MustRegister(s.members, s.handovers, s.took, ownedKeys{owned}, cachedObjects{cached})
 	return s
 }
 
@@ -357,5 +357,25 @@ func (c rolloutCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(rolloutStepsDesc, prometheus.GaugeValue, float64(r.Steps), r.Rule)
 		ch <- prometheus.MustNewConstMetric(rolloutTriggersDesc, prometheus.GaugeValue, float64(r.OnFrom), r.Rule, r.From, "from")
 		ch <- prometheus.MustNewConstMetric(rolloutTriggersDesc, prometheus.GaugeValue, float64(r.OnTo), r.Rule, r.To, "to")
+	}
+}
+
+// Cached are the objects of one rule's caches on a sharded replica: whole
+// (its share) and stubs (the rest).
+type Cached struct{ Whole, Stubs int }
+
+// cachedObjects collects syncloop_shard_cached_objects at scrape time.
+type cachedObjects struct{ cached func() map[string]Cached }
+
+var cachedObjectsDesc = prometheus.NewDesc("syncloop_shard_cached_objects",
+	"Triggers and children of the rule in this replica's caches, by form: whole (its share of the triggers and their children) or stub (name, uid and resourceVersion of the rest).",
+	[]string{"rule", "form"}, nil)
+
+func (c cachedObjects) Describe(ch chan<- *prometheus.Desc) { ch <- cachedObjectsDesc }
+
+func (c cachedObjects) Collect(ch chan<- prometheus.Metric) {
+	for rule, n := range c.cached() {
+		ch <- prometheus.MustNewConstMetric(cachedObjectsDesc, prometheus.GaugeValue, float64(n.Whole), rule, "whole")
+		ch <- prometheus.MustNewConstMetric(cachedObjectsDesc, prometheus.GaugeValue, float64(n.Stubs), rule, "stub")
 	}
 }

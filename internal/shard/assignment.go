@@ -184,3 +184,29 @@ func (a *assignment) String() string {
 	slices.Sort(parts)
 	return strings.Join(parts, ";")
 }
+
+// Pending implements engine's pendingShard: a replica that works under
+// no view yet owns nothing, and a later assignment will say what it owns.
+func (a *assignment) Pending() bool {
+	for _, c := range a.views {
+		if c.mine {
+			return false
+		}
+	}
+	return true
+}
+
+// Keeps implements engine's keeper: whether a view this replica works
+// under gives it the trigger of rule with digest d, whether or not another
+// member still claims it by an older view — what it owns once the views
+// agree. A replica keeps such triggers whole in its caches, so that a
+// handover's end does not make it list them again.
+func (a *assignment) Keeps(rule string, d uint64) bool {
+	rh := hashString(rule)
+	for _, c := range a.views {
+		if c.mine && c.v.owner(rh, d) == a.self {
+			return true
+		}
+	}
+	return false
+}
