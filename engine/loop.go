@@ -81,8 +81,8 @@ type ruleLoop struct {
 	// shard the loop last queued triggers for (run's goroutine only).
 	reshard   chan struct{}
 	shardSeen Shard
-	// listed is what the stubbing informers were last listed under (run's
-	// goroutine only; see refresh).
+	// listed is the share the stubbing informers were last brought to
+	// (run's goroutine only; see refresh).
 	listed listing
 }
 

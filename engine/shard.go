@@ -53,13 +53,6 @@ func (e *Engine) held() bool {
 	return !ok || h.Held()
 }
 
-// shardGeneration counts the shards the engine has been given.
-func (e *Engine) shardGeneration() uint64 {
-	e.shardMu.RLock()
-	defer e.shardMu.RUnlock()
-	return e.shardGen
-}
-
 func (e *Engine) currentShard() Shard {
 	e.shardMu.RLock()
 	defer e.shardMu.RUnlock()
