@@ -319,9 +319,9 @@ const stubField = "syncloop.dev/stub"
 
 // Stub is what an informer whose key has Stubs caches of an object its
 // subscribers do not need whole: its apiVersion, kind, namespace, name,
-// uid and resourceVersion, a small fraction of most objects, and note. It
-// has no labels or annotations, so no index but the namespace one finds
-// it.
+// uid and resourceVersion, and note: two small maps, a third or less of
+// most objects. It has no labels or annotations, so no index but the
+// namespace one finds it.
 func Stub(u *unstructured.Unstructured, note string) *unstructured.Unstructured {
 	// Names, uids and versions are each object's own: interning them
 	// would cost a table entry apiece and share nothing.

@@ -134,7 +134,7 @@ type Engine struct {
 	shards   []shardChange // recent shards, oldest first (see ownedSince)
 	shardGen uint64        // SetShards so far
 	// sharded: the engine was made with a shard (replicas share the
-	// triggers); its rules' informers stub what it does not own
+	// triggers); its rules' informers stub what is not its share
 	// (stubs.go), and stubLoops are the loops running, by rule, for keep.
 	sharded   bool
 	stubLoops sync.Map

@@ -231,8 +231,8 @@ func (e *Engine) resumeRollout(ctx context.Context, r *rules.Rule) *rolloutPlan 
 }
 
 // settle marks the rollout complete for good: every trigger is on the new
-// revision. A loop whose informers stub lists them again, now keeping
-// whole only what its shard owns (stubs.go).
+// revision. A loop whose informers stub stubs in place, now, what is not
+// its share (stubs.go).
 func (ro *rollout) settle() {
 	if !ro.settled.Swap(true) {
 		ro.l.poke()

@@ -13,20 +13,20 @@ import (
 	"github.com/syncloop/syncloop/rules"
 )
 
-// Sharded replicas cache whole only the triggers their shard owns and the
-// children of those; every other trigger and child is a stub (dynamic.Stub:
-// its name, uid and resourceVersion), so that N replicas together hold
-// about one replica's worth of objects rather than N. A rule's trigger and
-// child informers are its own (WatchKey.Stubs names the rule), and the
+// Sharded replicas cache whole only their share of the triggers (keeps)
+// and the children of those; every other trigger and child is a stub
+// (dynamic.Stub: its name, uid and resourceVersion), so that what N
+// replicas hold whole adds up to one replica's objects. A rule's trigger
+// and child informers are its own (WatchKey.Stubs names the rule), and the
 // Registry asks keep, as each object arrives, whether to cache it whole.
 //
-// When the shard changes, the loop lists its informers again (refresh) so
-// that the triggers gained arrive whole and those lost become stubs; until
-// the new lists are in, a gained trigger still cached as a stub waits in
-// the queue, and a child found as a stub is read from the API server.
-// While a rule rolls a change out, its informers keep every object whole:
-// the replica that steps the rollout judges the health of triggers other
-// replicas reconcile from its caches.
+// When the share changes, the loop brings its informers to it (refresh):
+// what it lost is stubbed in place; when it gained anything, the informers
+// list again. Until the new lists are in, a gained trigger still cached as
+// a stub waits in the queue, and a child found as a stub is read from the
+// API server. While a rule rolls a change out, its informers keep every
+// object whole: the replica that steps the rollout judges the health of
+// triggers other replicas reconcile from its caches.
 
 // The roles of a stubbing informer, in WatchKey.Stubs.
 const (
@@ -35,9 +35,10 @@ const (
 )
 
 // keeper is a Shard that can say which triggers a replica will own once
-// a handover under way ends (sharding's views agree): those are kept
-// whole, owned yet or not, so that the handover's end makes the replica
-// list nothing again. A Shard that is no keeper keeps what it owns.
+// a handover under way ends (sharding's views agree) — every one it owns
+// now among them: those are kept whole, owned yet or not, so that the
+// handover's end makes the replica list nothing again. A Shard that is no
+// keeper keeps what it owns.
 type keeper interface {
 	Keeps(rule string, d uint64) bool
 }
@@ -50,7 +51,7 @@ func keeps(s Shard, rule string, key cache.ObjectName) bool {
 	}
 	d := TriggerDigest(key)
 	if k, ok := s.(keeper); ok {
-		return k.Keeps(rule, d) || s.Owns(rule, d)
+		return k.Keeps(rule, d)
 	}
 	return s.Owns(rule, d)
 }
@@ -91,7 +92,8 @@ func (e *Engine) keep(key dynamic.WatchKey, u *unstructured.Unstructured) (bool,
 	trigger := cache.ObjectName{Namespace: u.GetNamespace(), Name: u.GetName()}
 	note := ""
 	if role == stubsChildren {
-		note = u.GetAnnotations()[rules.AnnotationOwner]
+		// Read in place: GetAnnotations copies the map, on every event.
+		note, _, _ = unstructured.NestedString(u.Object, "metadata", "annotations", rules.AnnotationOwner)
 		if trigger, ok = l.ownTrigger(note); !ok {
 			return true, "" // not the rule's to judge: its reconciles never read it
 		}

@@ -28,7 +28,7 @@ type watches struct {
 	// identity's, its requests that identity's.
 	actor *actor
 	// stubs: the trigger and child informers are the rule's own and keep
-	// whole only what its replica's shard owns (stubs.go).
+	// whole only its replica's share (stubs.go).
 	stubs bool
 
 	triggerMapping *meta.RESTMapping

@@ -199,8 +199,9 @@ func (a *assignment) Pending() bool {
 // Keeps implements engine's keeper: whether a view this replica works
 // under gives it the trigger of rule with digest d, whether or not another
 // member still claims it by an older view — what it owns once the views
-// agree. A replica keeps such triggers whole in its caches, so that a
-// handover's end does not make it list them again.
+// agree, every trigger it owns now among them. A replica keeps such
+// triggers whole in its caches, so that a handover's end does not make it
+// list them again.
 func (a *assignment) Keeps(rule string, d uint64) bool {
 	rh := hashString(rule)
 	for _, c := range a.views {
