@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -29,11 +30,11 @@ type WatchKey struct {
 	Namespace     string
 	LabelSelector string
 	FieldSelector string
-	// Stubs, when set, makes the informer keep whole only the objects the
-	// Registry's Keep approves and a stub of each other one (see Stub):
-	// its value is the subscriber's, passed to Keep. Informers that stub
-	// and those that do not never share.
-	Stubs string
+	// Filter, when set, makes the informer cache only the objects the
+	// Registry's Keep keeps: the others are dropped as they are decoded
+	// from its lists and watches. Its value is the subscriber's, passed to
+	// Keep. Informers that filter and those that do not never share.
+	Filter string
 }
 
 func (k WatchKey) String() string {
@@ -51,8 +52,8 @@ func (k WatchKey) String() string {
 	if k.FieldSelector != "" {
 		s += " fields " + k.FieldSelector
 	}
-	if k.Stubs != "" {
-		s += " stubs " + k.Stubs
+	if k.Filter != "" {
+		s += " filter " + k.Filter
 	}
 	return s
 }
@@ -85,13 +86,12 @@ type Registry struct {
 	Protobuf *Protobuf
 
 	// Keep, when set before the first Subscribe, says which objects the
-	// informers of keys with Stubs keep whole; each other one is cached
-	// as a stub that holds note (StubNote): what its subscriber needs to
-	// tell, later, whether it would keep the object whole then. It is
-	// asked as each object arrives from a list or a watch, so what it
-	// answers takes hold for objects cached before only on Refresh (or,
-	// for those it keeps no more, Restub). Nil keeps every object whole.
-	Keep func(key WatchKey, obj *unstructured.Unstructured) (keep bool, note string)
+	// informers of keys with a Filter cache. It is asked as each object
+	// arrives from a list or a watch, so what it answers takes hold for
+	// objects that do not change only on Refresh (or, for those it keeps
+	// no more, Drop). obj is the decoded object, unstructured or typed
+	// (protobuf); it must not be modified. Nil keeps every object.
+	Keep func(key WatchKey, obj metav1.Object) bool
 
 	// Identity, when set before the first Subscribe, names who the
 	// client's requests act as (a ServiceAccount it impersonates, as
@@ -170,17 +170,31 @@ func (r *Registry) start(ctx context.Context, e *entry) (*informerRun, error) {
 		o.LabelSelector = key.LabelSelector
 		o.FieldSelector = key.FieldSelector
 	}
+	var filter *keepFilter
+	if key.Filter != "" && r.Keep != nil {
+		filter = &keepFilter{key: key, keep: r.Keep}
+	}
+	jsonLW := r.jsonListWatch(key, tweak)
+	if filter != nil {
+		jsonLW = filter.listWatch(jsonLW)
+	}
+	options := cache.SharedIndexInformerOptions{Indexers: r.indexers, ObjectDescription: key.GVR.String()}
 	var inf cache.SharedIndexInformer
-	if r.Protobuf.serves(ctx, key.GVR) {
+	switch {
+	case r.Protobuf.serves(ctx, key.GVR):
 		convert := func(obj runtime.Object) (*unstructured.Unstructured, error) {
 			return typedToUnstructured(obj, key.GVR.GroupVersion(), r.KeepManagedFields)
 		}
-		inf = cache.NewSharedIndexInformerWithOptions(r.Protobuf.listWatch(key, tweak, convert, r.jsonListWatch(key, tweak)),
-			&unstructured.Unstructured{}, cache.SharedIndexInformerOptions{Indexers: r.indexers, ObjectDescription: key.GVR.String()})
-	} else {
+		inf = cache.NewSharedIndexInformerWithOptions(r.Protobuf.listWatch(key, tweak, convert, filter, jsonLW), &unstructured.Unstructured{}, options)
+	case filter != nil:
+		inf = cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(jsonLW, r.client), &unstructured.Unstructured{}, options)
+	default:
 		inf = dynamicinformer.NewFilteredDynamicInformer(r.client, key.GVR, key.Namespace, 0, r.indexers, tweak).Informer()
 	}
-	if err := inf.SetTransform(r.transformFor(key)); err != nil {
+	if filter != nil {
+		filter.cache = inf.GetIndexer()
+	}
+	if err := inf.SetTransform(r.transformFor()); err != nil {
 		return nil, err
 	}
 	ictx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -205,7 +219,8 @@ func (r *Registry) start(ctx context.Context, e *entry) (*informerRun, error) {
 
 // Refresh lists key's objects again on a new informer and, once it has
 // synced, moves every subscription to it and stops the old one: what Keep
-// answers now takes hold for every object. Until then the subscriptions
+// answers now takes hold for every object, those it did not keep before
+// among them. Until then the subscriptions
 // read and are sent events from the old informer. Each handler is sent an
 // Add for every object of the new list, as a new subscriber is; an object
 // deleted between the two lists is not sent a Delete. Refresh returns
@@ -288,22 +303,15 @@ func (run *informerRun) stop() {
 	<-run.done
 }
 
-// transformFor readies the objects of key's informer for the cache: it
+// transformFor readies the objects of an informer for the cache: it
 // drops metadata.managedFields — syncloop never reads them, and they are
 // often the larger part of an object — and interns the strings objects
-// repeat; for a key with Stubs, an object Keep does not keep is cached as
-// its stub.
-func (r *Registry) transformFor(key WatchKey) cache.TransformFunc {
-	stubs := key.Stubs != "" && r.Keep != nil
+// repeat.
+func (r *Registry) transformFor() cache.TransformFunc {
 	return func(obj any) (any, error) {
 		u, ok := obj.(*unstructured.Unstructured)
 		if !ok {
 			return obj, nil
-		}
-		if stubs {
-			if keep, note := r.Keep(key, u); !keep {
-				return Stub(u, note), nil
-			}
 		}
 		if md, ok := u.Object["metadata"].(map[string]any); ok {
 			r.filterManagedFields(md)
@@ -311,55 +319,6 @@ func (r *Registry) transformFor(key WatchKey) cache.TransformFunc {
 		internObject(u.Object)
 		return obj, nil
 	}
-}
-
-// stubField marks a stub (Stub) and holds its note: no object the API
-// server serves has a top-level field of this name.
-const stubField = "syncloop.dev/stub"
-
-// Stub is what an informer whose key has Stubs caches of an object its
-// subscribers do not need whole: its apiVersion, kind, namespace, name,
-// uid and resourceVersion, and note: two small maps, a third or less of
-// most objects. It has no labels or annotations, so no index but the
-// namespace one finds it.
-func Stub(u *unstructured.Unstructured, note string) *unstructured.Unstructured {
-	// Names, uids and versions are each object's own: interning them
-	// would cost a table entry apiece and share nothing.
-	md := map[string]any{}
-	for _, f := range [...]string{"name", "uid", "resourceVersion"} {
-		if v, ok, _ := unstructured.NestedString(u.Object, "metadata", f); ok && v != "" {
-			md[f] = v
-		}
-	}
-	if ns := u.GetNamespace(); ns != "" {
-		md["namespace"] = intern(ns)
-	}
-	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": intern(u.GetAPIVersion()),
-		"kind":       intern(u.GetKind()),
-		"metadata":   md,
-		stubField:    note,
-	}}
-}
-
-// IsStub reports whether obj, read from a cache, is a stub (Stub).
-func IsStub(obj any) bool {
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return false
-	}
-	_, stub := u.Object[stubField]
-	return stub
-}
-
-// StubNote is the note of a stub (Stub); "" for an object that is none.
-func StubNote(obj any) string {
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return ""
-	}
-	note, _ := u.Object[stubField].(string)
-	return note
 }
 
 // filterManagedFields drops the managedFields entries KeepManagedFields
@@ -419,30 +378,27 @@ func (s *Subscription) Key() WatchKey { return s.e.key }
 // Refresh lists the subscription's informer again (Registry.Refresh).
 func (s *Subscription) Refresh(ctx context.Context) error { return s.r.Refresh(ctx, s.e.key) }
 
-// Restub replaces, in the informer's cache, every whole object Keep no
-// longer keeps by its stub, without a request: how an informer with
-// Stubs lets go of what its subscribers need whole no more. It reports
-// how many it replaced. No handler is told; a stub replaced while an
-// event for its object is being cached may carry the resourceVersion
-// before that event's until the object's next event. What Keep keeps now
-// and did not before is not made whole: that takes Refresh.
-func (s *Subscription) Restub() int {
-	if s.e.key.Stubs == "" || s.r.Keep == nil {
+// Drop removes from the informer's cache, without a request, every
+// object Keep no longer keeps: how an informer with a Filter lets go of
+// what its subscribers need no more. It reports how many it removed. No
+// handler is told; gone, when not nil, is called with each. What Keep
+// keeps now and did not before is not added: that takes Refresh.
+func (s *Subscription) Drop(gone func(obj any)) int {
+	if s.e.key.Filter == "" || s.r.Keep == nil {
 		return 0
 	}
 	idx := s.Indexer()
 	n := 0
 	for _, obj := range idx.List() {
-		u, ok := obj.(*unstructured.Unstructured)
-		if !ok || IsStub(u) {
+		m, err := meta.Accessor(obj)
+		if err != nil || s.r.Keep(s.e.key, m) {
 			continue
 		}
-		keep, note := s.r.Keep(s.e.key, u)
-		if keep {
-			continue
-		}
-		if idx.Update(Stub(u, note)) == nil {
+		if idx.Delete(obj) == nil {
 			n++
+			if gone != nil {
+				gone(obj)
+			}
 		}
 	}
 	return n
@@ -470,6 +426,13 @@ func (s *Subscription) LastError() error {
 		return *p
 	}
 	return nil
+}
+
+// LastSyncResourceVersion is the resourceVersion the informer's list or
+// watch has come to: every event up to it has been dealt with, those of
+// objects a Filter left out among them.
+func (s *Subscription) LastSyncResourceVersion() string {
+	return s.e.informer().LastSyncResourceVersion()
 }
 
 // Indexer is the informer's cache. Callers must not modify what it returns.

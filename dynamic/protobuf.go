@@ -119,9 +119,10 @@ func typesKnowServer(server *version.Info, typesMinor int) bool {
 }
 
 // listWatch is the ListerWatcher of an informer on key in protobuf, whose
-// objects are made unstructured by convert; jsonLW is used instead once
-// the resource turns out not to be client-go's.
-func (p *Protobuf) listWatch(key WatchKey, tweak func(*metav1.ListOptions), convert func(runtime.Object) (*unstructured.Unstructured, error), jsonLW *cache.ListWatch) cache.ListerWatcher {
+// objects are made unstructured by convert once filter (nil: none) keeps
+// them; jsonLW is used instead once the resource turns out not to be
+// client-go's.
+func (p *Protobuf) listWatch(key WatchKey, tweak func(*metav1.ListOptions), convert func(runtime.Object) (*unstructured.Unstructured, error), filter *keepFilter, jsonLW *cache.ListWatch) cache.ListerWatcher {
 	resource := func() *rest.Request {
 		return p.rest.Get().AbsPath(collectionPath(key.GVR, key.Namespace)...)
 	}
@@ -144,7 +145,7 @@ func (p *Protobuf) listWatch(key WatchKey, tweak func(*metav1.ListOptions), conv
 				}
 				return nil, err
 			}
-			return toUnstructuredList(obj, convert)
+			return toUnstructuredList(obj, filter.keeps, convert)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			if fallenBack.Load() {
@@ -156,23 +157,39 @@ func (p *Protobuf) listWatch(key WatchKey, tweak func(*metav1.ListOptions), conv
 			if err != nil {
 				return nil, err
 			}
-			return newConvertingWatch(w, func(ev watch.Event) watch.Event {
+			whole := func(obj runtime.Object) func() (runtime.Object, error) {
+				return func() (runtime.Object, error) { return convert(obj) }
+			}
+			return newConvertingWatch(w, func(ev watch.Event) (watch.Event, bool) {
 				if ev.Type == watch.Error {
-					return ev // a Status
+					return ev, true // a Status
+				}
+				if ev.Type != watch.Bookmark && !filter.keeps(ev.Object) {
+					out, send, err := filter.instead(ev, whole(ev.Object))
+					if err != nil {
+						return errorEvent(err), true
+					}
+					return out, send
 				}
 				u, err := convert(ev.Object)
 				if err != nil {
-					return watch.Event{Type: watch.Error, Object: &metav1.Status{Status: metav1.StatusFailure,
-						Message: err.Error(), Reason: metav1.StatusReasonInternalError, Code: http.StatusInternalServerError}}
+					return errorEvent(err), true
 				}
-				return watch.Event{Type: ev.Type, Object: u}
+				return watch.Event{Type: ev.Type, Object: u}, true
 			}), nil
 		},
 	}
 	return cache.ToListWatcherWithWatchListSemantics(lw, p.rest)
 }
 
-// convertingWatch passes a watch's events through convert. (apimachinery's
+// errorEvent is the watch event that ends a watch with err.
+func errorEvent(err error) watch.Event {
+	return watch.Event{Type: watch.Error, Object: &metav1.Status{Status: metav1.StatusFailure,
+		Message: err.Error(), Reason: metav1.StatusReasonInternalError, Code: http.StatusInternalServerError}}
+}
+
+// convertingWatch passes a watch's events through convert, which may
+// leave one out (false). (apimachinery's
 // watch.Filter would do, but its goroutine blocks for ever on an event
 // nobody reads once the watch is stopped: one goroutine leaked per
 // informer stopped while events came.)
@@ -183,13 +200,17 @@ type convertingWatch struct {
 	once    sync.Once
 }
 
-func newConvertingWatch(in watch.Interface, convert func(watch.Event) watch.Event) *convertingWatch {
+func newConvertingWatch(in watch.Interface, convert func(watch.Event) (watch.Event, bool)) *convertingWatch {
 	w := &convertingWatch{in: in, out: make(chan watch.Event), stopped: make(chan struct{})}
 	go func() {
 		defer close(w.out)
 		for ev := range in.ResultChan() {
+			out, send := convert(ev)
+			if !send {
+				continue
+			}
 			select {
-			case w.out <- convert(ev):
+			case w.out <- out:
 			case <-w.stopped:
 				return
 			}
@@ -208,9 +229,10 @@ func (w *convertingWatch) Stop() {
 	})
 }
 
-// toUnstructuredList makes a typed list an UnstructuredList of converted
-// items, keeping the list's resourceVersion and continue token.
-func toUnstructuredList(obj runtime.Object, convert func(runtime.Object) (*unstructured.Unstructured, error)) (*unstructured.UnstructuredList, error) {
+// toUnstructuredList makes a typed list an UnstructuredList of the items
+// keep keeps, converted, keeping the list's resourceVersion and continue
+// token.
+func toUnstructuredList(obj runtime.Object, keep func(runtime.Object) bool, convert func(runtime.Object) (*unstructured.Unstructured, error)) (*unstructured.UnstructuredList, error) {
 	lm, err := meta.ListAccessor(obj)
 	if err != nil {
 		return nil, err
@@ -226,6 +248,9 @@ func toUnstructuredList(obj runtime.Object, convert func(runtime.Object) (*unstr
 		out.SetRemainingItemCount(n)
 	}
 	for _, item := range items {
+		if !keep(item) {
+			continue
+		}
 		u, err := convert(item)
 		if err != nil {
 			return nil, err

@@ -110,7 +110,7 @@ func TestConvertingWatchStops(t *testing.T) {
 	before := goruntime.NumGoroutine()
 	fake := watch.NewRaceFreeFake()
 	converted := make(chan struct{})
-	w := newConvertingWatch(fake, func(ev watch.Event) watch.Event { close(converted); return ev })
+	w := newConvertingWatch(fake, func(ev watch.Event) (watch.Event, bool) { close(converted); return ev, true })
 	fake.Add(&corev1.ConfigMap{}) // converted, then never read
 	<-converted
 	w.Stop()

@@ -129,15 +129,19 @@ type Engine struct {
 	rollouts RolloutStore
 	planned  []RolloutStatus // PlanOnce's rollouts
 
-	shardMu  sync.RWMutex // guards shard, shards and shardGen; SetShard holds it to change them
-	shard    Shard
-	shards   []shardChange // recent shards, oldest first (see ownedSince)
-	shardGen uint64        // SetShards so far
+	shardMu sync.RWMutex // guards the fields down to widened; SetShard holds it to change them
+	shard   Shard
+	shards  []shardChange // recent shards, oldest first (see ownedSince)
+	// keepShard is what the filtered caches keep: shard, or while
+	// SetShard drains, the union of shard and the shard before (share.go).
+	keepShard Shard
+	shardGen  uint64 // changes of keepShard so far
+	widened   uint64 // the shardGen of keepShard's last widening
 	// sharded: the engine was made with a shard (replicas share the
-	// triggers); its rules' informers stub what is not its share
-	// (stubs.go), and stubLoops are the loops running, by rule, for keep.
-	sharded   bool
-	stubLoops sync.Map
+	// triggers); its rules' informers cache only its share (share.go),
+	// and shareLoops are the loops running, by rule, for keep.
+	sharded    bool
+	shareLoops sync.Map
 
 	mu      sync.Mutex
 	loops   map[string]*ruleLoop
@@ -147,16 +151,17 @@ type Engine struct {
 // New returns an Engine; nothing runs until Run.
 func New(o Options) *Engine {
 	e := &Engine{
-		mapper:   o.Mapper,
-		plan:     o.Plan,
-		metrics:  o.Metrics,
-		queues:   o.QueueMetrics,
-		drain:    o.DrainTimeout,
-		ns:       o.Namespace,
-		rollouts: o.Rollouts,
-		shard:    o.Shard,
-		sharded:  o.Shard != nil,
-		loops:    map[string]*ruleLoop{},
+		mapper:    o.Mapper,
+		plan:      o.Plan,
+		metrics:   o.Metrics,
+		queues:    o.QueueMetrics,
+		drain:     o.DrainTimeout,
+		ns:        o.Namespace,
+		rollouts:  o.Rollouts,
+		shard:     o.Shard,
+		keepShard: o.Shard,
+		sharded:   o.Shard != nil,
+		loops:     map[string]*ruleLoop{},
 	}
 	if e.metrics == nil {
 		e.metrics = noMetrics{}

@@ -7,7 +7,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/syncloop/syncloop/dynamic"
 	"github.com/syncloop/syncloop/rules"
 	"github.com/syncloop/syncloop/rules/expr"
 )
@@ -82,9 +81,7 @@ func (l *ruleLoop) triggerHandler() cache.ResourceEventHandler {
 }
 
 // wants evaluates the rule's `when` for an event's object. An evaluation
-// error counts as wanted: the reconcile reports it; so does a stub, of a
-// trigger another replica owns, which the queue drops (or, gained a
-// moment ago, holds until it is cached whole: stubs.go).
+// error counts as wanted: the reconcile reports it.
 func (l *ruleLoop) wants(obj any) bool {
 	if ro := l.ro.Load(); ro != nil && !ro.settled.Load() && wants(ro.from.rule, obj) {
 		return true // during a rollout, either revision's when
@@ -97,7 +94,7 @@ func wants(r *rules.Rule, obj any) bool {
 		return true
 	}
 	u, ok := obj.(*unstructured.Unstructured)
-	if !ok || dynamic.IsStub(u) {
+	if !ok {
 		return true
 	}
 	ok, err := r.When.EvalBool(context.Background(), &expr.Activation{Object: u.Object, Rule: r.Name})

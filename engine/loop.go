@@ -81,9 +81,9 @@ type ruleLoop struct {
 	// shard the loop last queued triggers for (run's goroutine only).
 	reshard   chan struct{}
 	shardSeen Shard
-	// listed is the share the stubbing informers were last brought to
-	// (run's goroutine only; see refresh).
-	listed listing
+	// listed is what the filtered informers were last brought to keep
+	// (refresh; written on run's goroutine, read by workers).
+	listed atomic.Pointer[listing]
 }
 
 // loopCounters count what a loop did, for tests and diagnostics.
@@ -93,8 +93,9 @@ type loopCounters struct {
 	inFlight   atomic.Int64 // reconciles under way
 	// triggerSub is the trigger informer once subscribed, for Owned.
 	triggerSub atomic.Pointer[dynamic.Subscription]
-	refreshes  atomic.Int64 // stubbing informers listed again (refresh)
-	restubs    atomic.Int64 // stubbing informers stubbed in place (refresh)
+	refreshes  atomic.Int64 // filtered informers listed again (refresh)
+	drops      atomic.Int64 // filtered informers dropped from in place (refresh)
+	holds      atomic.Int64 // reconciles put off: the caches may be incomplete
 }
 
 // newRuleLoop makes the loop of rule r. retired are kinds an earlier
@@ -117,7 +118,7 @@ func newRuleLoop(e *Engine, r *rules.Rule, retired []schema.GroupVersionKind, re
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(limiter,
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: r.Name, MetricsProvider: e.queues}),
 		done:    make(chan struct{}),
-		watches: &watches{rule: r, ns: cmp.Or(e.ns, r.Tenant), actor: a, retired: retired, retiredPatches: retiredPatches, stubs: e.stubs()},
+		watches: &watches{rule: r, ns: cmp.Or(e.ns, r.Tenant), actor: a, retired: retired, retiredPatches: retiredPatches, filter: e.filters()},
 		working: map[uint64]context.CancelFunc{},
 		reshard: make(chan struct{}, 1),
 		state:   StateWaiting,
@@ -187,15 +188,16 @@ func (l *ruleLoop) run(ctx context.Context) {
 		}
 	}()
 	defer l.queue.ShutDown()
-	if l.watches.stubs {
-		l.e.stubLoops.Store(l.rule.Name, l)
-		defer l.e.stubLoops.CompareAndDelete(l.rule.Name, l)
+	if l.watches.filter {
+		l.e.shareLoops.Store(l.rule.Name, l)
+		defer l.e.shareLoops.CompareAndDelete(l.rule.Name, l)
 	}
 	if !l.waitForShard(ctx) {
 		return
 	}
 	l.shardSeen = l.e.currentShard()
-	l.listed = l.listingNow()
+	listed := l.listingNow()
+	l.listed.Store(&listed)
 	if !l.prepare(ctx) || !l.prepareRollout(ctx) || !l.waitForSync(ctx, l.needed()) {
 		return
 	}
@@ -446,6 +448,9 @@ func (l *ruleLoop) sweep(ctx context.Context) {
 // released by the replica that owns its trigger (sharding), as work on it
 // that a handover waits for.
 func (l *ruleLoop) sweepPatches(ctx context.Context) {
+	if !l.complete() {
+		return // a trigger gained may be live and not cached yet: refresh sweeps once it is
+	}
 	for _, manager := range l.rc.goneManagers() {
 		d, ok := managerDigest(manager, patchManagerPrefix(l.rule))
 		if !ok {
@@ -506,9 +511,10 @@ func (l *ruleLoop) processNext(ctx context.Context) bool {
 		return true
 	}
 	defer l.end(d)
-	if !l.whole(key) {
-		// Gained a moment ago: cached as a stub until its informer has
-		// listed again.
+	if !l.complete() {
+		// The shard gained triggers a moment ago, and the informers have
+		// not listed them yet: what the caches lack may exist.
+		l.holds.Add(1)
 		l.queue.AddAfter(key, holdWait)
 		return true
 	}

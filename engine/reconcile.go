@@ -309,13 +309,10 @@ func (rc *reconciler) existing(ctx context.Context, ck *childKind, ref childRef,
 	if err != nil {
 		return nil, err
 	}
-	stub := found && dynamic.IsStub(cachedObj)
-	if found && !stub {
+	if found {
 		return cachedObj.(*unstructured.Unstructured), nil
 	}
-	// A stub is a child of a trigger gained a moment ago, whose informer
-	// has not listed it whole again yet (stubs.go).
-	if !stub && !rc.mayLag(key) && !rc.writes.hadConflict(key, ref) {
+	if !rc.mayLag(key) && !rc.writes.hadConflict(key, ref) {
 		return nil, nil
 	}
 	live, err := rc.client.Get(ctx, ck.mapping, ref.namespace, ref.name)

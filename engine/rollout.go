@@ -231,8 +231,8 @@ func (e *Engine) resumeRollout(ctx context.Context, r *rules.Rule) *rolloutPlan 
 }
 
 // settle marks the rollout complete for good: every trigger is on the new
-// revision. A loop whose informers stub stubs in place, now, what is not
-// its share (stubs.go).
+// revision. A loop whose informers filter drops in place, now, what is
+// not its share (share.go).
 func (ro *rollout) settle() {
 	if !ro.settled.Swap(true) {
 		ro.l.poke()
@@ -244,7 +244,7 @@ func newRollout(l *ruleLoop, p *rolloutPlan) *rollout {
 	e := l.e
 	from := p.from
 	writes := newOwnWrites()
-	w := &watches{rule: from, ns: l.watches.ns, actor: l.watches.actor, retired: retiredKinds(l.watches, from), stubs: l.watches.stubs}
+	w := &watches{rule: from, ns: l.watches.ns, actor: l.watches.actor, retired: retiredKinds(l.watches, from), filter: l.watches.filter}
 	ro := &rollout{l: l, store: e.rollouts, poke: make(chan struct{}, 1), rec: p.rec, sharded: e.currentShard() != nil,
 		step: map[cache.ObjectName]bool{}, health: map[cache.ObjectName]health{}}
 	ro.rec.From, ro.rec.To = from.Hash, l.rule.Hash

@@ -63,12 +63,15 @@ func (e *Engine) currentShard() Shard {
 // queued or reconciled from now on; SetShard waits until the reconciles of
 // those under way have finished — cancelling their requests after the drain
 // timeout — so that when it returns this replica writes nothing for them.
-// The triggers s owns and the shard before did not are queued, and every
-// rule sweeps again for orphans among them.
+// Until then the filtered caches keep what either shard keeps, and after,
+// what s keeps (share.go). The triggers s owns and the shard before did
+// not are queued, and every rule sweeps again for orphans among them.
+// SetShard is not called again before it has returned.
 func (e *Engine) SetShard(ctx context.Context, s Shard) {
 	e.shardMu.Lock()
 	e.shard = s
-	e.shardGen++
+	e.setKeepLocked(union(e.keepShard, s))
+	gen := e.shardGen
 	now := time.Now()
 	e.shards = append(e.shards, shardChange{s: s, at: now})
 	// Keep the changes of the verifying period and the shard in force
@@ -77,6 +80,46 @@ func (e *Engine) SetShard(ctx context.Context, s Shard) {
 		e.shards = e.shards[1:]
 	}
 	e.shardMu.Unlock()
+	loops := e.pokeLoops()
+	deadline := time.Now().Add(e.drain)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		lost := 0
+		for _, l := range loops {
+			lost += l.workingLost(s, time.Now().After(deadline))
+		}
+		if lost == 0 {
+			// Drained: the caches let go of the old share.
+			e.shardMu.Lock()
+			if e.shardGen == gen {
+				e.setKeepLocked(s)
+			}
+			e.shardMu.Unlock()
+			e.pokeLoops()
+			return
+		}
+		select {
+		case <-ctx.Done():
+			klog.FromContext(ctx).Info("Stopped waiting for reconciles of triggers handed over", "inFlight", lost)
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// setKeepLocked makes k what the filtered caches keep, noting a widening:
+// k may keep a trigger the shard before did not. shardMu is held.
+func (e *Engine) setKeepLocked(k Shard) {
+	e.shardGen++
+	if !within(k, e.keepShard) {
+		e.widened = e.shardGen
+	}
+	e.keepShard = k
+}
+
+// pokeLoops makes every loop look at the shard again, and returns them.
+func (e *Engine) pokeLoops() []*ruleLoop {
 	// Apply holds mu while it stops loops: once it is ours, no loop
 	// outside the map is still reconciling.
 	e.mu.Lock()
@@ -88,24 +131,7 @@ func (e *Engine) SetShard(ctx context.Context, s Shard) {
 	for _, l := range loops {
 		l.poke()
 	}
-	deadline := time.Now().Add(e.drain)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		lost := 0
-		for _, l := range loops {
-			lost += l.workingLost(s, time.Now().After(deadline))
-		}
-		if lost == 0 {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			klog.FromContext(ctx).Info("Stopped waiting for reconciles of triggers handed over", "inFlight", lost)
-			return
-		case <-tick.C:
-		}
-	}
+	return loops
 }
 
 // Owned is how many of each rule's triggers this replica owns: all of them

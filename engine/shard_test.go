@@ -24,9 +24,31 @@ type shardFunc func(rule string, d uint64) bool
 
 func (f shardFunc) Owns(rule string, d uint64) bool { return f(rule, d) }
 
+// modShard owns the triggers whose digest is rem modulo mod; it keeps
+// within one whose classes hold all of its own (a narrower).
+type modShard struct{ mod, rem uint64 }
+
+func (s modShard) Owns(_ string, d uint64) bool { return d%s.mod == s.rem }
+
+func (s modShard) KeepsWithin(then Shard) bool {
+	t, ok := then.(modShard)
+	if f, future := then.(futureShard); future {
+		t, ok = f.modShard, true
+	}
+	return ok && s.mod%t.mod == 0 && s.rem%t.mod == t.rem
+}
+
+// futureShard keeps what its modShard owns, and owns nothing yet: a
+// replica's share while a handover to it is under way (keeper).
+type futureShard struct{ modShard }
+
+func (futureShard) Owns(string, uint64) bool { return false }
+
+func (f futureShard) Keeps(_ string, d uint64) bool { return f.modShard.Owns("", d) }
+
 var (
-	evenShard = shardFunc(func(_ string, d uint64) bool { return d%2 == 0 })
-	allShard  = shardFunc(func(string, uint64) bool { return true })
+	evenShard = modShard{2, 0}
+	allShard  = modShard{1, 0}
 	noShard   = shardFunc(func(string, uint64) bool { return false })
 )
 
@@ -209,13 +231,15 @@ func TestOwnedSince(t *testing.T) {
 
 // TestHandoverVerifies: a replica that gains a trigger whose child the
 // previous owner made, but whose own child cache has not seen it yet,
-// reads the child from the API server and writes nothing.
+// reads the child from the API server and writes nothing. (Its caches
+// kept the trigger's objects before it owned the trigger, as sharding's
+// handovers have them: a gain its caches did not keep lists them again.)
 func TestHandoverVerifies(t *testing.T) {
 	first := newHarness(t)
 	first.shard = allShard
 	// Once holding, the second replica's child watch delivers nothing
 	// until released.
-	second := &harness{t: t, env: first.env, cs: first.cs, ns: first.ns, counter: &testenv.RequestCounter{}, updates: make(chan *rules.Set), shard: noShard}
+	second := &harness{t: t, env: first.env, cs: first.cs, ns: first.ns, counter: &testenv.RequestCounter{}, updates: make(chan *rules.Set), shard: futureShard{allShard}}
 	holding := &atomic.Bool{}
 	release := make(chan struct{})
 	var once sync.Once

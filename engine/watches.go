@@ -27,9 +27,9 @@ type watches struct {
 	// actor is the identity the rule acts as: its informers are that
 	// identity's, its requests that identity's.
 	actor *actor
-	// stubs: the trigger and child informers are the rule's own and keep
-	// whole only its replica's share (stubs.go).
-	stubs bool
+	// filter: the trigger and child informers are the rule's own and
+	// cache only its replica's share (share.go).
+	filter bool
 
 	triggerMapping *meta.RESTMapping
 	trigger        *dynamic.Subscription
@@ -231,8 +231,8 @@ func (w *watches) triggerKey() dynamic.WatchKey {
 	if namespaced(w.triggerMapping) {
 		key.Namespace = w.watchNamespace()
 	}
-	if w.stubs {
-		key.Stubs = stubsTriggers + w.rule.Name
+	if w.filter {
+		key.Filter = filterTriggers + w.rule.Name
 	}
 	return key
 }
@@ -247,8 +247,8 @@ func (w *watches) triggerKey() dynamic.WatchKey {
 func (w *watches) childKey(ck *childKind) dynamic.WatchKey {
 	sel := childrenSelector(w.rule.Installation) + "," + rules.LabelRule + "=" + w.rule.Name
 	key := dynamic.WatchKey{GVR: ck.mapping.Resource, Namespace: ck.ns, LabelSelector: sel}
-	if w.stubs {
-		key.Stubs = stubsChildren + w.rule.Name
+	if w.filter {
+		key.Filter = filterChildren + w.rule.Name
 	}
 	return key
 }

@@ -165,7 +165,7 @@ func TestREADMEMetrics(t *testing.T) {
 	}
 	reg := &describing{}
 	metrics.New(reg, func() int { return 0 }, func() []metrics.RuleReady { return nil })
-	metrics.NewShard(reg, func() map[string]int { return nil }, func() map[string]metrics.Cached { return nil })
+	metrics.NewShard(reg, func() map[string]int { return nil }, func() map[string]int { return nil })
 	metrics.NewRollouts(reg, func() []metrics.Rollout { return nil })
 	// The Go runtime and process collectors are named as such.
 	own := slices.DeleteFunc(reg.names, func(n string) bool { return strings.HasPrefix(n, "go_") || strings.HasPrefix(n, "process_") })

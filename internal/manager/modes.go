@@ -42,7 +42,7 @@ type runner struct {
 	shards interface {
 		shard.Target
 		Owned() map[string]int
-		Cached() map[string]engine.CachedObjects
+		Cached() map[string]int
 	}
 	core kubernetes.Interface
 	reg  prometheus.Registerer
@@ -209,14 +209,7 @@ func (s *Sharding) configure(o *engine.Options) error {
 }
 
 func (s *Sharding) run(ctx context.Context, r *runner) error {
-	cached := func() map[string]metrics.Cached {
-		out := map[string]metrics.Cached{}
-		for rule, c := range r.shards.Cached() {
-			out[rule] = metrics.Cached{Whole: c.Whole, Stubs: c.Stubs}
-		}
-		return out
-	}
-	return s.member.Run(ctx, r.core, r.shards, metrics.NewShard(r.reg, r.shards.Owned, cached), r.engine)
+	return s.member.Run(ctx, r.core, r.shards, metrics.NewShard(r.reg, r.shards.Owned, r.shards.Cached), r.engine)
 }
 
 func (s *Sharding) status() modeStatus {

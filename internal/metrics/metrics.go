@@ -259,10 +259,11 @@ type Shard struct {
 	took      prometheus.Histogram
 }
 
-// NewShard registers the sharding metrics on reg. owned is read at every
-// scrape for syncloop_shard_owned_keys: each rule's triggers this replica
-// owns.
-func NewShard(reg prometheus.Registerer, owned func() map[string]int, cached func() map[string]Cached) *Shard {
+// NewShard registers the sharding metrics on reg. owned and cached are
+// read at every scrape, for syncloop_shard_owned_keys (each rule's
+// triggers this replica owns) and syncloop_shard_cached_objects (each
+// rule's triggers and children in its caches).
+func NewShard(reg prometheus.Registerer, owned, cached func() map[string]int) *Shard {
 	s := &Shard{
 		members: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "syncloop_shard_members", Help: "Members of the shard group in the view this replica works under (0 while it joins).",
@@ -360,22 +361,17 @@ func (c rolloutCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// Cached are the objects of one rule's caches on a sharded replica: whole
-// (its share) and stubs (the rest).
-type Cached struct{ Whole, Stubs int }
-
 // cachedObjects collects syncloop_shard_cached_objects at scrape time.
-type cachedObjects struct{ cached func() map[string]Cached }
+type cachedObjects struct{ cached func() map[string]int }
 
 var cachedObjectsDesc = prometheus.NewDesc("syncloop_shard_cached_objects",
-	"Triggers and children of the rule in this replica's caches, by form: whole (its share of the triggers and their children) or stub (name, uid and resourceVersion of the rest).",
-	[]string{"rule", "form"}, nil)
+	"Triggers and children of the rule in this replica's caches: its share of the triggers and their children (every one while it judges a rollout of the rule).",
+	[]string{"rule"}, nil)
 
 func (c cachedObjects) Describe(ch chan<- *prometheus.Desc) { ch <- cachedObjectsDesc }
 
 func (c cachedObjects) Collect(ch chan<- prometheus.Metric) {
 	for rule, n := range c.cached() {
-		ch <- prometheus.MustNewConstMetric(cachedObjectsDesc, prometheus.GaugeValue, float64(n.Whole), rule, "whole")
-		ch <- prometheus.MustNewConstMetric(cachedObjectsDesc, prometheus.GaugeValue, float64(n.Stubs), rule, "stub")
+		ch <- prometheus.MustNewConstMetric(cachedObjectsDesc, prometheus.GaugeValue, float64(n), rule)
 	}
 }

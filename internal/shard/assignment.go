@@ -3,6 +3,8 @@ package shard
 import (
 	"slices"
 	"strings"
+
+	"github.com/syncloop/syncloop/engine"
 )
 
 // A view is a set of shard members, sorted: the membership one replica
@@ -210,4 +212,41 @@ func (a *assignment) Keeps(rule string, d uint64) bool {
 		}
 	}
 	return false
+}
+
+// KeepsWithin implements engine's narrower: a keeps no trigger that then,
+// self's assignment too, did not keep. Each view a works under that gives
+// self anything must have a view then worked under among its members,
+// self one of them: a member added to a view only takes triggers away
+// from the others (rendezvous hashing), so self keeps no more under it.
+func (a *assignment) KeepsWithin(then engine.Shard) bool {
+	t, ok := then.(*assignment)
+	if !ok || t.self != a.self {
+		return false
+	}
+	for _, c := range a.views {
+		if !c.mine || !c.v.has(a.self) {
+			continue // gives self nothing
+		}
+		if !slices.ContainsFunc(t.views, func(tc *claimed) bool { return tc.mine && tc.v.has(a.self) && tc.v.within(c.v) }) {
+			return false
+		}
+	}
+	return true
+}
+
+// has reports whether member is one of v's.
+func (v *view) has(member string) bool {
+	_, found := slices.BinarySearch(v.names, member)
+	return found
+}
+
+// within reports whether every member of v is one of w's.
+func (v *view) within(w *view) bool {
+	for _, n := range v.names {
+		if !w.has(n) {
+			return false
+		}
+	}
+	return true
 }

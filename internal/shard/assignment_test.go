@@ -145,3 +145,66 @@ func TestAssignmentWhileLive(t *testing.T) {
 		t.Errorf("with the Lease not current: held %v, owns %v; want false, true", a.Held(), a.Owns("r", d))
 	}
 }
+
+// TestAssignmentKeepsWithin: whenever an assignment says it keeps no
+// trigger the one before did not, it keeps none; and it says so for the
+// changes that only narrow what a replica keeps — a member joins, a
+// handover to a bigger view ends — and not for one that widens it (a
+// member leaves).
+func TestAssignmentKeepsWithin(t *testing.T) {
+	names := []string{"a", "b", "c", "d"}
+	ds := digests(400)
+	r := rand.New(rand.NewPCG(7, 1))
+	randomViews := func() []*view {
+		var vs []*view
+		for range 1 + r.IntN(2) {
+			var members []string
+			for _, n := range names {
+				if r.IntN(3) > 0 {
+					members = append(members, n)
+				}
+			}
+			if len(members) > 0 {
+				vs = append(vs, newView(members))
+			}
+		}
+		return vs
+	}
+	said := 0
+	for range 3000 {
+		then := newAssignment("a", randomViews(), nil)
+		now := newAssignment("a", randomViews(), nil)
+		if !now.KeepsWithin(then) {
+			continue
+		}
+		said++
+		for _, d := range ds {
+			if now.Keeps("copy", d) && !then.Keeps("copy", d) {
+				t.Fatalf("%s said to keep within %s, and keeps trigger %x it did not", now, then, d)
+			}
+		}
+	}
+	if said < 100 {
+		t.Errorf("of 3000 random pairs, only %d were said to keep within: the test proves little", said)
+	}
+
+	ab, abc := newView([]string{"a", "b"}), newView([]string{"a", "b", "c"})
+	cases := []struct {
+		name      string
+		now, then *assignment
+		want      bool
+	}{
+		{"c joins", newAssignment("a", []*view{ab, abc}, nil), newAssignment("a", []*view{ab}, nil), true},
+		{"the handover to c ends", newAssignment("a", []*view{abc}, nil), newAssignment("a", []*view{ab, abc}, nil), true},
+		{"unchanged", newAssignment("a", []*view{ab}, nil), newAssignment("a", []*view{ab}, nil), true},
+		{"c leaves", newAssignment("a", []*view{abc, ab}, nil), newAssignment("a", []*view{abc}, nil), false},
+		{"the first share", newAssignment("a", []*view{ab}, nil), newAssignment("a", nil, nil), false},
+		{"no share yet", newAssignment("a", nil, nil), newAssignment("a", []*view{ab}, nil), true},
+		{"another member's", newAssignment("a", []*view{abc}, nil), newAssignment("b", []*view{ab}, nil), false},
+	}
+	for _, c := range cases {
+		if got := c.now.KeepsWithin(c.then); got != c.want {
+			t.Errorf("%s: KeepsWithin = %v, want %v", c.name, got, c.want)
+		}
+	}
+}

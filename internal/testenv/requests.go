@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -70,8 +71,60 @@ func (r Request) DryRun() bool {
 // RequestCounter records every request made through configs it wraps.
 // Safe for concurrent use.
 type RequestCounter struct {
-	mu   sync.Mutex
-	reqs []Request
+	mu    sync.Mutex
+	reqs  []Request
+	stall *Stall
+}
+
+// Stall makes the requests that match wait, before they are sent, until
+// it is released or their context ends: an API server slow to answer
+// them. Only one Stall is in force at a time.
+func (c *RequestCounter) Stall(match func(Request) bool) *Stall {
+	s := &Stall{c: c, match: match, released: make(chan struct{})}
+	c.mu.Lock()
+	c.stall = s
+	c.mu.Unlock()
+	return s
+}
+
+// A Stall holds back requests (RequestCounter.Stall).
+type Stall struct {
+	c        *RequestCounter
+	match    func(Request) bool
+	released chan struct{}
+	once     sync.Once
+	waiting  atomic.Int64
+}
+
+// Waiting is how many requests wait on s now.
+func (s *Stall) Waiting() int { return int(s.waiting.Load()) }
+
+// Release lets the requests held go, and holds none from now on. It may be
+// called more than once.
+func (s *Stall) Release() {
+	s.once.Do(func() {
+		s.c.mu.Lock()
+		if s.c.stall == s {
+			s.c.stall = nil
+		}
+		s.c.mu.Unlock()
+		close(s.released)
+	})
+}
+
+// wait holds r back if s holds it; the error of its context if that ended.
+func (s *Stall) wait(req *http.Request, r Request) error {
+	if s == nil || !s.match(r) {
+		return nil
+	}
+	s.waiting.Add(1)
+	defer s.waiting.Add(-1)
+	select {
+	case <-s.released:
+		return nil
+	case <-req.Context().Done():
+		return req.Context().Err()
+	}
 }
 
 // Wrap returns a copy of cfg whose requests the counter records.
@@ -91,6 +144,12 @@ func (c *RequestCounter) Wrap(cfg *rest.Config) *rest.Config {
 				}
 				r.Body = string(body)
 				req.Body = io.NopCloser(bytes.NewReader(body))
+			}
+			c.mu.Lock()
+			stall := c.stall
+			c.mu.Unlock()
+			if err := stall.wait(req, r); err != nil {
+				return nil, err
 			}
 			resp, err := rt.RoundTrip(req)
 			if err == nil {
