@@ -224,8 +224,9 @@ func (r *Registry) start(ctx context.Context, e *entry) (*informerRun, error) {
 // read and are sent events from the old informer. Each handler is sent an
 // Add for every object of the new list, as a new subscriber is; an object
 // deleted between the two lists is not sent a Delete. Refresh returns
-// when the new informer is in place, when the key has no subscriber any
-// more (nil), or when ctx ends (its error; the old informer stays).
+// when the new informer is in place and every handler has been sent its
+// list, when the key has no subscriber any more (nil), or when ctx ends
+// (its error before the swap, and the old informer stays).
 func (r *Registry) Refresh(ctx context.Context, key WatchKey) error {
 	r.mu.Lock()
 	e := r.entries[key]
@@ -249,6 +250,7 @@ func (r *Registry) Refresh(ctx context.Context, key WatchKey) error {
 	}
 	old := e.run.Swap(run)
 	var errs []error
+	var synced []cache.InformerSynced
 	for s := range e.subs {
 		reg, err := run.informer.AddEventHandler(s.handler)
 		if err != nil {
@@ -257,9 +259,13 @@ func (r *Registry) Refresh(ctx context.Context, key WatchKey) error {
 		}
 		prev := s.reg.Swap(&reg)
 		_ = old.informer.RemoveEventHandler(*prev)
+		synced = append(synced, reg.HasSynced)
 	}
 	r.mu.Unlock()
 	old.stop()
+	// Each handler has been sent the new list (or ctx ended) once this
+	// returns: the subscriptions have synced again.
+	cache.WaitForCacheSync(ctx.Done(), synced...)
 	return errors.Join(errs...)
 }
 
