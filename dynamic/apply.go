@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/util/apply"
 )
 
 // Writer performs syncloop's writes: server-side apply of objects and of
@@ -57,13 +56,13 @@ func (w *Writer) Apply(ctx context.Context, m *meta.RESTMapping, obj *unstructur
 // resourceVersion, which a caller that needs only the version is spared.
 // The options are the query parameters the dynamic client's codec would
 // make of them, set directly (the codec converts them by reflection at
-// every request).
+// every request), and the body is encoded by MarshalJSON.
 func (w *Writer) ApplyVersion(ctx context.Context, m *meta.RESTMapping, obj *unstructured.Unstructured, fieldManager string, force bool) (string, error) {
-	req, err := apply.NewRequest(w.Client.rest, obj.Object)
+	body, err := MarshalJSON(obj.Object)
 	if err != nil {
 		return "", err
 	}
-	req = req.AbsPath(path(m, obj.GetNamespace(), obj.GetName())...).Param("fieldManager", fieldManager)
+	req := w.Client.rest.Patch(types.ApplyYAMLPatchType).Body(body).AbsPath(path(m, obj.GetNamespace(), obj.GetName())...).Param("fieldManager", fieldManager)
 	if force {
 		req = req.Param("force", "true")
 	}
@@ -74,8 +73,8 @@ func (w *Writer) ApplyVersion(ctx context.Context, m *meta.RESTMapping, obj *uns
 	if err := res.Error(); err != nil { // the server's Status, as the dynamic client reports it
 		return "", err
 	}
-	body, _ := res.Raw()
-	rv, err := answerVersion(body)
+	answer, _ := res.Raw()
+	rv, err := answerVersion(answer)
 	if err != nil {
 		return "", fmt.Errorf("decoding the answer to an apply: %w", err)
 	}

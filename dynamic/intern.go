@@ -25,6 +25,37 @@ func intern(s string) string {
 	return unique.Make(s).Value()
 }
 
+// staticKeys maps the keys most objects have to string constants of this
+// binary, which the field-by-field conversion of protobuf objects (typed.go)
+// and the syncloop labels and annotations use too: the linker keeps one
+// copy of each constant, so a key already pointing at it stays as it is,
+// and a decoded copy of it is replaced by it without asking the unique
+// table (a hash and a lookup under its locks, for every key of every
+// event's object).
+var staticKeys = func() map[string]string {
+	m := map[string]string{}
+	for _, k := range []string{
+		"apiVersion", "kind", "metadata", "spec", "status", "data", "binaryData", "stringData", "type", "immutable",
+		"name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation",
+		"creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
+		"labels", "annotations", "ownerReferences", "finalizers", "managedFields",
+		"controller", "blockOwnerDeletion", "conditions", "observedGeneration",
+		"manager", "operation", "time", "fieldsType", "fieldsV1", "subresource",
+	} {
+		m[k] = k
+	}
+	return m
+}()
+
+// internKey is the shared copy of a map key: its constant (staticKeys)
+// or its interned copy.
+func internKey(k string) string {
+	if c, ok := staticKeys[k]; ok {
+		return c
+	}
+	return intern(k)
+}
+
 // internedValues are the keys whose string values repeat across objects.
 var internedValues = map[string]bool{"apiVersion": true, "kind": true, "namespace": true}
 
@@ -47,7 +78,7 @@ func internObject(m map[string]any) {
 				m[k] = intern(v)
 			}
 		}
-		if c := intern(k); unsafe.StringData(c) != unsafe.StringData(k) {
+		if c := internKey(k); unsafe.StringData(c) != unsafe.StringData(k) {
 			m[c] = m[k]
 		}
 	}

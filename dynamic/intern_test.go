@@ -66,5 +66,39 @@ func TestInterner(t *testing.T) {
 	if same(a["data"].(map[string]any)["long"].(string), b["data"].(map[string]any)["long"].(string)) {
 		t.Error("a value longer than the limit was interned")
 	}
+}
 
+// TestInternStaticKeys: the keys of an object converted from protobuf are
+// the binary's constants already, so interning it replaces none of them
+// (each replacement is a map write); those of a decoded object become the
+// same constants.
+func TestInternStaticKeys(t *testing.T) {
+	child := benchChild()
+	child.ManagedFields = nil // as the informers have it
+	converted, ok := fastUnstructured(child)
+	if !ok {
+		t.Fatal("the child is not converted field by field")
+	}
+	decoded := decode(t, `{"metadata":{"name":"a","labels":{"app":"web"}},"data":{"k":"v"}}`)
+	for what, m := range map[string]map[string]any{"converted": converted, "decoded": decoded} {
+		internObject(m)
+		for _, mm := range []map[string]any{m, m["metadata"].(map[string]any)} {
+			for k := range mm {
+				if c, ok := staticKeys[k]; ok && unsafe.StringData(c) != unsafe.StringData(k) {
+					t.Errorf("%s: key %q is not the constant after interning", what, k)
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkInternObject interns a child as the informers receive it from
+// protobuf, converted field by field.
+func BenchmarkInternObject(b *testing.B) {
+	child := benchChild()
+	child.ManagedFields = nil
+	for b.Loop() {
+		m, _ := fastUnstructured(child)
+		internObject(m)
+	}
 }

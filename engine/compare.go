@@ -3,7 +3,8 @@ package engine
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
+
+	"github.com/syncloop/syncloop/dynamic"
 )
 
 // holds reports whether live holds every field of desired with an equal
@@ -59,7 +60,7 @@ func holds(live, desired any) bool {
 // applied-hash annotation: it changes when any desired field changes,
 // including when one is removed — which holds cannot see.
 func contentHash(obj map[string]any) string {
-	data, err := json.Marshal(obj) // map keys sorted: canonical
+	data, err := dynamic.MarshalJSON(obj) // map keys sorted: canonical
 	if err != nil {
 		return ""
 	}

@@ -242,9 +242,10 @@ func (rc *reconciler) applyChild(ctx context.Context, ch *changes, trigger *unst
 		return nil, fmt.Errorf("resource %q: %s %s is outside namespace %q%s", child.ResourceID, ref.gvk.Kind, cacheKey(ref), ck.ns, why)
 	}
 	hash := contentHash(obj.Object)
-	ann := obj.GetAnnotations()
-	ann[AnnotationAppliedHash] = hash
-	obj.SetAnnotations(ann)
+	// In place: GetAnnotations and SetAnnotations copy the map twice.
+	if err := unstructured.SetNestedField(obj.Object, hash, "metadata", "annotations", AnnotationAppliedHash); err != nil {
+		return nil, fmt.Errorf("resource %q: %w", child.ResourceID, err)
+	}
 	key := cache.ObjectName{Namespace: trigger.GetNamespace(), Name: trigger.GetName()}
 	fail := func(what string, err error) error {
 		return fmt.Errorf("resource %q: %s %s %s: %w", child.ResourceID, what, ref.gvk.Kind, cacheKey(ref), err)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -568,10 +567,11 @@ func renderChild(ctx context.Context, r *rules.Rule, res *rules.Resource, act *e
 	// namespace, or to a cluster-scoped trigger from anything. An orphaned
 	// child has none: the garbage collector must leave it too.
 	if res.DeletionPolicy != rules.DeletionOrphan && (!triggerNamespaced || (namespaced && obj.GetNamespace() == trigger.GetNamespace())) {
-		ctrl := true
-		obj.SetOwnerReferences([]metav1.OwnerReference{{
-			APIVersion: t.APIVersion, Kind: t.Kind, Name: t.Name, UID: trigger.GetUID(), Controller: &ctrl,
-		}})
+		// What SetOwnerReferences makes of the reference, without its
+		// conversion by reflection.
+		md["ownerReferences"] = []any{map[string]any{
+			"apiVersion": t.APIVersion, "kind": t.Kind, "name": t.Name, "uid": string(trigger.GetUID()), "controller": true,
+		}}
 	}
 	return obj, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -131,6 +132,13 @@ func TestRenderChildren(t *testing.T) {
 			ref := refs[0]
 			if ref.Kind != "App" || ref.APIVersion != "example.com/v1" || ref.Name != "web" || ref.UID != "uid-web" || ref.Controller == nil || !*ref.Controller {
 				t.Errorf("%s: ownerReference %+v", key, ref)
+			}
+			// Content as SetOwnerReferences makes it: what the children
+			// in clusters were hashed with (the applied-hash annotation).
+			set := &unstructured.Unstructured{Object: map[string]any{}}
+			set.SetOwnerReferences(refs)
+			if want, got := set.Object["metadata"].(map[string]any)["ownerReferences"], got[key].Object["metadata"].(map[string]any)["ownerReferences"]; !reflect.DeepEqual(got, want) {
+				t.Errorf("%s: ownerReferences %#v, want as SetOwnerReferences makes them: %#v", key, got, want)
 			}
 		}
 	}
