@@ -330,7 +330,7 @@ const rolloutResolveWait = 10 * time.Second
 func (l *ruleLoop) giveUpRollout(ctx context.Context, why error) {
 	klog.FromContext(ctx).Error(why, "Cannot roll the change out in steps: every trigger moves at once")
 	l.ro.Store(nil)
-	l.poke() // informers that stub keep whole only what the shard owns again
+	l.poke() // informers that filter drop what is not the shard's again
 }
 
 // needed are the informers the workers need synced: the rule's, and
