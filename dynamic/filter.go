@@ -23,10 +23,15 @@ import (
 //   - a Bookmark at its resourceVersion otherwise, so that the informer's
 //     watch resumes after it, not before, when it reconnects.
 type keepFilter struct {
-	key  WatchKey
-	keep func(WatchKey, metav1.Object) bool
+	key        WatchKey
+	keep       func(WatchKey, metav1.Object) bool
+	apiVersion string // of the bookmarks it makes
 	// cache is the informer's, set before it runs.
 	cache cache.Indexer
+}
+
+func newKeepFilter(key WatchKey, keep func(WatchKey, metav1.Object) bool) *keepFilter {
+	return &keepFilter{key: key, keep: keep, apiVersion: key.GVR.GroupVersion().String()}
 }
 
 // keeps reports whether obj is to be cached.
@@ -39,30 +44,37 @@ func (f *keepFilter) keeps(obj runtime.Object) bool {
 }
 
 // instead is the event sent in place of ev, whose object Keep does not
-// keep, and false for none; whole makes the object the informer caches
-// (for a Deleted, the last state its handlers are sent).
-func (f *keepFilter) instead(ev watch.Event, whole func() (runtime.Object, error)) (watch.Event, bool, error) {
+// keep, and false for none; whole makes of ev's object the one the
+// informer caches (for a Deleted, the last state its handlers are sent).
+// An error is sent as the event that ends the watch.
+func (f *keepFilter) instead(ev watch.Event, whole func(runtime.Object) (runtime.Object, error)) (watch.Event, bool) {
 	if ev.Type != watch.Modified && ev.Type != watch.Deleted {
-		return watch.Event{}, false, nil
+		return watch.Event{}, false
 	}
 	m, err := meta.Accessor(ev.Object)
 	if err != nil {
-		return watch.Event{}, false, err
+		return errorEvent(err), true
 	}
 	key := m.GetName()
 	if ns := m.GetNamespace(); ns != "" {
 		key = ns + "/" + key
 	}
 	if _, cached, _ := f.cache.GetByKey(key); cached {
-		obj, err := whole()
-		return watch.Event{Type: watch.Deleted, Object: obj}, true, err
+		obj, err := whole(ev.Object)
+		if err != nil {
+			return errorEvent(err), true
+		}
+		return watch.Event{Type: watch.Deleted, Object: obj}, true
 	}
 	bm := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": f.key.GVR.GroupVersion().String(),
+		"apiVersion": f.apiVersion,
 		"metadata":   map[string]any{"resourceVersion": m.GetResourceVersion()},
 	}}
-	return watch.Event{Type: watch.Bookmark, Object: bm}, true, nil
+	return watch.Event{Type: watch.Bookmark, Object: bm}, true
 }
+
+// asDecoded is an object as the dynamic client decoded it: cached as is.
+func asDecoded(obj runtime.Object) (runtime.Object, error) { return obj, nil }
 
 // listWatch is lw, the dynamic client's, with f's filter.
 func (f *keepFilter) listWatch(lw *cache.ListWatch) *cache.ListWatch {
@@ -93,11 +105,7 @@ func (f *keepFilter) listWatch(lw *cache.ListWatch) *cache.ListWatch {
 				if ev.Type == watch.Error || ev.Type == watch.Bookmark || f.keeps(ev.Object) {
 					return ev, true
 				}
-				out, send, err := f.instead(ev, func() (runtime.Object, error) { return ev.Object, nil })
-				if err != nil {
-					return errorEvent(err), true
-				}
-				return out, send
+				return f.instead(ev, asDecoded)
 			}), nil
 		},
 	}

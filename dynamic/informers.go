@@ -172,7 +172,7 @@ func (r *Registry) start(ctx context.Context, e *entry) (*informerRun, error) {
 	}
 	var filter *keepFilter
 	if key.Filter != "" && r.Keep != nil {
-		filter = &keepFilter{key: key, keep: r.Keep}
+		filter = newKeepFilter(key, r.Keep)
 	}
 	jsonLW := r.jsonListWatch(key, tweak)
 	if filter != nil {

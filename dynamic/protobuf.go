@@ -157,19 +157,13 @@ func (p *Protobuf) listWatch(key WatchKey, tweak func(*metav1.ListOptions), conv
 			if err != nil {
 				return nil, err
 			}
-			whole := func(obj runtime.Object) func() (runtime.Object, error) {
-				return func() (runtime.Object, error) { return convert(obj) }
-			}
+			whole := func(obj runtime.Object) (runtime.Object, error) { return convert(obj) }
 			return newConvertingWatch(w, func(ev watch.Event) (watch.Event, bool) {
 				if ev.Type == watch.Error {
 					return ev, true // a Status
 				}
 				if ev.Type != watch.Bookmark && !filter.keeps(ev.Object) {
-					out, send, err := filter.instead(ev, whole(ev.Object))
-					if err != nil {
-						return errorEvent(err), true
-					}
-					return out, send
+					return filter.instead(ev, whole)
 				}
 				u, err := convert(ev.Object)
 				if err != nil {

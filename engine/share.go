@@ -66,10 +66,12 @@ type narrower interface {
 // keeps reports whether s keeps trigger key of rule (every trigger
 // without a shard).
 func keeps(s Shard, rule string, key cache.ObjectName) bool {
-	if s == nil {
-		return true
-	}
-	d := TriggerDigest(key)
+	return s == nil || keepsDigest(s, rule, TriggerDigest(key))
+}
+
+// keepsDigest reports whether s, not nil, keeps the trigger of rule whose
+// key has digest d.
+func keepsDigest(s Shard, rule string, d uint64) bool {
 	if k, ok := s.(keeper); ok {
 		return k.Keeps(rule, d)
 	}
@@ -93,13 +95,7 @@ func (u bothShards) Owns(rule string, d uint64) bool {
 }
 
 func (u bothShards) Keeps(rule string, d uint64) bool {
-	kept := func(s Shard) bool {
-		if k, ok := s.(keeper); ok {
-			return k.Keeps(rule, d)
-		}
-		return s.Owns(rule, d)
-	}
-	return kept(u.a) || kept(u.b)
+	return keepsDigest(u.a, rule, d) || keepsDigest(u.b, rule, d)
 }
 
 // within reports whether now keeps no trigger that then did not; false

@@ -276,7 +276,7 @@ func NewShard(reg prometheus.Registerer, owned, cached func() map[string]int) *S
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 		}),
 	}
-	reg.MustRegister(s.members, s.handovers, s.took, ownedKeys{owned}, cachedObjects{cached})
+	reg.MustRegister(s.members, s.handovers, s.took, ruleGauge{ownedKeysDesc, owned}, ruleGauge{cachedObjectsDesc, cached})
 	return s
 }
 
@@ -289,20 +289,24 @@ func (s *Shard) HandedOver(d time.Duration) {
 	s.took.Observe(d.Seconds())
 }
 
-// ownedKeys collects syncloop_shard_owned_keys at scrape time.
-type ownedKeys struct{ owned func() map[string]int }
+// ruleGauge collects a gauge by rule at scrape time: desc, whose one
+// label is the rule, with the values read then.
+type ruleGauge struct {
+	desc   *prometheus.Desc
+	values func() map[string]int
+}
+
+func (g ruleGauge) Describe(ch chan<- *prometheus.Desc) { ch <- g.desc }
+
+func (g ruleGauge) Collect(ch chan<- prometheus.Metric) {
+	for rule, n := range g.values() {
+		ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, float64(n), rule)
+	}
+}
 
 var ownedKeysDesc = prometheus.NewDesc("syncloop_shard_owned_keys",
 	"Triggers of the rule this replica owns, by rendezvous hashing over the shard members.",
 	[]string{"rule"}, nil)
-
-func (o ownedKeys) Describe(ch chan<- *prometheus.Desc) { ch <- ownedKeysDesc }
-
-func (o ownedKeys) Collect(ch chan<- prometheus.Metric) {
-	for rule, n := range o.owned() {
-		ch <- prometheus.MustNewConstMetric(ownedKeysDesc, prometheus.GaugeValue, float64(n), rule)
-	}
-}
 
 // Rollout is one rule's rollout, as syncloop_rollout_* report it.
 type Rollout struct {
@@ -361,17 +365,6 @@ func (c rolloutCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// cachedObjects collects syncloop_shard_cached_objects at scrape time.
-type cachedObjects struct{ cached func() map[string]int }
-
 var cachedObjectsDesc = prometheus.NewDesc("syncloop_shard_cached_objects",
 	"Triggers and children of the rule in this replica's caches: its share of the triggers and their children (every one while it judges a rollout of the rule).",
 	[]string{"rule"}, nil)
-
-func (c cachedObjects) Describe(ch chan<- *prometheus.Desc) { ch <- cachedObjectsDesc }
-
-func (c cachedObjects) Collect(ch chan<- prometheus.Metric) {
-	for rule, n := range c.cached() {
-		ch <- prometheus.MustNewConstMetric(cachedObjectsDesc, prometheus.GaugeValue, float64(n), rule)
-	}
-}
