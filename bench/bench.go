@@ -9,8 +9,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 	"sync"
@@ -56,6 +58,45 @@ type Config struct {
 	// CPUProfile, when set, is where a CPU profile of the bench process
 	// while syncloop converges is written.
 	CPUProfile string
+	// MemProfile, when set, is where the bench process's allocation
+	// profile is written once syncloop has converged, and MemProfile +
+	// ".base" the one from just before it started: go tool pprof
+	// -diff_base shows what converging allocated.
+	MemProfile string
+}
+
+// startCPUProfile starts a CPU profile written to path + suffix, when
+// path is set; stop ends it, once however often it is called.
+func startCPUProfile(path, suffix string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path + suffix)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return sync.OnceFunc(func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}), nil
+}
+
+// writeHeapProfile writes the allocation profile as it stands to path.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	runtime.GC() // the profile is as of the last GC
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // Result is what one run measured. JSON names are the benchmark's contract.
@@ -147,9 +188,28 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 	}
 	res.LimitSeconds = limit.Seconds()
 	logf("limit: %d applies from %d goroutines, no client-side limit, in %.2fs", cfg.Triggers, cfg.LimitWorkers, res.LimitSeconds)
-	hand, err := handWritten(ctx, env, w, cfg.Triggers, handWorkers)
-	if err != nil {
+	// The profiles of the hand-written controller start with it, once
+	// its triggers are created.
+	stopHandProfile := func() {}
+	var profileErr error
+	hand, err := handWritten(ctx, env, w, cfg.Triggers, handWorkers, func() {
+		if cfg.MemProfile != "" {
+			profileErr = writeHeapProfile(cfg.MemProfile + ".hand.base")
+		}
+		if stop, err := startCPUProfile(cfg.CPUProfile, ".hand"); err == nil {
+			stopHandProfile = stop
+		} else {
+			profileErr = err
+		}
+	})
+	stopHandProfile()
+	if err = errors.Join(err, profileErr); err != nil {
 		return nil, err
+	}
+	if cfg.MemProfile != "" {
+		if err := writeHeapProfile(cfg.MemProfile + ".hand"); err != nil {
+			return nil, err
+		}
 	}
 	res.HandWrittenBeforeSeconds = hand.Seconds()
 	logf("hand-written client-go controller: %d children in %.2fs from its start", cfg.Triggers, res.HandWrittenBeforeSeconds)
@@ -186,16 +246,16 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 	if err != nil {
 		return nil, err
 	}
-	if cfg.CPUProfile != "" {
-		f, err := os.Create(cfg.CPUProfile)
-		if err != nil {
-			return nil, err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
+	if cfg.MemProfile != "" {
+		if err := writeHeapProfile(cfg.MemProfile + ".base"); err != nil {
 			return nil, err
 		}
 	}
+	stopProfile, err := startCPUProfile(cfg.CPUProfile, "")
+	if err != nil {
+		return nil, err
+	}
+	defer stopProfile()
 	start := time.Now()
 	engCtx, stop := runEngine(ctx, eng, set, nil)
 	defer stop()
@@ -205,8 +265,11 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 	if err != nil {
 		return nil, fmt.Errorf("syncloop did not converge: %d of %d children applied", m.writes.Load(), cfg.Triggers)
 	}
-	if cfg.CPUProfile != "" {
-		pprof.StopCPUProfile()
+	stopProfile()
+	if cfg.MemProfile != "" {
+		if err := writeHeapProfile(cfg.MemProfile); err != nil {
+			return nil, err
+		}
 	}
 	res.ConvergenceSeconds = time.Unix(0, m.reached.Load()).Sub(start).Seconds()
 	res.FirstWriteSeconds = time.Unix(0, m.first.Load()).Sub(start).Seconds()
@@ -268,7 +331,7 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 	// The hand-written controller again, syncloop stopped, on the control
 	// plane as the phase left it.
 	stop()
-	if hand, err = handWritten(ctx, env, w, cfg.Triggers, handWorkers); err != nil {
+	if hand, err = handWritten(ctx, env, w, cfg.Triggers, handWorkers, nil); err != nil {
 		return nil, err
 	}
 	res.HandWrittenAfterSeconds = hand.Seconds()

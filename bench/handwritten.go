@@ -35,7 +35,7 @@ const handLabel = "bench-hand-child"
 // desired data, and no client-side rate limit (as syncloop's
 // default). It returns the time from its start — informers listing
 // included — to the n-th child applied.
-func handWritten(ctx context.Context, env *testenv.Env, w workload, n, workers int) (time.Duration, error) {
+func handWritten(ctx context.Context, env *testenv.Env, w workload, n, workers int, started func()) (time.Duration, error) {
 	ns, _, _, err := w.prepare(ctx, env, n, "bench-hand-", nil)
 	if err != nil {
 		return 0, err
@@ -46,6 +46,9 @@ func handWritten(ctx context.Context, env *testenv.Env, w workload, n, workers i
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return 0, err
+	}
+	if started != nil {
+		started()
 	}
 	start := time.Now()
 	c := &handController{cs: cs, ns: ns,

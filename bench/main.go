@@ -31,7 +31,8 @@ func main() {
 	flag.IntVar(&cfg.Cycles, "cycles", 200, "rule add/remove cycles the churn phase makes")
 	flag.IntVar(&cfg.Rules, "rules", 100, "rules the reload phase loads")
 	record := flag.String("record", "", "append the results to this Markdown file (e.g. bench/RESULTS.md)")
-	flag.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of syncloop converging in process to this file")
+	flag.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of syncloop converging in process to this file, and one of the hand-written controller before it to this file + .hand")
+	flag.StringVar(&cfg.MemProfile, "memprofile", "", "write the allocation profile of the bench process to this file once syncloop has converged in process, and this file + .base from just before it starts")
 	note := flag.String("note", "", "a line recorded before the tables (what was measured, e.g. which build)")
 	var tr TenantRun
 	flag.StringVar(&tr.Syncloop, "syncloop", "", "the syncloop binary, for the tenant workload (e.g. bin/syncloop)")
@@ -50,6 +51,9 @@ func main() {
 	memory := flag.Int("memory", 0, "run the memory phase on a control plane of its own: this many Tenants converged by the hand-written controller, by syncloop and by -shard-replicas replicas sharing them, each process's memory recorded (needs -syncloop; 0: skip)")
 	syncloopArgs := flag.String("syncloop-args", "", "extra `syncloop run` flags for the tenant workload, space-separated (none: its defaults)")
 	flag.Parse()
+	if cfg.MemProfile != "" {
+		runtime.MemProfileRate = 4096 // a sample every 4 KiB: a reconcile allocates tens of KiB
+	}
 	cfg.QPS = float32(*qps)
 	if *syncloopArgs != "" {
 		tr.Args = strings.Fields(*syncloopArgs)

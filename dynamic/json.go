@@ -15,7 +15,13 @@ import (
 // nil) and strings or numbers with anything to escape or format are
 // handed to encoding/json, so that the result is the same.
 func MarshalJSON(obj map[string]any) ([]byte, error) {
-	return appendJSON(make([]byte, 0, 512), obj)
+	return appendJSON(make([]byte, 0, 1024), obj) // most children take one allocation
+}
+
+// AppendJSON appends MarshalJSON's encoding of obj to b: a caller that
+// only hashes the encoding can reuse one buffer.
+func AppendJSON(b []byte, obj map[string]any) ([]byte, error) {
+	return appendJSON(b, obj)
 }
 
 func appendJSON(b []byte, v any) ([]byte, error) {
@@ -36,7 +42,8 @@ func appendJSON(b []byte, v any) ([]byte, error) {
 		if v == nil {
 			return append(b, "null"...), nil
 		}
-		keys := make([]string, 0, len(v))
+		var small [16]string // the keys of most maps, without an allocation
+		keys := small[:0]
 		for k := range v {
 			keys = append(keys, k)
 		}

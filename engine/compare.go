@@ -3,6 +3,7 @@ package engine
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"sync"
 
 	"github.com/syncloop/syncloop/dynamic"
 )
@@ -60,10 +61,18 @@ func holds(live, desired any) bool {
 // applied-hash annotation: it changes when any desired field changes,
 // including when one is removed — which holds cannot see.
 func contentHash(obj map[string]any) string {
-	data, err := dynamic.MarshalJSON(obj) // map keys sorted: canonical
+	bp := hashBuffers.Get().(*[]byte)
+	defer hashBuffers.Put(bp)
+	data, err := dynamic.AppendJSON((*bp)[:0], obj) // map keys sorted: canonical
 	if err != nil {
 		return ""
+	}
+	if cap(data) <= 64<<10 { // a huge object's buffer is not kept
+		*bp = data
 	}
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:8])
 }
+
+// hashBuffers hold contentHash's encodings: hashed, then no longer needed.
+var hashBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}

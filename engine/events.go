@@ -121,10 +121,10 @@ func unwrap(obj any) any {
 // edited or deleted child is reconciled back).
 func (l *ruleLoop) enqueueOwner(obj any) {
 	m, err := meta.Accessor(unwrap(obj))
-	if err != nil || m.GetLabels()[rules.LabelRule] != l.rule.Name {
+	if err != nil || rules.Label(m, rules.LabelRule) != l.rule.Name {
 		return
 	}
-	if key, ok := l.ownTrigger(m.GetAnnotations()[rules.AnnotationOwner]); ok {
+	if key, ok := l.ownTrigger(rules.Annotation(m, rules.AnnotationOwner)); ok {
 		l.add(key)
 	}
 }

@@ -20,7 +20,7 @@ func ownerIndexFunc(obj any) ([]string, error) {
 	if err != nil {
 		return nil, nil
 	}
-	rule, owner := m.GetLabels()[rules.LabelRule], m.GetAnnotations()[rules.AnnotationOwner]
+	rule, owner := rules.Label(m, rules.LabelRule), rules.Annotation(m, rules.AnnotationOwner)
 	if rule == "" || owner == "" {
 		return nil, nil
 	}
@@ -32,7 +32,7 @@ func ruleIndexFunc(obj any) ([]string, error) {
 	if err != nil {
 		return nil, nil
 	}
-	if rule := m.GetLabels()[rules.LabelRule]; rule != "" {
+	if rule := rules.Label(m, rules.LabelRule); rule != "" {
 		return []string{rule}, nil
 	}
 	return nil, nil

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/syncloop/syncloop/rules"
 	"github.com/syncloop/syncloop/rules/render"
 )
 
@@ -57,7 +58,7 @@ func (lk *cacheLookuper) Lookup(_ context.Context, q render.LookupQuery) ([]*uns
 	out := make([]*unstructured.Unstructured, 0, len(objs))
 	for _, o := range objs {
 		u := o.(*unstructured.Unstructured)
-		if q.Selector.Matches(labels.Set(u.GetLabels())) {
+		if q.Selector.Matches(rules.Labels(u)) {
 			out = append(out, u)
 		}
 	}
@@ -179,7 +180,7 @@ func (x *lookupIndex) setKeys(trigger cache.ObjectName, keep map[depKey]bool) {
 
 // each calls f for every trigger that reads the object namespace/name with
 // labels set through lookup number i.
-func (x *lookupIndex) each(i int, namespace, name string, set labels.Set, f func(cache.ObjectName)) {
+func (x *lookupIndex) each(i int, namespace, name string, set labels.Labels, f func(cache.ObjectName)) {
 	x.mu.Lock()
 	var out []cache.ObjectName
 	for t := range x.named[depKey{lookup: i, namespace: namespace, name: name}] {
@@ -209,7 +210,7 @@ func (x *lookupIndex) queue(i int, objs []any, add func(cache.ObjectName)) {
 		if err != nil {
 			continue
 		}
-		x.each(i, m.GetNamespace(), m.GetName(), labels.Set(m.GetLabels()), func(t cache.ObjectName) { triggers[t] = true })
+		x.each(i, m.GetNamespace(), m.GetName(), rules.Labels(m), func(t cache.ObjectName) { triggers[t] = true })
 	}
 	for t := range triggers {
 		add(t)

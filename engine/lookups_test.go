@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
 
@@ -382,12 +383,12 @@ spec:
 	h.eventually("a new peer the second lookup selects", names("s3,s4"))
 	c := h.loop("chain")
 	var queued []cache.ObjectName
-	c.rc.deps.each(0, h.ns, "s9", map[string]string{"team": "a"}, func(k cache.ObjectName) { queued = append(queued, k) })
+	c.rc.deps.each(0, h.ns, "s9", labels.Set{"team": "a"}, func(k cache.ObjectName) { queued = append(queued, k) })
 	if len(queued) > 0 {
 		t.Errorf("a Secret only the old selector matches would queue %v", queued)
 	}
 	queued = nil
-	c.rc.deps.each(0, h.ns, "s9", map[string]string{"team": "b"}, func(k cache.ObjectName) { queued = append(queued, k) })
+	c.rc.deps.each(0, h.ns, "s9", labels.Set{"team": "b"}, func(k cache.ObjectName) { queued = append(queued, k) })
 	if len(queued) != 1 {
 		t.Errorf("a Secret the selector matches queues %v, want the trigger", queued)
 	}

@@ -426,12 +426,12 @@ func (l *ruleLoop) sweep(ctx context.Context) {
 			if err != nil {
 				continue
 			}
-			key, ok := l.ownTrigger(m.GetAnnotations()[rules.AnnotationOwner])
+			key, ok := l.ownTrigger(rules.Annotation(m, rules.AnnotationOwner))
 			if !ok {
 				continue
 			}
 			t, exists, _ := triggers.GetByKey(key.String())
-			if !exists || string(t.(*unstructured.Unstructured).GetUID()) != m.GetLabels()[rules.LabelOwnerUID] {
+			if !exists || string(t.(*unstructured.Unstructured).GetUID()) != rules.Label(m, rules.LabelOwnerUID) {
 				l.add(key)
 				n++
 			}

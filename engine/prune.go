@@ -28,7 +28,7 @@ func (rc *reconciler) prune(ctx context.Context, ch *changes, triggerRef rules.O
 	// Reverse dependency order; a child whose resource is gone from the
 	// rule depends on nothing syncloop knows, and goes first.
 	rank := func(u *unstructured.Unstructured) int {
-		if res := rc.rule.Resource(u.GetAnnotations()[rules.AnnotationResourceID]); res != nil {
+		if res := rc.rule.Resource(rules.Annotation(u, rules.AnnotationResourceID)); res != nil {
 			return res.Rank
 		}
 		return len(rc.rule.Order)
@@ -57,7 +57,7 @@ func (rc *reconciler) prune(ctx context.Context, ch *changes, triggerRef rules.O
 func (rc *reconciler) prunable(ctx context.Context, owner string, existing []*unstructured.Unstructured, desired map[childRef]bool, waiting map[string]bool, say bool) []*unstructured.Unstructured {
 	var doomed []*unstructured.Unstructured
 	for _, child := range existing {
-		id := child.GetAnnotations()[rules.AnnotationResourceID]
+		id := rules.Annotation(child, rules.AnnotationResourceID)
 		if waiting[id] || rc.deletionPolicy(id) == rules.DeletionOrphan || !mayPrune(rc.rule.Name, owner, child, desired) {
 			continue
 		}
@@ -111,12 +111,11 @@ func (rc *reconciler) deletionPolicy(id string) rules.DeletionPolicy {
 // an earlier trigger of the same name (deleted and created again) is that
 // trigger's orphan: pruned unless desired, and then adopted.
 func mayPrune(rule, owner string, child *unstructured.Unstructured, desired map[childRef]bool) bool {
-	l := child.GetLabels()
 	return child.GetUID() != "" && // the delete's precondition
-		l[rules.LabelManagedBy] == rules.ManagedByValue &&
-		l[rules.LabelRule] == rule &&
-		l[rules.LabelOwnerUID] != "" &&
-		child.GetAnnotations()[rules.AnnotationOwner] == owner &&
+		rules.Label(child, rules.LabelManagedBy) == rules.ManagedByValue &&
+		rules.Label(child, rules.LabelRule) == rule &&
+		rules.Label(child, rules.LabelOwnerUID) != "" &&
+		rules.Annotation(child, rules.AnnotationOwner) == owner &&
 		!desired[refOf(child)]
 }
 

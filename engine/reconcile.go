@@ -336,7 +336,7 @@ func (rc *reconciler) upToDate(ref childRef, cached, desired *unstructured.Unstr
 	if rc.writes.lags(ref, cached.GetResourceVersion(), hash) {
 		return true
 	}
-	if cached.GetAnnotations()[AnnotationAppliedHash] != hash {
+	if rules.Annotation(cached, AnnotationAppliedHash) != hash {
 		return false
 	}
 	return rc.writes.isOwnVersion(ref, cached.GetResourceVersion()) || holds(cached.Object, desired.Object)

@@ -515,7 +515,7 @@ func (ro *rollout) children() int {
 		}
 		objs, _ := ck.sub.Indexer().ByIndex(ruleIndex, ro.l.rule.Name)
 		for _, o := range objs {
-			if _, ok := ro.l.ownTrigger(o.(*unstructured.Unstructured).GetAnnotations()[rules.AnnotationOwner]); ok {
+			if _, ok := ro.l.ownTrigger(rules.Annotation(o.(*unstructured.Unstructured), rules.AnnotationOwner)); ok {
 				n++
 			}
 		}
@@ -812,7 +812,7 @@ func (a cachedChildren) Apply(_ context.Context, c render.Child) (map[string]any
 		return nil, fmt.Errorf("%s %s is not there yet", ref.gvk.Kind, cacheKey(ref))
 	}
 	cached := obj.(*unstructured.Unstructured)
-	if cached.GetAnnotations()[AnnotationAppliedHash] != contentHash(c.Object.Object) {
+	if rules.Annotation(cached, AnnotationAppliedHash) != contentHash(c.Object.Object) {
 		return nil, fmt.Errorf("%s %s is not applied by this revision yet", ref.gvk.Kind, cacheKey(ref))
 	}
 	return cached.Object, nil

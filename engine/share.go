@@ -6,7 +6,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -150,7 +149,7 @@ func (e *Engine) keep(key dynamic.WatchKey, m metav1.Object) bool {
 	}
 	trigger := cache.ObjectName{Namespace: m.GetNamespace(), Name: m.GetName()}
 	if role+"/" == filterChildren {
-		if trigger, ok = l.ownTrigger(ownerOf(m)); !ok {
+		if trigger, ok = l.ownTrigger(rules.Annotation(m, rules.AnnotationOwner)); !ok {
 			return true // not the rule's to judge: its reconciles never read it
 		}
 	}
@@ -158,16 +157,6 @@ func (e *Engine) keep(key dynamic.WatchKey, m metav1.Object) bool {
 	s := e.keepShard
 	e.shardMu.RUnlock()
 	return keeps(s, rule, trigger)
-}
-
-// ownerOf is a child's owner annotation, read in place: an unstructured
-// object's GetAnnotations copies the map, on every event.
-func ownerOf(m metav1.Object) string {
-	if u, ok := m.(*unstructured.Unstructured); ok {
-		owner, _, _ := unstructured.NestedString(u.Object, "metadata", "annotations", rules.AnnotationOwner)
-		return owner
-	}
-	return m.GetAnnotations()[rules.AnnotationOwner]
 }
 
 // keepsAll reports whether the loop's informers keep every object: its

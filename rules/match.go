@@ -2,7 +2,6 @@ package rules
 
 import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 )
 
@@ -18,7 +17,7 @@ func (w Watch) MatchesOffline(obj *unstructured.Unstructured) (match bool, notEv
 	if w.Namespace != "" && obj.GetNamespace() != w.Namespace {
 		return false, nil
 	}
-	if !w.LabelSelector.Matches(labels.Set(obj.GetLabels())) {
+	if !w.LabelSelector.Matches(Labels(obj)) {
 		return false, nil
 	}
 	for _, req := range w.FieldSelector.Requirements() {

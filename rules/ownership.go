@@ -3,7 +3,9 @@ package rules
 import (
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 )
 
 // AnnotationAdopt, put on an object by its owner with a rule's name as the
@@ -14,6 +16,75 @@ const AnnotationAdopt = Group + "/adopt"
 // AnnotationRuleHash, on a revision of a rule, is the rule's Hash: the
 // revision's identity.
 const AnnotationRuleHash = Group + "/rule-hash"
+
+// Label is obj's label key, read in place: an unstructured object's
+// GetLabels copies its labels into a new map, and the engine reads one
+// label of each child on every event, in its indexes, and on every
+// reconcile.
+func Label(obj metav1.Object, key string) string {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		return metaString(u.Object, "labels", key)
+	}
+	return obj.GetLabels()[key]
+}
+
+// Annotation is obj's annotation key, read in place (see Label).
+func Annotation(obj metav1.Object, key string) string {
+	v, _ := LookupAnnotation(obj, key)
+	return v
+}
+
+// LookupAnnotation is obj's annotation key and whether obj has it, read
+// in place (see Label).
+func LookupAnnotation(obj metav1.Object, key string) (string, bool) {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		md, _ := u.Object["metadata"].(map[string]any)
+		m, _ := md["annotations"].(map[string]any)
+		v, ok := m[key].(string)
+		return v, ok
+	}
+	v, ok := obj.GetAnnotations()[key]
+	return v, ok
+}
+
+// metaString is metadata.<field>.<key> of an unstructured object's
+// content, or "".
+func metaString(obj map[string]any, field, key string) string {
+	md, _ := obj["metadata"].(map[string]any)
+	m, _ := md[field].(map[string]any)
+	s, _ := m[key].(string)
+	return s
+}
+
+// Labels are obj's labels as a selector reads them, in place when obj is
+// unstructured (see Label).
+func Labels(obj metav1.Object) labels.Labels {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return labels.Set(obj.GetLabels())
+	}
+	md, _ := u.Object["metadata"].(map[string]any)
+	m, _ := md["labels"].(map[string]any)
+	return labelMap(m)
+}
+
+// labelMap is metadata.labels as the unstructured object holds it.
+type labelMap map[string]any
+
+func (m labelMap) Has(key string) bool {
+	_, ok := m.Lookup(key)
+	return ok
+}
+
+func (m labelMap) Get(key string) string {
+	v, _ := m.Lookup(key)
+	return v
+}
+
+func (m labelMap) Lookup(key string) (string, bool) {
+	v, ok := m[key].(string)
+	return v, ok
+}
 
 // NamespacedName is "<namespace>/<name>", or the name of a cluster-scoped
 // object.

@@ -245,7 +245,7 @@ func (o Objects) Lookup(_ context.Context, q LookupQuery) ([]*unstructured.Unstr
 			}
 			continue
 		}
-		if q.Selector.Matches(labels.Set(obj.GetLabels())) {
+		if q.Selector.Matches(rules.Labels(obj)) {
 			out = append(out, obj)
 		}
 	}

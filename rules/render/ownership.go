@@ -74,12 +74,14 @@ const (
 
 // OwnershipOf says whose obj is, for rule r and trigger t.
 func OwnershipOf(r *rules.Rule, obj *unstructured.Unstructured, t rules.Trigger) Ownership {
-	l, ann := obj.GetLabels(), obj.GetAnnotations()
-	owner, hasOwner := ann[rules.AnnotationOwner]
-	if l[rules.LabelManagedBy] != rules.ManagedByValue && l[rules.LabelRule] == "" && !hasOwner {
+	// In place: this runs on every apply over an existing child, and
+	// GetLabels and GetAnnotations copy.
+	l := rules.Labels(obj)
+	owner, hasOwner := rules.LookupAnnotation(obj, rules.AnnotationOwner)
+	if l.Get(rules.LabelManagedBy) != rules.ManagedByValue && l.Get(rules.LabelRule) == "" && !hasOwner {
 		return Unowned
 	}
-	if l[rules.LabelManagedBy] == rules.ManagedByValue && l[rules.LabelRule] == r.Name && sameTrigger(owner, t) && l[rules.LabelInstallation] == r.Installation {
+	if l.Get(rules.LabelManagedBy) == rules.ManagedByValue && l.Get(rules.LabelRule) == r.Name && sameTrigger(owner, t) && l.Get(rules.LabelInstallation) == r.Installation {
 		return Owned
 	}
 	return OwnedElsewhere

@@ -538,16 +538,15 @@ func renderChild(ctx context.Context, r *rules.Rule, res *rules.Resource, act *e
 	}
 
 	t := rules.TriggerOf(trigger)
-	labels, _, err := unstructured.NestedStringMap(m, "metadata", "labels")
+	// Copies (a template may set labels to a map it read from the trigger),
+	// made once, as the unstructured maps they go into.
+	labels, err := stringsCopy(md["labels"], 4)
 	if err != nil {
-		return nil, fail("metadata.labels", errors.New("values must be strings"))
+		return nil, fail("metadata.labels", err)
 	}
-	ann, _, err := unstructured.NestedStringMap(m, "metadata", "annotations")
+	ann, err := stringsCopy(md["annotations"], 3) // and the engine's applied hash
 	if err != nil {
-		return nil, fail("metadata.annotations", errors.New("values must be strings"))
-	}
-	if labels == nil {
-		labels = map[string]string{}
+		return nil, fail("metadata.annotations", err)
 	}
 	labels[rules.LabelManagedBy] = rules.ManagedByValue
 	labels[rules.LabelRule] = r.Name
@@ -555,13 +554,10 @@ func renderChild(ctx context.Context, r *rules.Rule, res *rules.Resource, act *e
 	if r.Installation != "" {
 		labels[rules.LabelInstallation] = r.Installation
 	}
-	obj.SetLabels(labels)
-	if ann == nil {
-		ann = map[string]string{}
-	}
+	md["labels"] = labels
 	ann[rules.AnnotationOwner] = t.String()
 	ann[rules.AnnotationResourceID] = res.ID
-	obj.SetAnnotations(ann)
+	md["annotations"] = ann
 
 	// Kubernetes allows an ownerReference from a child in the trigger's
 	// namespace, or to a cluster-scoped trigger from anything. An orphaned
@@ -574,6 +570,27 @@ func renderChild(ctx context.Context, r *rules.Rule, res *rules.Resource, act *e
 		}}
 	}
 	return obj, nil
+}
+
+// stringsCopy copies a rendered metadata.labels or .annotations (nil
+// when the template set none) with room for extra more, or says why it is
+// not a map of strings.
+func stringsCopy(v any, extra int) (map[string]any, error) {
+	if v == nil {
+		return make(map[string]any, extra), nil
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("must be a map of strings, not %T", v)
+	}
+	out := make(map[string]any, len(m)+extra)
+	for k, v := range m {
+		if _, ok := v.(string); !ok {
+			return nil, errors.New("values must be strings")
+		}
+		out[k] = v
+	}
+	return out, nil
 }
 
 // Status renders the rule's status for the trigger, with children.<id>

@@ -249,6 +249,14 @@ func TestRenderErrors(t *testing.T) {
     - id: a
       template: {apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: n, labels: {n: "${dyn(object.metadata.?generation.orValue(1))}"}}}
 `, `rule.yaml:11:17: rule "r": resource "a": spec.resources[0].template.metadata.labels: values must be strings`},
+		{"labels not a map", `  resources:
+    - id: a
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: n, labels: "${dyn('x')}"}}
+`, `rule.yaml:11:17: rule "r": resource "a": spec.resources[0].template.metadata.labels: must be a map of strings, not string`},
+		{"annotation not a string", `  resources:
+    - id: a
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: n, annotations: {n: "${dyn(1)}"}}}
+`, `rule.yaml:11:17: rule "r": resource "a": spec.resources[0].template.metadata.annotations: values must be strings`},
 		{"cluster-scoped child with namespace", `  resources:
     - id: a
       template: {apiVersion: example.com/v1, kind: Tenant, metadata: {name: a, namespace: n}}
@@ -270,6 +278,35 @@ func TestRenderErrors(t *testing.T) {
 				t.Errorf("error %T is not a *RenderError for rule r", err)
 			}
 		})
+	}
+}
+
+// TestRenderCopiesMetadata: a child whose labels and annotations are the
+// trigger's own maps gets syncloop's added to copies — the trigger, an
+// object of the informer's cache, is not changed.
+func TestRenderCopiesMetadata(t *testing.T) {
+	r := parseRule(t, head+watchNS+`  resources:
+    - id: a
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: n, labels: "${object.metadata.labels}", annotations: "${object.metadata.annotations}"}}
+`)
+	trigger := obj("v1", "Namespace", "", "team-a", map[string]any{"team": "a"})
+	trigger.Object["metadata"].(map[string]any)["annotations"] = map[string]any{"note": "x"}
+	rd, err := Rule(context.Background(), r, trigger, testScopes, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := trigger.GetLabels(); len(got) != 1 || got["team"] != "a" {
+		t.Errorf("the trigger's labels became %v", got)
+	}
+	if got := trigger.GetAnnotations(); len(got) != 1 || got["note"] != "x" {
+		t.Errorf("the trigger's annotations became %v", got)
+	}
+	child := rd.Children[0].Object
+	if l := child.GetLabels(); l["team"] != "a" || l[rules.LabelRule] != "r" || l[rules.LabelManagedBy] != rules.ManagedByValue {
+		t.Errorf("child labels = %v", l)
+	}
+	if a := child.GetAnnotations(); a["note"] != "x" || a[rules.AnnotationOwner] == "" {
+		t.Errorf("child annotations = %v", a)
 	}
 }
 
