@@ -245,6 +245,7 @@ func reportTenants(tr TenantRun, r *TenantsResult) string {
 		fmt.Fprintf(&b, "| measure | hand-written | syncloop | ratio |\n|---|---|---|---|\n")
 		fmt.Fprintf(&b, "| convergence: process start → %d ConfigMaps created | %.2f s | %.2f s | %.3f (hand-written / syncloop) |\n", s.Triggers, h.ConvergenceSeconds, s.ConvergenceSeconds, p.Ratio)
 		fmt.Fprintf(&b, "| controller CPU to converge | %.1f s | %.1f s | %.2f× (syncloop / hand-written) |\n", h.CPUSeconds, s.CPUSeconds, p.CPURatio)
+		fmt.Fprintf(&b, "| garbage collections to converge | %.0f | %.0f | |\n", h.GCCycles, s.GCCycles)
 		fmt.Fprintf(&b, "| first write after start | %.2f s | %.2f s | |\n", h.FirstWriteSeconds, s.FirstWriteSeconds)
 		fmt.Fprintf(&b, "| RSS at convergence / peak | %.0f / %.0f MiB | %.0f / %.0f MiB | %.2f× |\n",
 			mib(h.RSSAtConvergenceBytes), mib(h.PeakRSSBytes), mib(s.RSSAtConvergenceBytes), mib(s.PeakRSSBytes), float64(s.RSSAtConvergenceBytes)/float64(h.RSSAtConvergenceBytes))
