@@ -716,46 +716,77 @@ type Activation struct {
 	Offline bool
 }
 
-func (a *Activation) vars(vt *valueTypes) map[string]any {
-	if vt != nil {
-		return a.typedVars(vt)
+// vars are the activation's values as the programs of types vt (nil:
+// untyped) see them, for cel-go to resolve by name: one per template
+// render or evaluation, each value wrapped for its type once, and no map
+// built to hold them.
+func (a *Activation) vars(vt *valueTypes) *bindings {
+	b := &bindings{a: a}
+	switch {
+	case a.Self != nil:
+		b.self = a.Self
+		if vt != nil {
+			b.self = vt.self.Value(a.Self)
+		}
+		return b
+	case vt == nil:
+		b.object, b.item = a.Object, a.Item
+		b.children, b.lookups = orEmpty(a.Children), orEmpty(a.Lookups)
+	default:
+		b.object = vt.object.Value(a.Object)
+		b.children, b.lookups = vt.children.Value(orEmpty(a.Children)), vt.lookups.Value(orEmpty(a.Lookups))
+		if a.Item != nil {
+			b.item = vt.item.Value(a.Item)
+		}
 	}
-	if a.Self != nil {
-		return map[string]any{varSelf: a.Self}
-	}
-	variables, children, lookups := a.Variables, a.Children, a.Lookups
-	if variables == nil {
-		variables = map[string]any{}
-	}
-	if children == nil {
-		children = map[string]any{}
-	}
-	if lookups == nil {
-		lookups = map[string]any{}
-	}
-	return map[string]any{
-		varObject:    a.Object,
-		varVariables: variables,
-		varRule:      a.Rule,
-		varItem:      a.Item,
-		varIndex:     a.Index,
-		varChildren:  children,
-		varLookups:   lookups,
-		varReady:     a.Ready,
-	}
+	return b
 }
 
-// typedVars are the activation's values as the types vt see them.
-func (a *Activation) typedVars(vt *valueTypes) map[string]any {
-	if a.Self != nil {
-		return map[string]any{varSelf: vt.self.Value(a.Self)}
+// bindings implement interpreter.Activation over an Activation: object,
+// variables, rule, item, index, children, lookups and ready — or, for a
+// type's own rules, self alone.
+type bindings struct {
+	a                               *Activation
+	object, item, children, lookups any
+	self                            any // set: only self is bound
+}
+
+// ResolveName implements interpreter.Activation.
+func (b *bindings) ResolveName(name string) (any, bool) {
+	if b.self != nil {
+		return b.self, name == varSelf
 	}
-	m := a.vars(nil)
-	m[varObject] = vt.object.Value(a.Object)
-	m[varLookups] = vt.lookups.Value(m[varLookups])
-	m[varChildren] = vt.children.Value(m[varChildren])
-	if a.Item != nil {
-		m[varItem] = vt.item.Value(a.Item)
+	switch name {
+	case varObject:
+		return b.object, true
+	case varVariables:
+		return orEmpty(b.a.Variables), true
+	case varRule:
+		return b.a.Rule, true
+	case varItem:
+		return b.item, true
+	case varIndex:
+		return b.a.Index, true
+	case varChildren:
+		return b.children, true
+	case varLookups:
+		return b.lookups, true
+	case varReady:
+		return b.a.Ready, true
+	}
+	return nil, false
+}
+
+// Parent implements interpreter.Activation.
+func (b *bindings) Parent() interpreter.Activation { return nil }
+
+// empty is what an activation binds for variables, children or lookups it
+// does not have: read, never written.
+var empty = map[string]any{}
+
+func orEmpty(m map[string]any) map[string]any {
+	if m == nil {
+		return empty
 	}
 	return m
 }
@@ -835,16 +866,12 @@ func (p *Program) EvalList(ctx context.Context, a *Activation) ([]any, error) {
 }
 
 // eval evaluates p over vars, a's values as p sees them.
-func (p *Program) eval(ctx context.Context, a *Activation, vars map[string]any) (ref.Val, error) {
-	act, err := interpreter.NewActivation(vars)
-	if err != nil {
-		return nil, err
-	}
+func (p *Program) eval(ctx context.Context, a *Activation, vars *bindings) (ref.Val, error) {
 	prog := p.prog
 	if p.cost.untracked(a) {
 		prog = p.cost.fast
 	}
-	v, _, err := prog.ContextEval(ctx, act)
+	v, _, err := prog.ContextEval(ctx, vars)
 	if err != nil {
 		var cancelled interpreter.EvalCancelledError
 		if errors.As(err, &cancelled) && cancelled.Cause == interpreter.CostLimitExceeded {

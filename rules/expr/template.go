@@ -162,7 +162,7 @@ func (t *Template) VariableRefs() []string { return t.variableRefs }
 // state is what one render of a template sees.
 type state struct {
 	a    *Activation
-	vars map[string]any // a's values as the programs see them
+	vars *bindings // a's values as the programs see them
 }
 
 type node interface {
