@@ -22,10 +22,7 @@ const AnnotationRuleHash = Group + "/rule-hash"
 // label of each child on every event, in its indexes, and on every
 // reconcile.
 func Label(obj metav1.Object, key string) string {
-	if u, ok := obj.(*unstructured.Unstructured); ok {
-		return metaString(u.Object, "labels", key)
-	}
-	return obj.GetLabels()[key]
+	return Labels(obj).Get(key)
 }
 
 // Annotation is obj's annotation key, read in place (see Label).
@@ -38,34 +35,28 @@ func Annotation(obj metav1.Object, key string) string {
 // in place (see Label).
 func LookupAnnotation(obj metav1.Object, key string) (string, bool) {
 	if u, ok := obj.(*unstructured.Unstructured); ok {
-		md, _ := u.Object["metadata"].(map[string]any)
-		m, _ := md["annotations"].(map[string]any)
-		v, ok := m[key].(string)
+		v, ok := metaMap(u, "annotations")[key].(string)
 		return v, ok
 	}
 	v, ok := obj.GetAnnotations()[key]
 	return v, ok
 }
 
-// metaString is metadata.<field>.<key> of an unstructured object's
-// content, or "".
-func metaString(obj map[string]any, field, key string) string {
-	md, _ := obj["metadata"].(map[string]any)
-	m, _ := md[field].(map[string]any)
-	s, _ := m[key].(string)
-	return s
-}
-
 // Labels are obj's labels as a selector reads them, in place when obj is
 // unstructured (see Label).
 func Labels(obj metav1.Object) labels.Labels {
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return labels.Set(obj.GetLabels())
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		return labelMap(metaMap(u, "labels"))
 	}
+	return labels.Set(obj.GetLabels())
+}
+
+// metaMap is metadata.<field> of an unstructured object as it holds it, or
+// nil.
+func metaMap(u *unstructured.Unstructured, field string) map[string]any {
 	md, _ := u.Object["metadata"].(map[string]any)
-	m, _ := md["labels"].(map[string]any)
-	return labelMap(m)
+	m, _ := md[field].(map[string]any)
+	return m
 }
 
 // labelMap is metadata.labels as the unstructured object holds it.
