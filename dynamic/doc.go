@@ -3,8 +3,9 @@
 // FlowControl, which fits the requests in flight to what the API server
 // accepts, a discovery-backed RESTMapper that refreshes on a miss, a registry
 // of shared informers keyed by WatchKey (refcounted, stoppable one by one,
-// built-in kinds read in protobuf, managedFields stripped and strings
-// interned before caching), and
+// built-in kinds read in protobuf, ConfigMaps and Secrets cached as their
+// typed objects, managedFields stripped and strings interned before
+// caching), and
 // server-side apply, status and delete helpers.
 //
 // It imports only client-go, apimachinery and k8s.io/utils (a clock, so that

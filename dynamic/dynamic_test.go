@@ -437,7 +437,16 @@ func TestRegistryProtobuf(t *testing.T) {
 		if !okA || !okB {
 			return false
 		}
-		ua, ub := a.(*unstructured.Unstructured), b.(*unstructured.Unstructured)
+		// ConfigMaps and Secrets are cached typed (cached.go), the rest
+		// unstructured; converted, they are what the JSON informer caches.
+		if _, isU := b.(*unstructured.Unstructured); isU == (typedCached[gvrs[i]] != nil) {
+			t.Fatalf("%s: the protobuf informer caches a %T", gvrs[i], b)
+		}
+		ua := a.(*unstructured.Unstructured)
+		ub, ok := ToUnstructured(b)
+		if !ok {
+			t.Fatalf("%s: %T not convertible", gvrs[i], b)
+		}
 		if rv != "" && (ua.GetResourceVersion() != rv || ub.GetResourceVersion() != rv) {
 			return false // not there yet
 		}

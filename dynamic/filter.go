@@ -28,6 +28,9 @@ type keepFilter struct {
 	apiVersion string // of the bookmarks it makes
 	// cache is the informer's, set before it runs.
 	cache cache.Indexer
+	// example, when set, makes the empty object of the informer's type,
+	// for its bookmarks: the informer caches typed objects (cached.go).
+	example func() runtime.Object
 }
 
 func newKeepFilter(key WatchKey, keep func(WatchKey, metav1.Object) bool) *keepFilter {
@@ -65,6 +68,15 @@ func (f *keepFilter) instead(ev watch.Event, whole func(runtime.Object) (runtime
 			return errorEvent(err), true
 		}
 		return watch.Event{Type: watch.Deleted, Object: obj}, true
+	}
+	if f.example != nil {
+		bm := f.example()
+		bmm, err := meta.Accessor(bm)
+		if err != nil {
+			return errorEvent(err), true
+		}
+		bmm.SetResourceVersion(m.GetResourceVersion())
+		return watch.Event{Type: watch.Bookmark, Object: bm}, true
 	}
 	bm := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": f.apiVersion,

@@ -104,7 +104,7 @@ func testRegistryFilter(t *testing.T, cs kubernetes.Interface, r *Registry) {
 			if !ok {
 				continue
 			}
-			u := obj.(*unstructured.Unstructured)
+			u, _ := ToUnstructured(obj)
 			data, _, _ := unstructured.NestedString(u.Object, "data", "k")
 			if data != value || u.GetLabels()["l"] != "v" || u.GetUID() == "" || u.GetResourceVersion() == "" || u.GetKind() != "ConfigMap" {
 				t.Errorf("%s: %s is not whole: %v, want data %q", when, key, u.Object, value)

@@ -182,10 +182,22 @@ func (r *Registry) start(ctx context.Context, e *entry) (*informerRun, error) {
 	var inf cache.SharedIndexInformer
 	switch {
 	case r.Protobuf.serves(ctx, key.GVR):
-		convert := func(obj runtime.Object) (*unstructured.Unstructured, error) {
+		// ConfigMaps and Secrets are cached typed (cached.go), the rest
+		// unstructured.
+		var example runtime.Object = &unstructured.Unstructured{}
+		if mk, ok := typedCached[key.GVR]; ok {
+			example = mk()
+			if filter != nil {
+				filter.example = mk
+			}
+		}
+		convert := func(obj runtime.Object) (runtime.Object, error) {
+			if readyTyped(obj, r.KeepManagedFields) {
+				return obj, nil
+			}
 			return typedToUnstructured(obj, key.GVR.GroupVersion(), r.KeepManagedFields)
 		}
-		inf = cache.NewSharedIndexInformerWithOptions(r.Protobuf.listWatch(key, tweak, convert, filter, jsonLW), &unstructured.Unstructured{}, options)
+		inf = cache.NewSharedIndexInformerWithOptions(r.Protobuf.listWatch(key, tweak, convert, filter, jsonLW), example, options)
 	case filter != nil:
 		inf = cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(jsonLW, r.client), &unstructured.Unstructured{}, options)
 	default:

@@ -119,10 +119,10 @@ func typesKnowServer(server *version.Info, typesMinor int) bool {
 }
 
 // listWatch is the ListerWatcher of an informer on key in protobuf, whose
-// objects are made unstructured by convert once filter (nil: none) keeps
-// them; jsonLW is used instead once the resource turns out not to be
-// client-go's.
-func (p *Protobuf) listWatch(key WatchKey, tweak func(*metav1.ListOptions), convert func(runtime.Object) (*unstructured.Unstructured, error), filter *keepFilter, jsonLW *cache.ListWatch) cache.ListerWatcher {
+// objects are made what the cache holds by convert (unstructured, or
+// typed readied for the cache) once filter (nil: none) keeps them; jsonLW
+// is used instead once the resource turns out not to be client-go's.
+func (p *Protobuf) listWatch(key WatchKey, tweak func(*metav1.ListOptions), convert func(runtime.Object) (runtime.Object, error), filter *keepFilter, jsonLW *cache.ListWatch) cache.ListerWatcher {
 	resource := func() *rest.Request {
 		return p.rest.Get().AbsPath(collectionPath(key.GVR, key.Namespace)...)
 	}
@@ -145,7 +145,8 @@ func (p *Protobuf) listWatch(key WatchKey, tweak func(*metav1.ListOptions), conv
 				}
 				return nil, err
 			}
-			return toUnstructuredList(obj, filter.keeps, convert)
+			_, typed := typedCached[key.GVR]
+			return cacheList(obj, typed, filter.keeps, convert)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			if fallenBack.Load() {
@@ -157,13 +158,12 @@ func (p *Protobuf) listWatch(key WatchKey, tweak func(*metav1.ListOptions), conv
 			if err != nil {
 				return nil, err
 			}
-			whole := func(obj runtime.Object) (runtime.Object, error) { return convert(obj) }
 			return newConvertingWatch(w, func(ev watch.Event) (watch.Event, bool) {
 				if ev.Type == watch.Error {
 					return ev, true // a Status
 				}
 				if ev.Type != watch.Bookmark && !filter.keeps(ev.Object) {
-					return filter.instead(ev, whole)
+					return filter.instead(ev, convert)
 				}
 				u, err := convert(ev.Object)
 				if err != nil {
@@ -223,10 +223,11 @@ func (w *convertingWatch) Stop() {
 	})
 }
 
-// toUnstructuredList makes a typed list an UnstructuredList of the items
-// keep keeps, converted, keeping the list's resourceVersion and continue
-// token.
-func toUnstructuredList(obj runtime.Object, keep func(runtime.Object) bool, convert func(runtime.Object) (*unstructured.Unstructured, error)) (*unstructured.UnstructuredList, error) {
+// cacheList is the list an informer caches of a typed list: the items keep
+// keeps, converted — the typed list itself when its kind is cached typed
+// (convert readies the items in place), else an UnstructuredList — with
+// the list's resourceVersion and continue token.
+func cacheList(obj runtime.Object, typed bool, keep func(runtime.Object) bool, convert func(runtime.Object) (runtime.Object, error)) (runtime.Object, error) {
 	lm, err := meta.ListAccessor(obj)
 	if err != nil {
 		return nil, err
@@ -235,21 +236,33 @@ func toUnstructuredList(obj runtime.Object, keep func(runtime.Object) bool, conv
 	if err != nil {
 		return nil, err
 	}
-	out := &unstructured.UnstructuredList{Object: map[string]any{}, Items: make([]unstructured.Unstructured, 0, len(items))}
+	kept := make([]runtime.Object, 0, len(items))
+	for _, item := range items {
+		if !keep(item) {
+			continue
+		}
+		c, err := convert(item)
+		if err != nil {
+			return nil, err
+		}
+		kept = append(kept, c)
+	}
+	if typed {
+		if len(kept) < len(items) {
+			if err := meta.SetList(obj, kept); err != nil {
+				return nil, err
+			}
+		}
+		return obj, nil
+	}
+	out := &unstructured.UnstructuredList{Object: map[string]any{}, Items: make([]unstructured.Unstructured, 0, len(kept))}
 	out.SetResourceVersion(lm.GetResourceVersion())
 	out.SetContinue(lm.GetContinue())
 	if n := lm.GetRemainingItemCount(); n != nil {
 		out.SetRemainingItemCount(n)
 	}
-	for _, item := range items {
-		if !keep(item) {
-			continue
-		}
-		u, err := convert(item)
-		if err != nil {
-			return nil, err
-		}
-		out.Items = append(out.Items, *u)
+	for _, c := range kept {
+		out.Items = append(out.Items, *c.(*unstructured.Unstructured))
 	}
 	return out, nil
 }

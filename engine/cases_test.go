@@ -219,7 +219,7 @@ func TestInformerSharing(t *testing.T) {
 	cached := h.loop("share-a").rc.w.children[schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}].sub.Indexer().List()
 	var names []string
 	for _, o := range cached {
-		names = append(names, o.(*unstructured.Unstructured).GetName())
+		names = append(names, o.(object).GetName())
 	}
 	if !slices.Equal(names, []string{"t-share-a"}) {
 		t.Errorf("share-a's child cache holds %q, want its own child t-share-a only", names)
@@ -377,7 +377,7 @@ spec:
 	}
 	h.eventually("both triggers reconciled", func() bool {
 		obj, ok, _ := c.watches.trigger.Indexer().GetByKey(h.ns + "/b")
-		deleting := ok && obj.(*unstructured.Unstructured).GetDeletionTimestamp() != nil
+		deleting := ok && obj.(object).GetDeletionTimestamp() != nil
 		return deleting && c.reconciles.Load() >= k0+2 && c.idle()
 	})
 	if _, ok := h.configMap(h.ns, "a-kept"); !ok {

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/syncloop/syncloop/rules"
@@ -93,8 +92,8 @@ func wants(r *rules.Rule, obj any) bool {
 	if r.When == nil {
 		return true
 	}
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
+	u := wholeOf(obj)
+	if u == nil {
 		return true
 	}
 	ok, err := r.When.EvalBool(context.Background(), &expr.Activation{Object: u.Object, Rule: r.Name})
@@ -137,9 +136,9 @@ func (l *ruleLoop) enqueueOwner(obj any) {
 // the child is still returning is held (ownWrites.echo): the apply's end
 // queues the trigger if it was not the echo.
 func (l *ruleLoop) childChanged(obj any) {
-	if u, ok := obj.(*unstructured.Unstructured); ok {
+	if o, ok := obj.(object); ok {
 		for _, rc := range l.reconcilers() {
-			if rc.writes.echo(refOf(u), u.GetResourceVersion()) {
+			if rc.writes.echo(refOf(o), o.GetResourceVersion()) {
 				return
 			}
 		}
@@ -151,23 +150,23 @@ func (l *ruleLoop) childChanged(obj any) {
 // patches obj — unless the event is the echo of syncloop's own last apply
 // of it.
 func (l *ruleLoop) patchChanged(rc *reconciler, i int, obj any) {
-	u, ok := unwrap(obj).(*unstructured.Unstructured)
+	o, ok := asObject(obj)
 	if !ok {
 		return
 	}
-	for _, o := range l.reconcilers() {
-		if o.writes.isOwnVersion(refOf(u), u.GetResourceVersion()) {
+	for _, r := range l.reconcilers() {
+		if r.writes.isOwnVersion(refOf(o), o.GetResourceVersion()) {
 			return
 		}
 	}
-	rc.patches.each(i, u.GetNamespace(), u.GetName(), nil, l.add)
+	rc.patches.each(i, o.GetNamespace(), o.GetName(), nil, l.add)
 }
 
 // forget drops what is remembered of a written object that is gone.
 func (l *ruleLoop) forget(obj any) {
-	if u, ok := unwrap(obj).(*unstructured.Unstructured); ok {
+	if o, ok := asObject(obj); ok {
 		for _, rc := range l.reconcilers() {
-			rc.writes.gone(refOf(u))
+			rc.writes.gone(refOf(o))
 		}
 	}
 }

@@ -10,7 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/syncloop/syncloop/rules"
@@ -126,7 +125,7 @@ func (c *ruleLoop) cachedChildren(ns string) []any {
 	for _, ck := range c.watches.children {
 		objs, _ := ck.sub.Indexer().ByIndex(cache.NamespaceIndex, ns)
 		for _, o := range objs {
-			if o.(*unstructured.Unstructured).GetLabels()[rules.LabelRule] == c.rule.Name {
+			if o.(object).GetLabels()[rules.LabelRule] == c.rule.Name {
 				out = append(out, o)
 			}
 		}

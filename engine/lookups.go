@@ -47,7 +47,7 @@ func (lk *cacheLookuper) Lookup(_ context.Context, q render.LookupQuery) ([]*uns
 		if err != nil || !ok {
 			return nil, err
 		}
-		return []*unstructured.Unstructured{obj.(*unstructured.Unstructured)}, nil
+		return []*unstructured.Unstructured{wholeOf(obj)}, nil
 	}
 	var objs []any
 	if q.Namespace != "" {
@@ -57,9 +57,8 @@ func (lk *cacheLookuper) Lookup(_ context.Context, q render.LookupQuery) ([]*uns
 	}
 	out := make([]*unstructured.Unstructured, 0, len(objs))
 	for _, o := range objs {
-		u := o.(*unstructured.Unstructured)
-		if q.Selector.Matches(rules.Labels(u)) {
-			out = append(out, u)
+		if m, ok := o.(object); ok && q.Selector.Matches(rules.Labels(m)) {
+			out = append(out, wholeOf(m))
 		}
 	}
 	return out, nil

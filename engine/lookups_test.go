@@ -122,7 +122,7 @@ func TestLookupSource(t *testing.T) {
 	// the echo of every apply).
 	h.eventually("the queue drained and the cache up to date", func() bool {
 		for _, o := range c.cachedChildren(h.ns) {
-			if d, _, _ := unstructured.NestedString(o.(*unstructured.Unstructured).Object, "data", "k"); d != "Mg==" {
+			if d, _, _ := unstructured.NestedString(wholeOf(o).Object, "data", "k"); d != "Mg==" {
 				return false
 			}
 		}

@@ -10,7 +10,6 @@ import (
 
 	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -431,7 +430,7 @@ func (l *ruleLoop) sweep(ctx context.Context) {
 				continue
 			}
 			t, exists, _ := triggers.GetByKey(key.String())
-			if !exists || string(t.(*unstructured.Unstructured).GetUID()) != rules.Label(m, rules.LabelOwnerUID) {
+			if !exists || string(t.(object).GetUID()) != rules.Label(m, rules.LabelOwnerUID) {
 				l.add(key)
 				n++
 			}

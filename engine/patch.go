@@ -86,7 +86,7 @@ func (rc *reconciler) applyPatch(ctx context.Context, ch *changes, trigger *unst
 		klog.FromContext(ctx).V(1).Info("Waiting for an object to patch", "resource", child.ResourceID, "kind", ref.gvk.Kind, "object", cacheKey(ref))
 		return nil, nil
 	}
-	cached := cachedObj.(*unstructured.Unstructured)
+	cached := wholeOf(cachedObj)
 	manager := patchManager(rc.rule, key)
 	if patchUpToDate(cached, obj, manager) {
 		rc.metrics.Write(rc.rule.Name, "unchanged")
@@ -158,7 +158,7 @@ func (rc *reconciler) patchedBy(manager string) []*unstructured.Unstructured {
 		}
 		objs, _ := pw.sub.Indexer().ByIndex(patchIndex, manager)
 		for _, o := range objs {
-			u := o.(*unstructured.Unstructured)
+			u := wholeOf(o)
 			if ref := refOf(u); !seen[ref] {
 				seen[ref] = true
 				out = append(out, u)

@@ -7,7 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/syncloop/syncloop/rules"
@@ -91,7 +90,7 @@ func TestPatchMode(t *testing.T) {
 	h.eventually("idle, the cache caught up", func() bool {
 		live, _ := h.configMap(h.ns, "target")
 		cached, ok, _ := c.watches.patchWatchOf(c.rule.Resources[0]).sub.Indexer().GetByKey(h.ns + "/target")
-		return c.idle() && ok && cached.(*unstructured.Unstructured).GetResourceVersion() == live.ResourceVersion
+		return c.idle() && ok && cached.(object).GetResourceVersion() == live.ResourceVersion
 	})
 	h.counter.Reset()
 	c.queue.Add(cache.ObjectName{Namespace: h.ns, Name: "a"})

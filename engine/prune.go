@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/klog/v2"
 
 	"github.com/syncloop/syncloop/rules"
@@ -23,17 +22,17 @@ import (
 // existing comes from synced informer caches only: a loop reconciles
 // nothing before its informers have synced, and a relist replaces a cache
 // whole, so a stale or empty cache never stands for an absent child.
-func (rc *reconciler) prune(ctx context.Context, ch *changes, triggerRef rules.ObjectRef, owner string, existing []*unstructured.Unstructured, desired map[childRef]bool, waiting map[string]bool) error {
+func (rc *reconciler) prune(ctx context.Context, ch *changes, triggerRef rules.ObjectRef, owner string, existing []object, desired map[childRef]bool, waiting map[string]bool) error {
 	doomed := rc.prunable(ctx, owner, existing, desired, waiting, true)
 	// Reverse dependency order; a child whose resource is gone from the
 	// rule depends on nothing syncloop knows, and goes first.
-	rank := func(u *unstructured.Unstructured) int {
+	rank := func(u object) int {
 		if res := rc.rule.Resource(rules.Annotation(u, rules.AnnotationResourceID)); res != nil {
 			return res.Rank
 		}
 		return len(rc.rule.Order)
 	}
-	slices.SortStableFunc(doomed, func(a, b *unstructured.Unstructured) int { return rank(b) - rank(a) })
+	slices.SortStableFunc(doomed, func(a, b object) int { return rank(b) - rank(a) })
 	var errs []error
 	for _, child := range doomed {
 		ref := refOf(child)
@@ -54,8 +53,8 @@ func (rc *reconciler) prune(ctx context.Context, ch *changes, triggerRef rules.O
 // prunable are the children of existing that prune deletes: not desired,
 // not of a resource that waits or orphans, not what a lookup reads (which
 // is logged when say is true).
-func (rc *reconciler) prunable(ctx context.Context, owner string, existing []*unstructured.Unstructured, desired map[childRef]bool, waiting map[string]bool, say bool) []*unstructured.Unstructured {
-	var doomed []*unstructured.Unstructured
+func (rc *reconciler) prunable(ctx context.Context, owner string, existing []object, desired map[childRef]bool, waiting map[string]bool, say bool) []object {
+	var doomed []object
 	for _, child := range existing {
 		id := rules.Annotation(child, rules.AnnotationResourceID)
 		if waiting[id] || rc.deletionPolicy(id) == rules.DeletionOrphan || !mayPrune(rc.rule.Name, owner, child, desired) {
@@ -65,7 +64,7 @@ func (rc *reconciler) prunable(ctx context.Context, owner string, existing []*un
 			// An object a lookup reads is a source, whatever its labels say
 			// (an earlier syncloop may have taken it over): never deleted.
 			if say {
-				klog.FromContext(ctx).Info("Not pruning a child that a lookup reads", "kind", child.GetKind(), "child", klog.KObj(child), "lookup", l.ID)
+				klog.FromContext(ctx).Info("Not pruning a child that a lookup reads", "kind", child.GetObjectKind().GroupVersionKind().Kind, "child", klog.KObj(child), "lookup", l.ID)
 			}
 			continue
 		}
@@ -78,8 +77,8 @@ func (rc *reconciler) prunable(ctx context.Context, owner string, existing []*un
 // literal name says or as a trigger's last reconcile read it; nil if none.
 // A literal name without a literal namespace is taken to read obj in any
 // namespace.
-func (rc *reconciler) readByLookup(obj *unstructured.Unstructured) *rules.Lookup {
-	gk := obj.GroupVersionKind().GroupKind()
+func (rc *reconciler) readByLookup(obj object) *rules.Lookup {
+	gk := obj.GetObjectKind().GroupVersionKind().GroupKind()
 	for _, l := range rc.rule.Lookups {
 		if l.List() || l.GVK.GroupKind() != gk {
 			continue
@@ -110,7 +109,7 @@ func (rc *reconciler) deletionPolicy(id string) rules.DeletionPolicy {
 // labels is never deleted, whatever its name. A child whose UID label names
 // an earlier trigger of the same name (deleted and created again) is that
 // trigger's orphan: pruned unless desired, and then adopted.
-func mayPrune(rule, owner string, child *unstructured.Unstructured, desired map[childRef]bool) bool {
+func mayPrune(rule, owner string, child object, desired map[childRef]bool) bool {
 	return child.GetUID() != "" && // the delete's precondition
 		rules.Label(child, rules.LabelManagedBy) == rules.ManagedByValue &&
 		rules.Label(child, rules.LabelRule) == rule &&
@@ -123,7 +122,7 @@ func mayPrune(rule, owner string, child *unstructured.Unstructured, desired map[
 // object. The loop drops a deleted child from ownWrites only after the
 // cache has dropped it, so a reconcile that read the child before either
 // finds it in one or the other and does not delete it twice.
-func cached(ck *childKind, child *unstructured.Unstructured) bool {
+func cached(ck *childKind, child object) bool {
 	if ck.sub == nil {
 		return true
 	}
@@ -131,6 +130,6 @@ func cached(ck *childKind, child *unstructured.Unstructured) bool {
 	if err != nil || !ok {
 		return false
 	}
-	u, isU := obj.(*unstructured.Unstructured)
-	return !isU || u.GetUID() == child.GetUID()
+	o, isO := obj.(object)
+	return !isO || o.GetUID() == child.GetUID()
 }

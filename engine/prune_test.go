@@ -27,7 +27,8 @@ import (
 // not, the trigger present or gone — prune deletes exactly the children
 // that carry the managed-by label, this rule's label, a trigger UID label
 // and this trigger's owner annotation and are not desired, each with its
-// own UID as the delete's precondition. The fake client only records the
+// own UID as the delete's precondition — whether the cache holds them
+// unstructured or typed. The fake client only records the
 // requests: what the API server does with them is the integration tests'
 // business.
 func TestPruneProperty(t *testing.T) {
@@ -38,7 +39,7 @@ func TestPruneProperty(t *testing.T) {
 
 	for seed := range uint64(300) {
 		r := rand.New(rand.NewPCG(seed, 7))
-		var existing []*unstructured.Unstructured
+		var existing []object
 		var objs []runtime.Object
 		for i := range 1 + r.IntN(12) {
 			u := &unstructured.Unstructured{}
@@ -60,8 +61,16 @@ func TestPruneProperty(t *testing.T) {
 			if a := pick(r, "", owner, owner, "v1/ConfigMap/ns/another"); a != "" {
 				u.SetAnnotations(map[string]string{rules.AnnotationOwner: a})
 			}
-			existing = append(existing, u)
 			objs = append(objs, u.DeepCopy())
+			if seed%2 == 1 { // as the caches hold ConfigMaps: typed
+				cm := &corev1.ConfigMap{}
+				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, cm); err != nil {
+					t.Fatal(err)
+				}
+				existing = append(existing, cm)
+				continue
+			}
+			existing = append(existing, u)
 		}
 		var desired map[childRef]bool // nil: the trigger is gone
 		if r.IntN(4) > 0 {

@@ -67,7 +67,7 @@ func (rc *reconciler) reconcile(ctx context.Context, key cache.ObjectName) (err 
 	}
 	var trigger *unstructured.Unstructured
 	if exists {
-		trigger = obj.(*unstructured.Unstructured)
+		trigger = wholeOf(obj)
 	} else if !rc.w.trigger.HasSynced() {
 		// The triggers are still listing (workers start before they
 		// have): this one may not have arrived yet. Its Add, or the sweep
@@ -135,7 +135,7 @@ func (rc *reconciler) reconcile(ctx context.Context, key cache.ObjectName) (err 
 // release lets go of a trigger that wants no children — gone, being
 // deleted, or its when is false: its children are pruned and what it
 // patched is released, as the rule's deletion policies say.
-func (rc *reconciler) release(ctx context.Context, ch *changes, ref rules.ObjectRef, key cache.ObjectName, owner string, existing []*unstructured.Unstructured) error {
+func (rc *reconciler) release(ctx context.Context, ch *changes, ref rules.ObjectRef, key cache.ObjectName, owner string, existing []object) error {
 	rc.deps.set(key, nil)
 	rc.patches.setKeys(key, nil)
 	rc.writes.forgetConflicts(key)
@@ -198,15 +198,15 @@ func (rc *reconciler) conflicts(trigger *unstructured.Unstructured, rd *render.R
 }
 
 // childrenOf returns this rule's children of one trigger, from the caches.
-func (rc *reconciler) childrenOf(owner string) []*unstructured.Unstructured {
-	var out []*unstructured.Unstructured
+func (rc *reconciler) childrenOf(owner string) []object {
+	var out []object
 	for _, ck := range rc.w.children {
 		if ck.sub == nil {
 			continue
 		}
 		objs, _ := ck.sub.Indexer().ByIndex(ownerIndex, ownerKey(rc.rule.Name, owner))
 		for _, o := range objs {
-			out = append(out, o.(*unstructured.Unstructured))
+			out = append(out, o.(object))
 		}
 	}
 	return out
@@ -266,7 +266,10 @@ func (rc *reconciler) applyChild(ctx context.Context, ch *changes, trigger *unst
 			if !adopt && rc.upToDate(ref, existing, obj, hash) {
 				rc.writes.conflict(key, ref, false)
 				rc.metrics.Write(rc.rule.Name, "unchanged")
-				return existing.Object, nil
+				if !rc.rule.ReadsLive(child.Resource) {
+					return obj.Object, nil // what it applied: the same fields
+				}
+				return wholeOf(existing).Object, nil
 			}
 			action = ActionUpdate
 			if adopt {
@@ -305,13 +308,13 @@ func (rc *reconciler) applyChild(ctx context.Context, ch *changes, trigger *unst
 // that had the trigger may have made the child a moment ago; see
 // handoverVerify), or when the last apply found a conflict there (an
 // object the cache cannot hold).
-func (rc *reconciler) existing(ctx context.Context, ck *childKind, ref childRef, key cache.ObjectName) (*unstructured.Unstructured, error) {
+func (rc *reconciler) existing(ctx context.Context, ck *childKind, ref childRef, key cache.ObjectName) (object, error) {
 	cachedObj, found, err := ck.sub.Indexer().GetByKey(cacheKey(ref))
 	if err != nil {
 		return nil, err
 	}
 	if found {
-		return cachedObj.(*unstructured.Unstructured), nil
+		return cachedObj.(object), nil
 	}
 	if !rc.mayLag(key) && !rc.writes.hadConflict(key, ref) {
 		return nil, nil
@@ -332,14 +335,14 @@ func (rc *reconciler) existing(ctx context.Context, ck *childKind, ref childRef,
 // field (it was changed by someone else, but not in the fields we own) —
 // or the cache still holds the version our last apply of this content
 // replaced (it lags: ownWrites.lags).
-func (rc *reconciler) upToDate(ref childRef, cached, desired *unstructured.Unstructured, hash string) bool {
+func (rc *reconciler) upToDate(ref childRef, cached object, desired *unstructured.Unstructured, hash string) bool {
 	if rc.writes.lags(ref, cached.GetResourceVersion(), hash) {
 		return true
 	}
 	if rules.Annotation(cached, AnnotationAppliedHash) != hash {
 		return false
 	}
-	return rc.writes.isOwnVersion(ref, cached.GetResourceVersion()) || holds(cached.Object, desired.Object)
+	return rc.writes.isOwnVersion(ref, cached.GetResourceVersion()) || holds(wholeOf(cached).Object, desired.Object)
 }
 
 // childRef names a child object.
@@ -355,8 +358,8 @@ func conflictRef(ce *render.ConflictError) childRef {
 	return childRef{gvk: schema.FromAPIVersionAndKind(ce.Object.APIVersion, ce.Object.Kind), namespace: ce.Object.Namespace, name: ce.Object.Name}
 }
 
-func refOf(obj *unstructured.Unstructured) childRef {
-	return childRef{gvk: obj.GroupVersionKind(), namespace: obj.GetNamespace(), name: obj.GetName()}
+func refOf(obj object) childRef {
+	return childRef{gvk: obj.GetObjectKind().GroupVersionKind(), namespace: obj.GetNamespace(), name: obj.GetName()}
 }
 
 // groupKind is "Kind.group", as Redact wants it.

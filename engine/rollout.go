@@ -13,7 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -277,7 +276,7 @@ func (ro *rollout) record() RolloutRecord {
 func (ro *rollout) onNew(key cache.ObjectName) bool {
 	t := trigger{key: key, digest: rolloutDigest(ro.l.rule.Name, key)}
 	if obj, ok, _ := ro.l.watches.trigger.Indexer().GetByKey(key.String()); ok {
-		t.created = obj.(*unstructured.Unstructured).GetCreationTimestamp().Time
+		t.created = obj.(object).GetCreationTimestamp().Time
 	}
 	rec := ro.record()
 	return rec.puts(t)
@@ -294,7 +293,7 @@ type trigger struct {
 // eachTrigger calls fn with every cached trigger.
 func (ro *rollout) eachTrigger(fn func(trigger)) {
 	for _, obj := range ro.l.watches.trigger.Indexer().List() {
-		u := obj.(*unstructured.Unstructured)
+		u := obj.(object)
 		key := cache.ObjectName{Namespace: u.GetNamespace(), Name: u.GetName()}
 		fn(trigger{key: key, digest: rolloutDigest(ro.l.rule.Name, key), created: u.GetCreationTimestamp().Time})
 	}
@@ -515,7 +514,7 @@ func (ro *rollout) children() int {
 		}
 		objs, _ := ck.sub.Indexer().ByIndex(ruleIndex, ro.l.rule.Name)
 		for _, o := range objs {
-			if _, ok := ro.l.ownTrigger(rules.Annotation(o.(*unstructured.Unstructured), rules.AnnotationOwner)); ok {
+			if _, ok := ro.l.ownTrigger(rules.Annotation(o.(object), rules.AnnotationOwner)); ok {
 				n++
 			}
 		}
@@ -741,7 +740,7 @@ func (ro *rollout) prunes(ctx context.Context, triggers []trigger) int {
 		if !ok {
 			continue
 		}
-		trigger := obj.(*unstructured.Unstructured)
+		trigger := wholeOf(obj)
 		owner := rules.Trigger{APIVersion: watch.APIVersion, Kind: watch.Kind, Namespace: key.Namespace, Name: key.Name}.String()
 		existing := rc.childrenOf(owner)
 		if len(existing) == 0 {
@@ -780,7 +779,7 @@ func (ro *rollout) healthFromCaches(ctx context.Context, key cache.ObjectName) h
 	if !ok {
 		return health{ok: true}
 	}
-	rd, err := render.Rule(ctx, rc.rule, obj.(*unstructured.Unstructured), rc.mapper, &cacheLookuper{rc: rc, trigger: key}, cachedChildren{rc})
+	rd, err := render.Rule(ctx, rc.rule, wholeOf(obj), rc.mapper, &cacheLookuper{rc: rc, trigger: key}, cachedChildren{rc})
 	switch {
 	case err != nil:
 		return health{why: err.Error()}
@@ -811,11 +810,11 @@ func (a cachedChildren) Apply(_ context.Context, c render.Child) (map[string]any
 	if !ok {
 		return nil, fmt.Errorf("%s %s is not there yet", ref.gvk.Kind, cacheKey(ref))
 	}
-	cached := obj.(*unstructured.Unstructured)
+	cached := obj.(object)
 	if rules.Annotation(cached, AnnotationAppliedHash) != contentHash(c.Object.Object) {
 		return nil, fmt.Errorf("%s %s is not applied by this revision yet", ref.gvk.Kind, cacheKey(ref))
 	}
-	return cached.Object, nil
+	return wholeOf(cached).Object, nil
 }
 
 // status is the rollout as it stands, with the cached triggers counted

@@ -278,7 +278,7 @@ func TestShardKeepsWhileDraining(t *testing.T) {
 
 // objectOf is a cached object's content; nil for none.
 func objectOf(obj any) map[string]any {
-	if u, ok := obj.(*unstructured.Unstructured); ok {
+	if u := wholeOf(obj); u != nil {
 		return u.Object
 	}
 	return nil

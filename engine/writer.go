@@ -30,7 +30,7 @@ type writer interface {
 	apply(ctx context.Context, w *write) (map[string]any, error)
 	// delete deletes child, with its UID as the precondition; a child
 	// gone or replaced meanwhile is not an error.
-	delete(ctx context.Context, m *meta.RESTMapping, trigger rules.ObjectRef, child *unstructured.Unstructured, ch *changes) error
+	delete(ctx context.Context, m *meta.RESTMapping, trigger rules.ObjectRef, child object, ch *changes) error
 	// status applies patch to trigger's status subresource.
 	status(ctx context.Context, m *meta.RESTMapping, trigger, patch *unstructured.Unstructured, manager string) error
 	// wait notes a resource left unapplied until one it reads is ready.
@@ -67,7 +67,7 @@ type write struct {
 	force     bool
 	readsLive bool // the rule reads the object as it now is: decode the answer whole
 	// before is the object as the reconcile found it; nil: a create.
-	before *unstructured.Unstructured
+	before object
 	// action is create, update or adopt (syncloop_apply_total's action).
 	action  string
 	trigger rules.ObjectRef
@@ -136,7 +136,7 @@ func (lw *liveWriter) apply(ctx context.Context, w *write) (map[string]any, erro
 	return live, nil
 }
 
-func (lw *liveWriter) delete(ctx context.Context, m *meta.RESTMapping, _ rules.ObjectRef, child *unstructured.Unstructured, ch *changes) error {
+func (lw *liveWriter) delete(ctx context.Context, m *meta.RESTMapping, _ rules.ObjectRef, child object, ch *changes) error {
 	ref := refOf(child)
 	if !lw.writes.deleting(ref, child.GetUID()) {
 		return nil // deleted already; the cache has not shown it
@@ -260,11 +260,12 @@ func (pw *planWriter) apply(ctx context.Context, w *write) (map[string]any, erro
 	if w.before != nil {
 		// The fields syncloop manages: those applied, or for a release
 		// those the object had.
+		before := wholeOf(w.before)
 		shape := w.obj.Object
 		if w.kind == writeRelease {
-			shape = w.before.Object
+			shape = before.Object
 		}
-		a.Diff = diffObjects(groupKind(w.ref()), w.before.Object, out.Object, shape)
+		a.Diff = diffObjects(groupKind(w.ref()), before.Object, out.Object, shape)
 	}
 	if w.before == nil || a.Diff != "" {
 		pw.plan.Plan(a)
@@ -272,7 +273,7 @@ func (pw *planWriter) apply(ctx context.Context, w *write) (map[string]any, erro
 	return out.Object, nil
 }
 
-func (pw *planWriter) delete(ctx context.Context, m *meta.RESTMapping, trigger rules.ObjectRef, child *unstructured.Unstructured, _ *changes) error {
+func (pw *planWriter) delete(ctx context.Context, m *meta.RESTMapping, trigger rules.ObjectRef, child object, _ *changes) error {
 	err := pw.client.Delete(ctx, m, child.GetNamespace(), child.GetName(), child.GetUID())
 	switch {
 	case goneAlready(err):
@@ -280,7 +281,7 @@ func (pw *planWriter) delete(ctx context.Context, m *meta.RESTMapping, trigger r
 	case err != nil:
 		return err
 	}
-	pw.plan.Plan(Action{Action: ActionDelete, Rule: pw.rule, Trigger: trigger, Object: rules.RefOf(child)})
+	pw.plan.Plan(Action{Action: ActionDelete, Rule: pw.rule, Trigger: trigger, Object: rules.RefOf(wholeOf(child))})
 	return nil
 }
 

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/syncloop/syncloop/rules"
@@ -73,7 +73,7 @@ const (
 )
 
 // OwnershipOf says whose obj is, for rule r and trigger t.
-func OwnershipOf(r *rules.Rule, obj *unstructured.Unstructured, t rules.Trigger) Ownership {
+func OwnershipOf(r *rules.Rule, obj metav1.Object, t rules.Trigger) Ownership {
 	// In place: this runs on every apply over an existing child, and
 	// GetLabels and GetAnnotations copy.
 	l := rules.Labels(obj)
@@ -110,7 +110,7 @@ func sameTrigger(owner string, t rules.Trigger) bool {
 // syncloop.dev/adopt: <rule> — nil when existing is already this rule's
 // child of t, and a *ConflictError otherwise. An object another rule,
 // trigger or installation owns is never taken over.
-func Takeover(r *rules.Rule, c Child, t rules.Trigger, existing *unstructured.Unstructured) (adopt bool, err error) {
+func Takeover(r *rules.Rule, c Child, t rules.Trigger, existing metav1.Object) (adopt bool, err error) {
 	conflict := func(why, hint string) error {
 		return &ConflictError{Rule: r.Name, Resource: c.ResourceID, Object: rules.RefOf(c.Object), Why: why, Hint: hint}
 	}
@@ -118,7 +118,7 @@ func Takeover(r *rules.Rule, c Child, t rules.Trigger, existing *unstructured.Un
 	case Owned:
 		return false, nil
 	case Unowned:
-		if c.Resource.Adopt || existing.GetAnnotations()[rules.AnnotationAdopt] == r.Name {
+		if c.Resource.Adopt || rules.Annotation(existing, rules.AnnotationAdopt) == r.Name {
 			return true, nil
 		}
 		return false, conflict("exists and is not syncloop's",
