@@ -867,11 +867,20 @@ func (p *Program) EvalList(ctx context.Context, a *Activation) ([]any, error) {
 
 // eval evaluates p over vars, a's values as p sees them.
 func (p *Program) eval(ctx context.Context, a *Activation, vars *bindings) (ref.Val, error) {
-	prog := p.prog
-	if p.cost.untracked(a) {
-		prog = p.cost.fast
+	var v ref.Val
+	var err error
+	switch {
+	case !p.cost.untracked(a):
+		v, _, err = p.prog.ContextEval(ctx, vars)
+	case p.cost.bounded:
+		// Within the limit over every input: it ends soon whatever ctx
+		// does, so it is not watched for cancellation (ContextEval makes a
+		// cancellable context for each evaluation, and registers it with
+		// ctx: a third of what a template render allocates).
+		v, _, err = p.cost.fast.Eval(vars)
+	default:
+		v, _, err = p.cost.fast.ContextEval(ctx, vars)
 	}
-	v, _, err := prog.ContextEval(ctx, vars)
 	if err != nil {
 		var cancelled interpreter.EvalCancelledError
 		if errors.As(err, &cancelled) && cancelled.Cause == interpreter.CostLimitExceeded {
