@@ -130,8 +130,9 @@ type Result struct {
 	// resync with everything in sync (watches excluded).
 	SteadyWrites int `json:"steady_writes"`
 	SteadyReads  int `json:"steady_reads"`
-	// Heap in use per cached trigger: syncloop's informer cache
-	// (managedFields stripped) and a plain dynamic informer's (kept).
+	// Heap in use per cached trigger: syncloop's informer cache as
+	// syncloop runs it (protobuf, ConfigMaps typed, managedFields
+	// stripped) and a plain dynamic informer's (unstructured, kept).
 	HeapBytesPerObject           float64 `json:"heap_bytes_per_object"`
 	HeapBytesPerObjectUnstripped float64 `json:"heap_bytes_per_object_unstripped"`
 	// Trigger update → child updated, over Config.Updates updates.
@@ -226,7 +227,7 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 	if err := w.create(ctx, plain, ns, cfg.Triggers); err != nil {
 		return nil, err
 	}
-	res.HeapBytesPerObject, res.HeapBytesPerObjectUnstripped, err = cacheHeap(ctx, plain, ns, cfg.Triggers)
+	res.HeapBytesPerObject, res.HeapBytesPerObjectUnstripped, err = cacheHeap(ctx, env.Config(), ns, cfg.Triggers)
 	if err != nil {
 		return nil, err
 	}

@@ -17,9 +17,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
-	k8sdynamic "k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/syncloop/syncloop/dynamic"
@@ -55,15 +55,22 @@ func heapAfterGC() uint64 {
 }
 
 // cacheHeap measures the heap one informer over the N triggers of ns costs,
-// per object: through syncloop's registry (managedFields stripped) and
-// through a plain dynamic informer (kept).
-func cacheHeap(ctx context.Context, dc k8sdynamic.Interface, ns string, n int) (stripped, unstripped float64, err error) {
+// per object: through syncloop's registry as syncloop runs it (protobuf:
+// ConfigMaps cached typed, managedFields stripped) and through a plain
+// dynamic informer (unstructured, managedFields kept).
+func cacheHeap(ctx context.Context, cfg *rest.Config, ns string, n int) (stripped, unstripped float64, err error) {
+	c, err := dynamic.NewClient(cfg)
+	if err != nil {
+		return 0, 0, err
+	}
+	dc := c.Dynamic
 	gvr := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
 	key := dynamic.WatchKey{GVR: gvr, Namespace: ns, LabelSelector: "bench-trigger"}
 
 	// Warm up: the first informer pays for one-time allocations (codecs,
 	// clients) that would be charged to whichever is measured first.
 	warm := dynamic.NewRegistry(dc, nil)
+	warm.Protobuf = c.Protobuf()
 	if w, err := warm.Subscribe(ctx, key, cache.ResourceEventHandlerFuncs{}); err == nil {
 		w.WaitForSync(ctx)
 		w.Stop()
@@ -71,6 +78,7 @@ func cacheHeap(ctx context.Context, dc k8sdynamic.Interface, ns string, n int) (
 
 	base := heapAfterGC()
 	reg := dynamic.NewRegistry(dc, nil)
+	reg.Protobuf = c.Protobuf()
 	sub, err := reg.Subscribe(ctx, key, cache.ResourceEventHandlerFuncs{})
 	if err != nil {
 		return 0, 0, err
