@@ -62,15 +62,7 @@ func readyTyped(obj runtime.Object, keep func(manager string) bool) bool {
 // map's existing key stores the new key: the maps do not grow.
 func readyMeta(m *metav1.ObjectMeta, keep func(manager string) bool) {
 	if len(m.ManagedFields) > 0 {
-		var kept []metav1.ManagedFieldsEntry
-		if keep != nil {
-			for _, e := range m.ManagedFields {
-				if keep(e.Manager) {
-					kept = append(kept, e)
-				}
-			}
-		}
-		m.ManagedFields = kept
+		m.ManagedFields = keptManagedFields(m.ManagedFields, keep)
 	}
 	m.Namespace = intern(m.Namespace)
 	for k, v := range m.Labels {
@@ -84,6 +76,20 @@ func readyMeta(m *metav1.ObjectMeta, keep func(manager string) bool) {
 		r := &m.OwnerReferences[i]
 		r.APIVersion, r.Kind = intern(r.APIVersion), intern(r.Kind)
 	}
+}
+
+// keptManagedFields are the entries of mf whose manager keep keeps (none
+// when keep is nil).
+func keptManagedFields(mf []metav1.ManagedFieldsEntry, keep func(manager string) bool) []metav1.ManagedFieldsEntry {
+	var kept []metav1.ManagedFieldsEntry
+	if keep != nil {
+		for _, e := range mf {
+			if keep(e.Manager) {
+				kept = append(kept, e)
+			}
+		}
+	}
+	return kept
 }
 
 func internStringKeys(m map[string]string) {
@@ -101,16 +107,23 @@ func ToUnstructured(obj any) (*unstructured.Unstructured, bool) {
 	case *unstructured.Unstructured:
 		return o, true
 	case runtime.Object:
-		content, ok := fastUnstructured(o)
-		if !ok {
-			var err error
-			if content, err = runtime.DefaultUnstructuredConverter.ToUnstructured(o); err != nil {
-				return nil, false
-			}
+		content, err := typedContent(o)
+		if err != nil {
+			return nil, false
 		}
 		u := &unstructured.Unstructured{Object: content}
 		u.SetGroupVersionKind(o.GetObjectKind().GroupVersionKind())
 		return u, true
 	}
 	return nil, false
+}
+
+// typedContent is a typed object's unstructured content, without its
+// apiVersion and kind: field by field for ConfigMaps and Secrets (typed.go),
+// by apimachinery's converter otherwise.
+func typedContent(obj runtime.Object) (map[string]any, error) {
+	if content, ok := fastUnstructured(obj); ok {
+		return content, nil
+	}
+	return runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
 }

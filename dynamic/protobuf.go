@@ -126,6 +126,7 @@ func (p *Protobuf) listWatch(key WatchKey, tweak func(*metav1.ListOptions), conv
 	resource := func() *rest.Request {
 		return p.rest.Get().AbsPath(collectionPath(key.GVR, key.Namespace)...)
 	}
+	_, typed := typedCached[key.GVR]
 	var fallenBack atomic.Bool
 	fallBack := func(err error) error {
 		p.jsonOnly.Store(key.GVR, true)
@@ -145,7 +146,6 @@ func (p *Protobuf) listWatch(key WatchKey, tweak func(*metav1.ListOptions), conv
 				}
 				return nil, err
 			}
-			_, typed := typedCached[key.GVR]
 			return cacheList(obj, typed, filter.keeps, convert)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
@@ -284,22 +284,12 @@ func typedToUnstructured(obj runtime.Object, gv schema.GroupVersion, keep func(m
 	}
 	if m, err := meta.Accessor(obj); err == nil {
 		if mf := m.GetManagedFields(); len(mf) > 0 {
-			var kept []metav1.ManagedFieldsEntry
-			if keep != nil {
-				for _, e := range mf {
-					if keep(e.Manager) {
-						kept = append(kept, e)
-					}
-				}
-			}
-			m.SetManagedFields(kept)
+			m.SetManagedFields(keptManagedFields(mf, keep))
 		}
 	}
-	content, ok := fastUnstructured(obj)
-	if !ok {
-		if content, err = runtime.DefaultUnstructuredConverter.ToUnstructured(obj); err != nil {
-			return nil, err
-		}
+	content, err := typedContent(obj)
+	if err != nil {
+		return nil, err
 	}
 	u := &unstructured.Unstructured{Object: content}
 	u.SetGroupVersionKind(gvk)

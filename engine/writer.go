@@ -281,7 +281,10 @@ func (pw *planWriter) delete(ctx context.Context, m *meta.RESTMapping, trigger r
 	case err != nil:
 		return err
 	}
-	pw.plan.Plan(Action{Action: ActionDelete, Rule: pw.rule, Trigger: trigger, Object: rules.RefOf(wholeOf(child))})
+	ref := refOf(child)
+	apiVersion, kind := ref.gvk.ToAPIVersionAndKind()
+	pw.plan.Plan(Action{Action: ActionDelete, Rule: pw.rule, Trigger: trigger,
+		Object: rules.ObjectRef{APIVersion: apiVersion, Kind: kind, Namespace: ref.namespace, Name: ref.name}})
 	return nil
 }
 
