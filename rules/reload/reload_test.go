@@ -106,6 +106,55 @@ func TestSourceKeepsLastGood(t *testing.T) {
 	}
 }
 
+// TestSourceEmptiedMidWrite: a file read in the instant an in-place write
+// had truncated it is empty. That emptiness is held back one load, so a
+// write that then fails validation keeps the rules the file held before it,
+// not "no rules"; a file emptied on purpose loses its rules on the next
+// load.
+func TestSourceEmptiedMidWrite(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "r.yaml")
+	write(t, f, doc("r", 1))
+	write(t, filepath.Join(dir, "other.yaml"), doc("other", 1))
+	src := newSource(t, dir)
+	src.Load()
+
+	write(t, f, "") // truncated, the write not yet done
+	st := src.Load()
+	if workers(st.Set) != "other=1,r=1" || len(st.Errors) != 0 || st.Changed || !st.Unsettled {
+		t.Fatalf("emptied: %s, errors %v, changed %v, unsettled %v; want r=1 kept, unsettled", workers(st.Set), st.Errors, st.Changed, st.Unsettled)
+	}
+	write(t, f, broken) // the write lands, and it does not validate
+	st = src.Load()
+	if workers(st.Set) != "other=1,r=1" || len(st.Errors) != 1 || !st.Errors[0].LastGood || st.Unsettled {
+		t.Fatalf("broken after the empty read: %s, errors %v, unsettled %v; want r=1 as the last good version", workers(st.Set), st.Errors, st.Unsettled)
+	}
+	write(t, f, doc("r", 2))
+	if st := src.Load(); workers(st.Set) != "other=1,r=2" || len(st.Errors) != 0 {
+		t.Fatalf("fixed: %s, errors %v", workers(st.Set), st.Errors)
+	}
+
+	// Emptied and still empty a load later: the file's rules go, the
+	// other file's stay.
+	write(t, f, "")
+	if st := src.Load(); !st.Unsettled || workers(st.Set) != "other=1,r=2" {
+		t.Fatalf("emptied again: %s, unsettled %v", workers(st.Set), st.Unsettled)
+	}
+	st = src.Load()
+	if workers(st.Set) != "other=1" || !st.Changed || st.Unsettled || len(st.Errors) != 0 {
+		t.Fatalf("still empty: %s, changed %v, unsettled %v, errors %v; want r gone", workers(st.Set), st.Changed, st.Unsettled, st.Errors)
+	}
+	if st := src.Load(); st.Changed || st.Unsettled {
+		t.Errorf("empty and unchanged: changed %v, unsettled %v", st.Changed, st.Unsettled)
+	}
+	// An empty file never held back again once it holds no rules, and a
+	// new file that starts empty is simply empty.
+	write(t, filepath.Join(dir, "new.yaml"), "")
+	if st := src.Load(); st.Unsettled || workers(st.Set) != "other=1" {
+		t.Errorf("new empty file: %s, unsettled %v", workers(st.Set), st.Unsettled)
+	}
+}
+
 func TestSourceDuplicateAcrossFiles(t *testing.T) {
 	dir := t.TempDir()
 	b := filepath.Join(dir, "b.yaml")
@@ -255,6 +304,17 @@ func TestFileDeletedAndRecreated(t *testing.T) {
 	next(t, ch, "")
 	write(t, f, doc("r", 4))
 	next(t, ch, "r=4")
+}
+
+// TestFileEmptiedOnPurpose: the Watcher looks again after an emptied
+// file's pause by itself — no further event is needed for its rules to go.
+func TestFileEmptiedOnPurpose(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "rules.yaml")
+	write(t, f, doc("r", 1))
+	_, ch := watch(t, 50*time.Millisecond, dir)
+	write(t, f, "")
+	next(t, ch, "")
 }
 
 func TestSingleFileRoot(t *testing.T) {

@@ -28,6 +28,7 @@ type Source struct {
 	files  map[string]*fileState
 	gen    int    // load counter: when each file last changed
 	errKey string // the previous load's errors, to tell when they change
+	held   bool   // this load held an emptied file back (Status.Unsettled)
 
 	tenantFiles func() []TenantFile // UseTenantFiles; nil: none
 }
@@ -53,6 +54,12 @@ type fileState struct {
 	parsed  *rules.File // the current content, when it parses
 	err     error       // why the current content is not in force; nil when it is
 	inForce *rules.File // the version in the set built last; nil if none
+	// held is true while the file reads empty after holding rules and that
+	// emptiness has not yet been seen twice: a file being written in place
+	// (os.WriteFile, a shell's >) is empty between its truncation and its
+	// write, and a reload that caught that instant would otherwise make
+	// "no rules" the file's last good version.
+	held bool
 }
 
 // FileError is a file whose current content does not load. When LastGood
@@ -79,6 +86,11 @@ type Status struct {
 	// Changed is true when a file was added, removed or changed, or the
 	// errors changed, since the previous load (always true for the first).
 	Changed bool
+	// Unsettled is true when a file that held rules read empty and its
+	// previous version was kept for this load: load again after a pause
+	// (the Watcher does, after its debounce) and, still empty, the file's
+	// rules go.
+	Unsettled bool
 }
 
 // NewSource returns a Source over roots (files or directories, as -f).
@@ -96,6 +108,7 @@ func (s *Source) Roots() []string { return s.roots }
 // (an unmounted volume is more likely an accident than an intent).
 func (s *Source) Load() Status {
 	s.gen++
+	s.held = false
 	changed := s.gen == 1
 	seen := map[string]bool{}
 	var rootErrs []FileError
@@ -131,7 +144,7 @@ func (s *Source) Load() Status {
 			changed = true
 		}
 	}
-	st := Status{}
+	st := Status{Unsettled: s.held}
 	st.Set, st.Errors = s.build()
 	st.Errors = append(rootErrs, st.Errors...)
 	var key strings.Builder
@@ -165,6 +178,19 @@ func (s *Source) read(path string) bool {
 		fs := s.state(path)
 		fs.parsed, fs.err, fs.gen = nil, err, s.gen
 		return true
+	}
+	if fs := s.files[path]; fs != nil {
+		switch {
+		case len(data) == 0 && !fs.held && fs.inForce != nil && len(fs.inForce.Rules) > 0:
+			// Emptied: perhaps truncated by a write still under way. Keep
+			// the version in force for this load; the next one decides.
+			fs.held, s.held = true, true
+			fs.sum, fs.parsed, fs.err = sha256.Sum256(data), nil, nil
+			return false
+		case fs.held:
+			fs.held = false
+			fs.sum = [32]byte{} // parse what is there now, even if still empty
+		}
 	}
 	return s.parse(path, data, s.loader.Parse)
 }

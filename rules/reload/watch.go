@@ -111,6 +111,12 @@ func (w *Watcher) Run(ctx context.Context, onReload func(Status)) error {
 			}
 			st := w.src.Load()
 			w.addWatches(ctx, fw) // new directories, re-created roots
+			if st.Unsettled {
+				// A file emptied: look again after a pause, whether or
+				// not its write sends another event.
+				logger.V(2).Info("A rule file read empty; its rules stay until it is read empty again")
+				timer.Reset(w.debounce)
+			}
 			if st.Changed {
 				onReload(st)
 			}
