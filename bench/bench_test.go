@@ -199,7 +199,7 @@ func TestTenantsSmoke(t *testing.T) {
 			if r.Writes != n+extra || r.IdleWrites != 0 || r.FailedEvents != 0 {
 				t.Errorf("way %d, %s: %d writes, %d idle writes, %d Failed Events; want %d, 0, 0", i, r.Controller, r.Writes, r.IdleWrites, r.FailedEvents, n+extra)
 			}
-			if r.ConvergenceSeconds <= 0 || r.CPUSeconds <= 0 || r.RSSAtConvergenceBytes <= 0 || r.ClientSeconds <= 0 || r.ClientP99Ms < r.ClientP50Ms {
+			if r.ConvergenceSeconds <= 0 || r.CPUSeconds <= 0 || r.ControlPlaneCPUSeconds <= 0 || r.RSSAtConvergenceBytes <= 0 || r.ClientSeconds <= 0 || r.ClientP99Ms < r.ClientP50Ms {
 				t.Errorf("way %d, %s: not measured: %+v", i, r.Controller, r)
 			}
 			if want := i == 0; (r.UpdateSeconds > 0) != want {
@@ -212,6 +212,32 @@ func TestTenantsSmoke(t *testing.T) {
 	}
 	if report := reportTenants(TenantRun{Triggers: n, LimitWorkers: 8}, res); strings.Count(report, "| convergence: process start") != 3 {
 		t.Errorf("the report has not three tables:\n%s", report)
+	}
+}
+
+// TestMedianPair: a way's rounds stand as one pair of medians, each
+// ratio the median of the rounds' own.
+func TestMedianPair(t *testing.T) {
+	pr := func(conv, cpu float64, writes int, rss int64) *ProcessResult {
+		return &ProcessResult{Controller: "c", Streamed: true, ConvergenceSeconds: conv, CPUSeconds: cpu, Writes: writes, RSSBytes: rss}
+	}
+	got := medianPair([]TenantPair{
+		{HandWritten: pr(10, 2, 100, 30), Syncloop: pr(11, 3, 101, 40), Ratio: 0.9, CPURatio: 1.5},
+		{HandWritten: pr(14, 1, 100, 10), Syncloop: pr(13, 1, 103, 20), Ratio: 1.1, CPURatio: 1.0},
+		{HandWritten: pr(12, 4, 100, 20), Syncloop: pr(20, 5, 102, 30), Ratio: 0.6, CPURatio: 1.25},
+	})
+	h, s := got.HandWritten, got.Syncloop
+	if h.ConvergenceSeconds != 12 || h.CPUSeconds != 2 || h.Writes != 100 || h.RSSBytes != 20 || !h.Streamed || h.Controller != "c" {
+		t.Errorf("hand-written medians: %+v", h)
+	}
+	if s.ConvergenceSeconds != 13 || s.CPUSeconds != 3 || s.Writes != 102 || s.RSSBytes != 30 {
+		t.Errorf("syncloop medians: %+v", s)
+	}
+	if got.Ratio != 0.9 || got.CPURatio != 1.25 {
+		t.Errorf("ratios %v / %v, want the medians of the rounds' 0.9 and 1.25", got.Ratio, got.CPURatio)
+	}
+	if m := median([]float64{4, 1, 3, 2}); m != 2.5 {
+		t.Errorf("median of four: %v, want 2.5", m)
 	}
 }
 

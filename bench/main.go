@@ -39,6 +39,7 @@ func main() {
 	flag.IntVar(&tr.Triggers, "tenants", 0, "run the tenant workload with this many Tenants (needs -syncloop; 0: skip)")
 	flag.IntVar(&tr.Updates, "tenant-updates", 100, "Tenants the tenant workload changes at once")
 	flag.DurationVar(&tr.Idle, "idle", 10*time.Second, "how long the tenant workload counts writes while nothing changes")
+	flag.IntVar(&tr.Rounds, "tenant-rounds", 1, "how many times the tenant workload runs its three ways (the report gives each way's medians)")
 	flag.IntVar(&tr.Workers, "tenant-workers", 0, "the tenant rule's workers (0: the rule's default)")
 	pushback := flag.Int("pushback", 0, "run the tenant workload with this many Tenants as a ServiceAccount that API Priority and Fairness serves one request at a time, rejecting the rest with 429 (needs -syncloop; 0: skip)")
 	fanout := flag.Int("fanout", 0, "run the fan-out phase: one lookup source read by this many triggers is changed (0: skip)")
@@ -232,7 +233,11 @@ func reportTenants(tr TenantRun, r *TenantsResult) string {
 	fmt.Fprintf(&b, "## %s — tenant workload, N = %d\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), tr.Triggers)
 	fmt.Fprintf(&b, "Machine: %s, %d cores, %s; kube-apiserver %s. %d Tenant custom resources in a namespace of their own, each needing one ConfigMap, converged by the `syncloop run` binary with %s and by the hand-written client-go controller for the job (a process of its own: a dynamic informer on Tenants, a typed one on its ConfigMaps over protobuf, workqueue, %d workers, server-side apply with a controller reference, unthrottled), one after the other on one control plane. The client creating the Tenants: 32 goroutines.\n\n",
 		cpuModel(), runtime.NumCPU(), memTotal(), testenv.KubeVersion, tr.Triggers, flags, handWorkers)
-	for _, p := range r.Pairs {
+	rounds := max(1, tr.Rounds)
+	if rounds > 1 {
+		fmt.Fprintf(&b, "%d rounds of the three ways (odd rounds swap which controller of a pair runs first); each table gives the medians of its rounds, each ratio the median of the rounds' ratios, and the rounds' own ratios (convergence, CPU) follow it.\n\n", rounds)
+	}
+	for w, p := range r.Medians {
 		h, s := p.HandWritten, p.Syncloop
 		switch {
 		case !s.Streamed:
@@ -245,6 +250,8 @@ func reportTenants(tr TenantRun, r *TenantsResult) string {
 		fmt.Fprintf(&b, "| measure | hand-written | syncloop | ratio |\n|---|---|---|---|\n")
 		fmt.Fprintf(&b, "| convergence: process start → %d ConfigMaps created | %.2f s | %.2f s | %.3f (hand-written / syncloop) |\n", s.Triggers, h.ConvergenceSeconds, s.ConvergenceSeconds, p.Ratio)
 		fmt.Fprintf(&b, "| controller CPU to converge | %.1f s | %.1f s | %.2f× (syncloop / hand-written) |\n", h.CPUSeconds, s.CPUSeconds, p.CPURatio)
+		fmt.Fprintf(&b, "| etcd + kube-apiserver CPU, controller start → converged, per trigger | %.2f ms | %.2f ms | %.2f× |\n",
+			1000*h.ControlPlaneCPUSeconds/float64(h.Triggers), 1000*s.ControlPlaneCPUSeconds/float64(s.Triggers), s.ControlPlaneCPUSeconds/h.ControlPlaneCPUSeconds)
 		fmt.Fprintf(&b, "| garbage collections to converge | %.0f | %.0f | |\n", h.GCCycles, s.GCCycles)
 		fmt.Fprintf(&b, "| first write after start | %.2f s | %.2f s | |\n", h.FirstWriteSeconds, s.FirstWriteSeconds)
 		fmt.Fprintf(&b, "| RSS at convergence / peak | %.0f / %.0f MiB | %.0f / %.0f MiB | %.2f× |\n",
@@ -266,6 +273,13 @@ func reportTenants(tr TenantRun, r *TenantsResult) string {
 			fmt.Fprintf(&b, "| writes while idle (%.0f s) / RSS after | %d / %.0f MiB | %d / %.0f MiB | |\n", s.IdleSeconds, h.IdleWrites, mib(h.RSSBytes), s.IdleWrites, mib(s.RSSBytes))
 		}
 		fmt.Fprintf(&b, "| syncloop's 429 answers / Failed Events | | %d / %d | |\n\n", s.TooManyRequests, s.FailedEvents)
+		if rounds > 1 {
+			var each []string
+			for i := w; i < len(r.Pairs); i += len(r.Medians) {
+				each = append(each, fmt.Sprintf("%.3f / %.2f×", r.Pairs[i].Ratio, r.Pairs[i].CPURatio))
+			}
+			fmt.Fprintf(&b, "Rounds: %s.\n\n", strings.Join(each, ", "))
+		}
 	}
 	return b.String()
 }

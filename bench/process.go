@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -104,6 +106,10 @@ type ProcessResult struct {
 	FirstWriteSeconds float64 `json:"first_write_seconds"`
 	// CPUSeconds is the CPU time the process used to converge.
 	CPUSeconds float64 `json:"cpu_seconds"`
+	// ControlPlaneCPUSeconds is the CPU time etcd and kube-apiserver used
+	// from the controller's start to converged: streamed, the client's
+	// creates are in it too, as they are for either controller.
+	ControlPlaneCPUSeconds float64 `json:"control_plane_cpu_seconds"`
 	// GCCycles is how many garbage collections the process ran to
 	// converge (go_gc_duration_seconds_count): with Go's default target a
 	// smaller live heap is collected more often for the same allocations.
@@ -151,7 +157,13 @@ type ProcessResult struct {
 // starts and streamed in while it runs (as the admin, and as
 // ServiceAccounts).
 type TenantsResult struct {
+	// Pairs are every round's, each round the three ways in turn.
 	Pairs []TenantPair `json:"pairs"`
+	// Medians are one pair per way, each measure the median of its
+	// rounds' and each ratio the median of the rounds' ratios (a pair ran
+	// back to back, so its ratio is the steadier measure); with one round,
+	// the rounds' pairs themselves.
+	Medians []TenantPair `json:"medians"`
 }
 
 // TenantPair is one way of running the workload, with both controllers.
@@ -182,6 +194,9 @@ type TenantRun struct {
 	// AsServiceAccounts: the controller and the client act as
 	// ServiceAccounts bound to cluster-admin (Kubeconfig is ignored).
 	AsServiceAccounts bool
+	// Rounds: how many times the phase runs its three ways (0: once); odd
+	// rounds swap which controller of a pair runs first.
+	Rounds int
 }
 
 // tenantController is a controller the tenant workload runs: how its
@@ -227,17 +242,22 @@ func runTenants(ctx context.Context, env *testenv.Env, run TenantRun, logf func(
 		logf("tenants: limit: %d applies from %d goroutines in %.2fs", run.Triggers, run.LimitWorkers, limit)
 	}
 	res := &TenantsResult{}
-	for _, way := range []struct {
+	ways := []struct {
 		streamed, asSAs, syncloopFirst bool
-	}{{false, false, false}, {true, false, true}, {true, true, false}} {
+	}{{false, false, false}, {true, false, true}, {true, true, false}}
+	for i := range max(1, run.Rounds) * len(ways) {
+		round, way := i/len(ways), ways[i%len(ways)]
 		r := run
 		r.Streamed, r.AsServiceAccounts, r.LimitWorkers = way.streamed, way.asSAs, 0
 		if way.streamed {
 			r.Updates, r.Idle = 0, 0
 		}
 		order := []tenantController{handCtl, syncloopCtl}
-		if way.syncloopFirst {
+		if way.syncloopFirst != (round%2 == 1) {
 			order = []tenantController{syncloopCtl, handCtl}
+		}
+		if run.Rounds > 1 {
+			logf("tenants: round %d of %d", round+1, run.Rounds)
 		}
 		var pair TenantPair
 		for _, ctl := range order {
@@ -258,7 +278,67 @@ func runTenants(ctx context.Context, env *testenv.Env, run TenantRun, logf func(
 		pair.CPURatio = pair.Syncloop.CPUSeconds / pair.HandWritten.CPUSeconds
 		res.Pairs = append(res.Pairs, pair)
 	}
+	for w := range ways {
+		var rounds []TenantPair
+		for i := w; i < len(res.Pairs); i += len(ways) {
+			rounds = append(rounds, res.Pairs[i])
+		}
+		res.Medians = append(res.Medians, medianPair(rounds))
+	}
 	return res, nil
+}
+
+// medianPair is one pair standing for rounds of one way: each measure of
+// each controller the median of its rounds', each ratio the median of the
+// rounds' ratios.
+func medianPair(rounds []TenantPair) TenantPair {
+	var hand, sync []*ProcessResult
+	var ratio, cpu []float64
+	for _, p := range rounds {
+		hand, sync = append(hand, p.HandWritten), append(sync, p.Syncloop)
+		ratio, cpu = append(ratio, p.Ratio), append(cpu, p.CPURatio)
+	}
+	return TenantPair{HandWritten: medianResult(hand), Syncloop: medianResult(sync), Ratio: median(ratio), CPURatio: median(cpu)}
+}
+
+// medianResult is a ProcessResult whose every number is the median of
+// rs's (the rest is rs[0]'s: the way they ran).
+func medianResult(rs []*ProcessResult) *ProcessResult {
+	out := *rs[0]
+	v := reflect.ValueOf(&out).Elem()
+	for f := range v.NumField() {
+		field := v.Field(f)
+		var xs []float64
+		for _, r := range rs {
+			x := reflect.ValueOf(r).Elem().Field(f)
+			switch x.Kind() {
+			case reflect.Float64:
+				xs = append(xs, x.Float())
+			case reflect.Int, reflect.Int64:
+				xs = append(xs, float64(x.Int()))
+			}
+		}
+		if len(xs) == 0 {
+			continue
+		}
+		if field.Kind() == reflect.Float64 {
+			field.SetFloat(median(xs))
+		} else {
+			field.SetInt(int64(math.Round(median(xs))))
+		}
+	}
+	return &out
+}
+
+// median is the middle of xs (the mean of the two middle ones for an even
+// count).
+func median(xs []float64) float64 {
+	s := slices.Sorted(slices.Values(xs))
+	if n := len(s); n%2 == 1 {
+		return s[n/2]
+	} else {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
 }
 
 func installTenantCRD(ctx context.Context, env *testenv.Env) error {
@@ -351,6 +431,7 @@ func runTenantsWith(ctx context.Context, env *testenv.Env, run TenantRun, ctl te
 		return nil, err
 	}
 	defer watched.stop()
+	cpBefore := controlPlaneCPU(env)
 	start := time.Now()
 	proc, err := ctl.start(run, kubeconfig, rulesDir, ns, filepath.Join(dir, "controller.log"))
 	if err != nil {
@@ -387,6 +468,7 @@ func runTenantsWith(ctx context.Context, env *testenv.Env, run TenantRun, ctl te
 	if err != nil {
 		return fail(fmt.Errorf("converging: %w", err))
 	}
+	res.ControlPlaneCPUSeconds = controlPlaneCPU(env) - cpBefore
 	status := proc.status()
 	res.RSSAtConvergenceBytes = procKB(status, "VmRSS:") << 10
 	_, at, _ := watched.count("")
