@@ -401,10 +401,12 @@ func (c *counts) Write(_, action string) {
 }
 
 // syncloopConfig is cfg as `syncloop run` sets its client up: behind flow
-// control, and with no client-side rate limit unless c sets one.
+// control, asking for uncompressed answers, and with no client-side rate
+// limit unless c sets one.
 func syncloopConfig(cfg *rest.Config, c Config) *rest.Config {
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = -1, 0
+	cfg.DisableCompression = true // as `syncloop run` has it without --api-compression
 	if c.QPS > 0 {
 		cfg.QPS, cfg.Burst = c.QPS, c.Burst
 	}

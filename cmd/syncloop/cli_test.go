@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
+
 	"github.com/syncloop/syncloop/rules"
 )
 
@@ -435,5 +437,38 @@ spec:
 	code, _, errOut = syncloop(t, "validate", "-v=2", "-f", rule)
 	if code != 0 || !strings.Contains(errOut, `dyn.yaml:11:15: rule "dyn": spec.status.anything: note: the CRD types status.anything as any value`) || strings.Contains(errOut, "status.size") {
 		t.Errorf("validate -v=2: exit %d, stderr %s", code, errOut)
+	}
+}
+
+// TestRunCompression: `run` asks for uncompressed answers unless
+// --api-compression is given, whatever the kubeconfig.
+func TestRunCompression(t *testing.T) {
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want bool // DisableCompression
+	}{{nil, true}, {[]string{"--api-compression"}, false}, {[]string{"--api-compression=false"}, true}} {
+		var f runFlags
+		cmd := &cobra.Command{Use: "run"}
+		f.register(cmd)
+		if err := cmd.ParseFlags(append([]string{"-f", "rules.yaml", "--kubeconfig", kubeconfig}, tc.args...)); err != nil {
+			t.Fatal(err)
+		}
+		o, err := f.options(cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.Config.DisableCompression != tc.want {
+			t.Errorf("run %v: DisableCompression %v, want %v", tc.args, o.Config.DisableCompression, tc.want)
+		}
 	}
 }

@@ -107,6 +107,7 @@ type runFlags struct {
 	rulesConfigMap         string
 	tenantRules            bool
 	identity               string
+	compression            bool
 }
 
 func newRunCommand() *cobra.Command {
@@ -154,6 +155,7 @@ func (f *runFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.identity, "leader-elect-identity", "", "this replica's identity (default: hostname_uuid; with --sharding, the host name, which is the pod's name)")
 	_ = cmd.Flags().MarkHidden("leader-elect-identity")
 	cmd.Flags().BoolVar(&f.tenantRules, "tenant-rules", false, "also read rules from the ConfigMaps labelled "+manager.LabelTenantRules+"=true in every namespace (or --watch-namespace's): each key a rule file of that namespace's team, named <namespace>.<name>, acting as a ServiceAccount of the namespace and confined to it; why one does not load is a Warning Event on its ConfigMap")
+	cmd.Flags().BoolVar(&f.compression, "api-compression", false, "ask the API server to gzip its responses and watch streams; off by default, as kube-controller-manager and kube-scheduler have it, because on a cluster's own network compressing costs the API server and syncloop more CPU than the bytes save (on for a distant API server over a slow link)")
 	cmd.Flags().StringVar(&f.rulesConfigMap, "rules-configmap", "", "NAMESPACE/NAME of the ConfigMap the rule files are mounted from: why a file did not load becomes a Warning Event on it (the chart sets it)")
 }
 
@@ -173,6 +175,7 @@ func (f *runFlags) options(cmd *cobra.Command) (manager.Options, error) {
 	if err != nil {
 		return manager.Options{}, fmt.Errorf("loading the client configuration: %w", err)
 	}
+	cfg.DisableCompression = !f.compression
 	if err := rules.ValidateInstallation(f.rf.installation); err != nil {
 		return manager.Options{}, fmt.Errorf("--%w", err)
 	}
