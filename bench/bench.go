@@ -14,6 +14,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -63,6 +64,13 @@ type Config struct {
 	// ".base" the one from just before it started: go tool pprof
 	// -diff_base shows what converging allocated.
 	MemProfile string
+	// APIServerProfile, when set, is where a CPU profile of kube-apiserver
+	// is written while syncloop converges in process, and APIServerProfile
+	// + ".hand" one while the hand-written controller's first run does:
+	// each over the same span (1.5 times the limit loop's time), so that
+	// their samples compare what each controller cost the API server.
+	// The control plane must serve /debug/pprof (--profiling=true).
+	APIServerProfile string
 }
 
 // startCPUProfile starts a CPU profile written to path + suffix, when
@@ -83,6 +91,32 @@ func startCPUProfile(path, suffix string) (stop func(), err error) {
 		pprof.StopCPUProfile()
 		f.Close()
 	}), nil
+}
+
+// startServerProfile starts a CPU profile of env's kube-apiserver over
+// span, to be written to path + suffix, when path is set; wait waits for
+// it and says whether it was written.
+func startServerProfile(ctx context.Context, env *testenv.Env, path, suffix string, span time.Duration) (wait func() error) {
+	if path == "" {
+		return func() error { return nil }
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- func() error {
+			cs, err := kubernetes.NewForConfig(env.Config())
+			if err != nil {
+				return err
+			}
+			seconds := max(1, int(span.Round(time.Second).Seconds()))
+			data, err := cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", strconv.Itoa(seconds)).
+				Timeout(span + time.Minute).DoRaw(ctx)
+			if err != nil {
+				return fmt.Errorf("profiling kube-apiserver (is --profiling on?): %w", err)
+			}
+			return os.WriteFile(path+suffix, data, 0o644)
+		}()
+	}()
+	return sync.OnceValue(func() error { return <-done })
 }
 
 // writeHeapProfile writes the allocation profile as it stands to path.
@@ -193,7 +227,10 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 	// its triggers are created.
 	stopHandProfile := func() {}
 	var profileErr error
+	serverSpan := time.Duration(1.5 * float64(limit))
+	waitServerProfile := func() error { return nil }
 	hand, err := handWritten(ctx, env, w, cfg.Triggers, handWorkers, func() {
+		waitServerProfile = startServerProfile(ctx, env, cfg.APIServerProfile, ".hand", serverSpan)
 		if cfg.MemProfile != "" {
 			profileErr = writeHeapProfile(cfg.MemProfile + ".hand.base")
 		}
@@ -204,7 +241,7 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 		}
 	})
 	stopHandProfile()
-	if err = errors.Join(err, profileErr); err != nil {
+	if err = errors.Join(err, profileErr, waitServerProfile()); err != nil {
 		return nil, err
 	}
 	if cfg.MemProfile != "" {
@@ -257,6 +294,7 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 		return nil, err
 	}
 	defer stopProfile()
+	waitServerProfile = startServerProfile(ctx, env, cfg.APIServerProfile, "", serverSpan)
 	start := time.Now()
 	engCtx, stop := runEngine(ctx, eng, set, nil)
 	defer stop()
@@ -267,6 +305,9 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 		return nil, fmt.Errorf("syncloop did not converge: %d of %d children applied", m.writes.Load(), cfg.Triggers)
 	}
 	stopProfile()
+	if err := waitServerProfile(); err != nil {
+		return nil, err
+	}
 	if cfg.MemProfile != "" {
 		if err := writeHeapProfile(cfg.MemProfile); err != nil {
 			return nil, err

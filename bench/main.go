@@ -33,6 +33,7 @@ func main() {
 	record := flag.String("record", "", "append the results to this Markdown file (e.g. bench/RESULTS.md)")
 	flag.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of syncloop converging in process to this file, and one of the hand-written controller before it to this file + .hand")
 	flag.StringVar(&cfg.MemProfile, "memprofile", "", "write the allocation profile of the bench process to this file once syncloop has converged in process, and this file + .base from just before it starts")
+	flag.StringVar(&cfg.APIServerProfile, "apiserver-cpuprofile", "", "write a CPU profile of kube-apiserver while syncloop converges in process to this file, and one while the hand-written controller does to this file + .hand (turns the API server's profiling on)")
 	note := flag.String("note", "", "a line recorded before the tables (what was measured, e.g. which build)")
 	var tr TenantRun
 	flag.StringVar(&tr.Syncloop, "syncloop", "", "the syncloop binary, for the tenant workload (e.g. bin/syncloop)")
@@ -68,7 +69,11 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	logf := func(f string, a ...any) { fmt.Fprintf(os.Stderr, "bench: "+f+"\n", a...) }
-	env, err := testenv.Start(ctx, testenv.Options{})
+	var envOpts testenv.Options
+	if cfg.APIServerProfile != "" {
+		envOpts.APIServerArgs = []string{"--profiling=true"}
+	}
+	env, err := testenv.Start(ctx, envOpts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -164,7 +169,11 @@ func main() {
 	}
 	if *memory > 0 {
 		res, err := func() (*MemoryResult, error) {
-			env, err := testenv.Start(ctx, testenv.Options{})
+			var envOpts testenv.Options
+	if cfg.APIServerProfile != "" {
+		envOpts.APIServerArgs = []string{"--profiling=true"}
+	}
+	env, err := testenv.Start(ctx, envOpts)
 			if err != nil {
 				return nil, err
 			}
