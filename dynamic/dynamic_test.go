@@ -3,6 +3,8 @@ package dynamic
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -290,7 +292,8 @@ func TestWriter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl, err := NewClient(env.Config())
+	var counter testenv.RequestCounter
+	cl, err := NewClient(counter.Wrap(env.Config()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,6 +357,34 @@ func TestWriter(t *testing.T) {
 	}
 	if errFull.Error() != errVersion.Error() {
 		t.Errorf("the two report one refusal differently:\n%v\n%v", errFull, errVersion)
+	}
+
+	// Applies go without the server's second, strict decode of the body
+	// (fieldValidation=Ignore), and an unknown field is refused all the
+	// same: nothing a rule renders is dropped unseen.
+	unknown := obj("b", "1")
+	unknown.Object["dataa"] = map[string]any{"k": "1"}
+	_, errFull = w.Apply(ctx, m, unknown, "test", true)
+	_, errVersion = w.ApplyVersion(ctx, m, unknown, "test", true)
+	for name, err := range map[string]error{"Apply": errFull, "ApplyVersion": errVersion} {
+		if err == nil || !strings.Contains(err.Error(), "dataa") {
+			t.Errorf("%s of an unknown field: %v, want the server's refusal naming it", name, err)
+		}
+	}
+	if _, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, "b", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("an apply with an unknown field made the object: %v", err)
+	}
+	patches := 0
+	for _, r := range counter.Requests(nil) {
+		if r.Method == http.MethodPatch {
+			patches++
+			if q, _ := url.ParseQuery(r.Query); q.Get("fieldValidation") != "Ignore" {
+				t.Errorf("apply %s?%s: fieldValidation %q, want Ignore", r.Path, r.Query, q.Get("fieldValidation"))
+			}
+		}
+	}
+	if patches < 8 {
+		t.Errorf("the counter saw %d applies, want every one made (at least 8)", patches)
 	}
 }
 
