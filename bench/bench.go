@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -119,6 +120,16 @@ func startServerProfile(ctx context.Context, env *testenv.Env, path, suffix stri
 	return sync.OnceValue(func() error { return <-done })
 }
 
+// selfCPU is the CPU time this process has used, user and system, in
+// seconds.
+func selfCPU() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
 // writeHeapProfile writes the allocation profile as it stands to path.
 func writeHeapProfile(path string) error {
 	f, err := os.Create(path)
@@ -154,6 +165,14 @@ type Result struct {
 	HandWrittenBeforeSeconds float64 `json:"hand_written_before_seconds"`
 	HandWrittenAfterSeconds  float64 `json:"hand_written_after_seconds"`
 	HandWrittenRatio         float64 `json:"hand_written_ratio"`
+	// CPUSeconds is the CPU time the bench process used while syncloop
+	// converged — syncloop's, as nothing else in the process works then —
+	// and HandWrittenCPUSeconds the mean of the hand-written controller's
+	// two runs, from its start to converged; CPURatio is CPUSeconds /
+	// HandWrittenCPUSeconds (1: as frugal).
+	CPUSeconds            float64 `json:"cpu_seconds"`
+	HandWrittenCPUSeconds float64 `json:"hand_written_cpu_seconds"`
+	CPURatio              float64 `json:"cpu_ratio"`
 	// FirstWriteSeconds: syncloop's start → its first child applied
 	// (discovery, informers listing).
 	FirstWriteSeconds float64 `json:"first_write_seconds"`
@@ -229,7 +248,9 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 	var profileErr error
 	serverSpan := time.Duration(1.5 * float64(limit))
 	waitServerProfile := func() error { return nil }
+	var cpu0 float64
 	hand, err := handWritten(ctx, env, w, cfg.Triggers, handWorkers, func() {
+		cpu0 = selfCPU()
 		waitServerProfile = startServerProfile(ctx, env, cfg.APIServerProfile, ".hand", serverSpan)
 		if cfg.MemProfile != "" {
 			profileErr = writeHeapProfile(cfg.MemProfile + ".hand.base")
@@ -241,6 +262,7 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 		}
 	})
 	stopHandProfile()
+	handCPU := selfCPU() - cpu0
 	if err = errors.Join(err, profileErr, waitServerProfile()); err != nil {
 		return nil, err
 	}
@@ -295,6 +317,7 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 	}
 	defer stopProfile()
 	waitServerProfile = startServerProfile(ctx, env, cfg.APIServerProfile, "", serverSpan)
+	cpu0 = selfCPU()
 	start := time.Now()
 	engCtx, stop := runEngine(ctx, eng, set, nil)
 	defer stop()
@@ -304,6 +327,7 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 	if err != nil {
 		return nil, fmt.Errorf("syncloop did not converge: %d of %d children applied", m.writes.Load(), cfg.Triggers)
 	}
+	res.CPUSeconds = selfCPU() - cpu0
 	stopProfile()
 	if err := waitServerProfile(); err != nil {
 		return nil, err
@@ -373,9 +397,11 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 	// The hand-written controller again, syncloop stopped, on the control
 	// plane as the phase left it.
 	stop()
-	if hand, err = handWritten(ctx, env, w, cfg.Triggers, handWorkers, nil); err != nil {
+	if hand, err = handWritten(ctx, env, w, cfg.Triggers, handWorkers, func() { cpu0 = selfCPU() }); err != nil {
 		return nil, err
 	}
+	res.HandWrittenCPUSeconds = (handCPU + selfCPU() - cpu0) / 2
+	res.CPURatio = res.CPUSeconds / res.HandWrittenCPUSeconds
 	res.HandWrittenAfterSeconds = hand.Seconds()
 	res.HandWrittenSeconds = (res.HandWrittenBeforeSeconds + res.HandWrittenAfterSeconds) / 2
 	res.HandWrittenRatio = res.HandWrittenSeconds / res.ConvergenceSeconds

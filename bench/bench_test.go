@@ -38,6 +38,9 @@ func TestBenchSmoke(t *testing.T) {
 		res.HandWrittenSeconds != (res.HandWrittenBeforeSeconds+res.HandWrittenAfterSeconds)/2 {
 		t.Errorf("times not measured: %+v", res)
 	}
+	if res.CPUSeconds <= 0 || res.HandWrittenCPUSeconds <= 0 || res.CPURatio != res.CPUSeconds/res.HandWrittenCPUSeconds {
+		t.Errorf("CPU not measured: syncloop %.3f s, hand-written %.3f s, ratio %.3f", res.CPUSeconds, res.HandWrittenCPUSeconds, res.CPURatio)
+	}
 	t.Logf("%+v", res)
 }
 

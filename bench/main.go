@@ -169,11 +169,7 @@ func main() {
 	}
 	if *memory > 0 {
 		res, err := func() (*MemoryResult, error) {
-			var envOpts testenv.Options
-	if cfg.APIServerProfile != "" {
-		envOpts.APIServerArgs = []string{"--profiling=true"}
-	}
-	env, err := testenv.Start(ctx, envOpts)
+			env, err := testenv.Start(ctx, testenv.Options{})
 			if err != nil {
 				return nil, err
 			}
@@ -219,6 +215,7 @@ func report(cfg Config, r *Result) string {
 	fmt.Fprintf(&b, "| convergence ratio (limit / syncloop; 1 = at the limit) | %.3f |\n", r.ConvergenceRatio)
 	fmt.Fprintf(&b, "| hand-written client-go controller for the job (typed informers, protobuf, workqueue, %d workers, server-side apply with a controller reference, unthrottled), from its start: run before syncloop / after the phase, mean | %.2f / %.2f s, %.2f s |\n", handWorkers, r.HandWrittenBeforeSeconds, r.HandWrittenAfterSeconds, r.HandWrittenSeconds)
 	fmt.Fprintf(&b, "| ratio (hand-written's mean / syncloop; 1 = as fast) | %.3f |\n", r.HandWrittenRatio)
+	fmt.Fprintf(&b, "| CPU to converge: syncloop / the hand-written controller's mean | %.2f / %.2f s, %.2f× |\n", r.CPUSeconds, r.HandWrittenCPUSeconds, r.CPURatio)
 	fmt.Fprintf(&b, "| API requests, cold start to converged | %d |\n", r.ColdStartRequests)
 	fmt.Fprintf(&b, "| steady state, one full resync: writes | %d |\n", r.SteadyWrites)
 	fmt.Fprintf(&b, "| steady state, one full resync: reads (GET/LIST) | %d |\n", r.SteadyReads)
