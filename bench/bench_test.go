@@ -24,7 +24,7 @@ func TestMain(m *testing.M) {
 // child applied, nothing at all requested in steady state — never times.
 func TestBenchSmoke(t *testing.T) {
 	env := testenv.Get(t)
-	res, err := Run(t.Context(), env, Config{Triggers: 50, LimitWorkers: 8, Resync: 2 * time.Second, Updates: 20, Cycles: 5, Rules: 10}, t.Logf)
+	res, err := Run(t.Context(), env, Config{Triggers: 50, LimitWorkers: 8, Resync: 2 * time.Second, Updates: 20, Cycles: 5, Rules: 10, Rounds: 2}, t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,6 +40,9 @@ func TestBenchSmoke(t *testing.T) {
 	}
 	if res.CPUSeconds <= 0 || res.HandWrittenCPUSeconds <= 0 || res.CPURatio != res.CPUSeconds/res.HandWrittenCPUSeconds {
 		t.Errorf("CPU not measured: syncloop %.3f s, hand-written %.3f s, ratio %.3f", res.CPUSeconds, res.HandWrittenCPUSeconds, res.CPURatio)
+	}
+	if len(res.Rounds) != 2 || res.Rounds[0].Ratio != res.HandWrittenRatio || res.Rounds[1].Seconds <= 0 || res.Rounds[1].HandWrittenCPUSeconds <= 0 || res.MedianRatio <= 0 || res.MedianCPURatio <= 0 {
+		t.Errorf("rounds not measured: %+v, medians %.3f, %.3f", res.Rounds, res.MedianRatio, res.MedianCPURatio)
 	}
 	t.Logf("%+v", res)
 }

@@ -34,18 +34,18 @@ const handLabel = "bench-hand-child"
 // sample-controller's are — unless the cached one already holds the
 // desired data, and no client-side rate limit (as syncloop's
 // default). It returns the time from its start — informers listing
-// included — to the n-th child applied.
-func handWritten(ctx context.Context, env *testenv.Env, w workload, n, workers int, started func()) (time.Duration, error) {
+// included — to the n-th child applied, and the namespace it ran in.
+func handWritten(ctx context.Context, env *testenv.Env, w workload, n, workers int, started func()) (time.Duration, string, error) {
 	ns, _, _, err := w.prepare(ctx, env, n, "bench-hand-", nil)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	cfg := rest.CopyConfig(env.Config())
 	cfg.QPS, cfg.Burst = -1, 0
 	cfg.ContentType = "application/vnd.kubernetes.protobuf"
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	if started != nil {
 		started()
@@ -76,7 +76,7 @@ func handWritten(ctx context.Context, env *testenv.Env, w workload, n, workers i
 	go c.triggers.RunWithContext(runCtx)
 	go c.children.RunWithContext(runCtx)
 	if !cache.WaitForCacheSync(runCtx.Done(), c.triggers.HasSynced, c.children.HasSynced) {
-		return 0, ctx.Err()
+		return 0, "", ctx.Err()
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -89,12 +89,12 @@ func handWritten(ctx context.Context, env *testenv.Env, w workload, n, workers i
 	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Minute, true, func(context.Context) (bool, error) {
 		return c.applied.Load() >= int64(n), nil
 	}); err != nil {
-		return 0, fmt.Errorf("the hand-written controller did not converge: %d of %d children", c.applied.Load(), n)
+		return 0, "", fmt.Errorf("the hand-written controller did not converge: %d of %d children", c.applied.Load(), n)
 	}
 	took := time.Unix(0, c.last.Load()).Sub(start)
 	cancel()
 	c.queue.ShutDown()
-	return took, nil
+	return took, ns, nil
 }
 
 // handController is the hand-written controller's state.

@@ -24,6 +24,7 @@ func main() {
 	flag.IntVar(&cfg.Triggers, "n", 1000, "triggers, each needing one child")
 	qps := flag.Float64("qps", 0, "a client-side cap on syncloop's requests per second, as --qps (0: syncloop's default, none)")
 	flag.IntVar(&cfg.Burst, "burst", 0, "with -qps, the burst")
+	flag.IntVar(&cfg.Rounds, "engine-rounds", 1, "pairs of in-process convergences (hand-written, syncloop) whose ratios' medians are reported; the first is the phase's own, each further one on fresh triggers, even ones syncloop first")
 	flag.IntVar(&cfg.Workers, "workers", 0, "the rule's workers (0: the rule's default)")
 	flag.IntVar(&cfg.LimitWorkers, "limit-workers", 64, "goroutines of the limit loop (no client-side limit)")
 	flag.DurationVar(&cfg.Resync, "resync", 30*time.Second, "the rule's resync period (the steady-state phase waits for two)")
@@ -216,6 +217,14 @@ func report(cfg Config, r *Result) string {
 	fmt.Fprintf(&b, "| hand-written client-go controller for the job (typed informers, protobuf, workqueue, %d workers, server-side apply with a controller reference, unthrottled), from its start: run before syncloop / after the phase, mean | %.2f / %.2f s, %.2f s |\n", handWorkers, r.HandWrittenBeforeSeconds, r.HandWrittenAfterSeconds, r.HandWrittenSeconds)
 	fmt.Fprintf(&b, "| ratio (hand-written's mean / syncloop; 1 = as fast) | %.3f |\n", r.HandWrittenRatio)
 	fmt.Fprintf(&b, "| CPU to converge: syncloop / the hand-written controller's mean | %.2f / %.2f s, %.2f× |\n", r.CPUSeconds, r.HandWrittenCPUSeconds, r.CPURatio)
+	if len(r.Rounds) > 1 {
+		var rounds []string
+		for _, rd := range r.Rounds[1:] {
+			rounds = append(rounds, fmt.Sprintf("%.2f s %.2f / %.2f s %.2f (%.3f, %.2f×)", rd.HandWrittenSeconds, rd.HandWrittenCPUSeconds, rd.Seconds, rd.CPUSeconds, rd.Ratio, rd.CPURatio))
+		}
+		fmt.Fprintf(&b, "| further rounds, hand-written / syncloop convergence and CPU s (ratio, CPU ratio); even rounds syncloop first | %s |\n", strings.Join(rounds, "; "))
+		fmt.Fprintf(&b, "| **medians over the %d rounds**: convergence ratio (hand-written / syncloop), CPU ratio (syncloop / hand-written) | **%.3f, %.2f×** |\n", len(r.Rounds), r.MedianRatio, r.MedianCPURatio)
+	}
 	fmt.Fprintf(&b, "| API requests, cold start to converged | %d |\n", r.ColdStartRequests)
 	fmt.Fprintf(&b, "| steady state, one full resync: writes | %d |\n", r.SteadyWrites)
 	fmt.Fprintf(&b, "| steady state, one full resync: reads (GET/LIST) | %d |\n", r.SteadyReads)
