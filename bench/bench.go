@@ -323,8 +323,6 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 	waitServerProfile := func() error { return nil }
 	var cpu0 float64
 	hand, _, err := handWritten(ctx, env, w, cfg.Triggers, handWorkers, func() {
-		settle()
-		cpu0 = selfCPU()
 		waitServerProfile = startServerProfile(ctx, env, cfg.APIServerProfile, ".hand", serverSpan)
 		if cfg.MemProfile != "" {
 			profileErr = writeHeapProfile(cfg.MemProfile + ".hand.base")
@@ -334,6 +332,8 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 		} else {
 			profileErr = err
 		}
+		settle()
+		cpu0 = selfCPU()
 	})
 	stopHandProfile()
 	handCPU := selfCPU() - cpu0
@@ -505,7 +505,11 @@ func Run(ctx context.Context, env *testenv.Env, cfg Config, logf func(string, ..
 		if round%2 == 0 {
 			first, second = syncloopRun, handRun
 		}
-		if err := errors.Join(first(), second()); err != nil {
+		err := first()
+		if err == nil {
+			err = second()
+		}
+		if err != nil {
 			return nil, fmt.Errorf("round %d: %w", round, err)
 		}
 		r.Ratio, r.CPURatio = r.HandWrittenSeconds/r.Seconds, r.CPUSeconds/r.HandWrittenCPUSeconds
