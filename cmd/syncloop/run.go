@@ -99,6 +99,7 @@ type runFlags struct {
 	rf                     ruleFlags
 	cf                     clusterFlags
 	probeAddr, metricsAddr string
+	pprofAddr              string
 	drainPeriod            time.Duration
 	dryRun                 bool
 	output, events         string
@@ -144,6 +145,7 @@ func (f *runFlags) register(cmd *cobra.Command) {
 	f.cf.register(cmd)
 	cmd.Flags().StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "address of /metrics (0 turns it off)")
 	cmd.Flags().StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (0 turns them off)")
+	cmd.Flags().StringVar(&f.pprofAddr, "pprof-bind-address", "", "address of /debug/pprof/, Go's profiler (empty or 0: off)")
 	cmd.Flags().DurationVar(&f.drainPeriod, "drain-timeout", 30*time.Second, "on shutdown, how long in-flight reconciles may take before their requests are cancelled")
 	cmd.Flags().StringVar(&f.events, "events", string(engine.EventsWarnings), "Events on triggers: warnings (a Failed Event for each failure) or all (also one Normal Event for each reconcile that changed something)")
 	cmd.Flags().BoolVar(&f.dryRun, "dry-run", false, "print the actions syncloop would take (computed with server-side dry-run requests) instead of taking them")
@@ -205,6 +207,7 @@ func (f *runFlags) options(cmd *cobra.Command) (manager.Options, error) {
 		Namespace:    f.cf.watchNamespace,
 		MetricsAddr:  f.metricsAddr,
 		ProbeAddr:    f.probeAddr,
+		PprofAddr:    f.pprofAddr,
 		DrainTimeout: f.drainPeriod,
 		Events:       eventMode,
 		DryRun:       f.dryRun,

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"slices"
 	"sync"
 	"time"
@@ -43,6 +44,10 @@ type Options struct {
 	// MetricsAddr and ProbeAddr are the addresses of /metrics and of
 	// /healthz and /readyz; "" or "0" turns each off.
 	MetricsAddr, ProbeAddr string
+	// PprofAddr is the address of /debug/pprof/, Go's profiler; "" or
+	// "0" (the default) turns it off. It is never served beside /metrics:
+	// a profile costs CPU, and its address is opened on purpose.
+	PprofAddr string
 	// DrainTimeout bounds how long in-flight reconciles may take on
 	// shutdown (and on handing triggers over) before their requests are
 	// cancelled.
@@ -182,7 +187,8 @@ func newProcess(ctx context.Context, o Options) (*process, error) {
 	return p, nil
 }
 
-// listen opens the listeners of /metrics and the probes ("" or "0": off).
+// listen opens the listeners of /metrics, the probes and the profiler (""
+// or "0": off).
 func (p *process) listen() error {
 	o := p.opts
 	if o.MetricsAddr != "" && o.MetricsAddr != "0" {
@@ -196,6 +202,20 @@ func (p *process) listen() error {
 	}
 	if o.ProbeAddr != "" && o.ProbeAddr != "0" {
 		srv, err := listen(o.ProbeAddr, "health probes", probes(p.engine, p.rules.files, p.rules.crds, p.rules.revisions, o.Mode))
+		if err != nil {
+			p.closeServers()
+			return err
+		}
+		p.servers = append(p.servers, srv)
+	}
+	if o.PprofAddr != "" && o.PprofAddr != "0" {
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		srv, err := listen(o.PprofAddr, "profiler", mux)
 		if err != nil {
 			p.closeServers()
 			return err
