@@ -52,11 +52,6 @@ func (w *Writer) Get(ctx context.Context, m *meta.RESTMapping, namespace, name s
 // declared in schema"): the second decode could find nothing.
 const fieldValidation = metav1.FieldValidationIgnore
 
-// applyOptions are the options of an apply as fieldManager.
-func (w *Writer) applyOptions(fieldManager string, force bool) metav1.PatchOptions {
-	return metav1.PatchOptions{FieldManager: fieldManager, Force: &force, DryRun: w.dryRun(), FieldValidation: fieldValidation}
-}
-
 // Apply server-side applies obj as fieldManager and returns the object as
 // the server has it afterwards.
 func (w *Writer) Apply(ctx context.Context, m *meta.RESTMapping, obj *unstructured.Unstructured, fieldManager string, force bool) (*unstructured.Unstructured, error) {
@@ -70,7 +65,8 @@ func (w *Writer) apply(ctx context.Context, m *meta.RESTMapping, obj *unstructur
 	if err != nil {
 		return nil, err
 	}
-	return w.resource(m, obj.GetNamespace()).Patch(ctx, obj.GetName(), types.ApplyPatchType, body, w.applyOptions(fieldManager, force), subresources...)
+	opts := metav1.PatchOptions{FieldManager: fieldManager, Force: &force, DryRun: w.dryRun(), FieldValidation: fieldValidation}
+	return w.resource(m, obj.GetNamespace()).Patch(ctx, obj.GetName(), types.ApplyPatchType, body, opts, subresources...)
 }
 
 // ApplyVersion server-side applies obj as Apply does, and returns only the
@@ -78,7 +74,7 @@ func (w *Writer) apply(ctx context.Context, m *meta.RESTMapping, obj *unstructur
 // managedFields included — is read no further than its metadata's
 // resourceVersion, which a caller that needs only the version is spared.
 // The options are the query parameters the dynamic client's codec would
-// make of them (applyOptions), set directly (the codec converts them by
+// make of apply's, set directly (the codec converts them by
 // reflection at every request), and the body is encoded by MarshalJSON.
 func (w *Writer) ApplyVersion(ctx context.Context, m *meta.RESTMapping, obj *unstructured.Unstructured, fieldManager string, force bool) (string, error) {
 	body, err := MarshalJSON(obj.Object)
