@@ -1,6 +1,10 @@
 package dynamic
 
 import (
+	"bufio"
+	"io"
+	"net/http"
+
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -26,6 +30,7 @@ func NewClient(cfg *rest.Config) (*Client, error) {
 	config := dynamic.ConfigFor(cfg)
 	config.GroupVersion = nil
 	config.APIPath = "/if-you-see-this-search-for-the-break"
+	config.Wrap(bufferWatches)
 	httpClient, err := rest.HTTPClientFor(config)
 	if err != nil {
 		return nil, err
@@ -81,4 +86,42 @@ func path(m *meta.RESTMapping, namespace, name string, subresources ...string) [
 		namespace = ""
 	}
 	return append(append(collectionPath(m.Resource, namespace), name), subresources...)
+}
+
+// watchBuffer is how much of a watch's stream is read from the connection
+// at once, when that much has come.
+//
+// Why: over HTTP/2 the client grants the API server more window each time
+// it has read 4 KB of a stream (and of the connection), one WINDOW_UPDATE
+// written to the socket per grant, and client-go's watch decoders read an
+// event at a time — a protobuf one in two reads, its length and its bytes.
+// Reading up to this much at once, as a burst of events (a watch's initial
+// list, a thousand children made in a second) allows, takes one grant per
+// read instead of one per 4 KB: measured on 5,000 Tenants and their
+// children, the writes of grants were a tenth of syncloop's CPU
+// (docs/how-it-works.md). A read takes what has come and never waits for
+// more: events arriving one by one are handed on as they arrive.
+const watchBuffer = 32 << 10
+
+// bufferWatches reads the streams of rt's watches through a buffer of
+// watchBuffer bytes; it has the signature of rest.Config.Wrap's argument.
+func bufferWatches(rt http.RoundTripper) http.RoundTripper { return &watchReader{next: rt} }
+
+type watchReader struct{ next http.RoundTripper }
+
+func (t *watchReader) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.next.RoundTrip(req)
+	if err == nil && resp.StatusCode == http.StatusOK && isWatch(req) {
+		resp.Body = &bufferedBody{Reader: bufio.NewReaderSize(resp.Body, watchBuffer), Closer: resp.Body}
+	}
+	return resp, err
+}
+
+// WrappedRoundTripper lets client-go find the transport underneath.
+func (t *watchReader) WrappedRoundTripper() http.RoundTripper { return t.next }
+
+// bufferedBody is a response body read through a buffer.
+type bufferedBody struct {
+	*bufio.Reader
+	io.Closer
 }
