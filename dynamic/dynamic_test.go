@@ -374,10 +374,11 @@ func TestWriter(t *testing.T) {
 	if _, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, "b", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("an apply with an unknown field made the object: %v", err)
 	}
-	patches := 0
+	patches, answers := 0, map[string]int{}
 	for _, r := range counter.Requests(nil) {
 		if r.Method == http.MethodPatch {
 			patches++
+			answers[r.ContentType]++
 			if q, _ := url.ParseQuery(r.Query); q.Get("fieldValidation") != "Ignore" {
 				t.Errorf("apply %s?%s: fieldValidation %q, want Ignore", r.Path, r.Query, q.Get("fieldValidation"))
 			}
@@ -385,6 +386,11 @@ func TestWriter(t *testing.T) {
 	}
 	if patches < 8 {
 		t.Errorf("the counter saw %d applies, want every one made (at least 8)", patches)
+	}
+	// ApplyVersion's answers, refusals included, came in protobuf (a
+	// ConfigMap is a kind of client-go's); Apply's, decoded whole, in JSON.
+	if answers["application/vnd.kubernetes.protobuf"] != 7 || answers["application/json"] != 3 {
+		t.Errorf("the applies' answers by media type: %v; want 7 in protobuf (ApplyVersion), 3 in JSON (Apply)", answers)
 	}
 }
 

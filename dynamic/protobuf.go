@@ -45,8 +45,8 @@ type Protobuf struct {
 	rest    rest.Interface
 	dynREST rest.Interface // the JSON client, for /version
 
-	mu     sync.Mutex
-	usable *bool // nil until the server's version is known
+	mu     sync.Mutex           // one /version request at a time
+	usable atomic.Pointer[bool] // nil until the server's version is known
 
 	// jsonOnly holds the resources whose answers were not a type of
 	// client-go's (a resource of a built-in group served by an extension):
@@ -61,6 +61,9 @@ func newProtobuf(cfg *rest.Config, httpClient *http.Client, dynREST rest.Interfa
 	pc.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
 	pc.GroupVersion = nil
 	pc.APIPath = "/if-you-see-this-search-for-the-break"
+	// Its requests count against the JSON client's token bucket (with
+	// --qps): applies go through either.
+	pc.RateLimiter = dynREST.GetRateLimiter()
 	rc, err := rest.UnversionedRESTClientForConfigAndClient(pc, httpClient)
 	if err != nil {
 		return nil, err
@@ -77,17 +80,21 @@ func (p *Protobuf) serves(ctx context.Context, gvr schema.GroupVersionResource) 
 	if _, ok := p.jsonOnly.Load(gvr); ok {
 		return false
 	}
+	if usable := p.usable.Load(); usable != nil {
+		return *usable
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.usable == nil {
-		server, err := p.serverVersion(ctx)
-		if err != nil {
-			return false // JSON this time; asked again for the next informer
-		}
-		ok := typesKnowServer(server, typesMinor)
-		p.usable = &ok
+	if usable := p.usable.Load(); usable != nil {
+		return *usable
 	}
-	return *p.usable
+	server, err := p.serverVersion(ctx)
+	if err != nil {
+		return false // JSON this time; asked again for the next informer
+	}
+	ok := typesKnowServer(server, typesMinor)
+	p.usable.Store(&ok)
+	return ok
 }
 
 func (p *Protobuf) serverVersion(ctx context.Context) (*version.Info, error) {
