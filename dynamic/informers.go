@@ -250,7 +250,7 @@ func (r *Registry) Refresh(ctx context.Context, key WatchKey) error {
 	if err != nil {
 		return err
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), run.informer.HasSynced) {
+	if !cache.WaitFor(ctx, "", run.informer.HasSyncedChecker()) {
 		run.stop()
 		return ctx.Err()
 	}
@@ -262,7 +262,7 @@ func (r *Registry) Refresh(ctx context.Context, key WatchKey) error {
 	}
 	old := e.run.Swap(run)
 	var errs []error
-	var synced []cache.InformerSynced
+	var synced []cache.DoneChecker
 	for s := range e.subs {
 		reg, err := run.informer.AddEventHandler(s.handler)
 		if err != nil {
@@ -271,13 +271,13 @@ func (r *Registry) Refresh(ctx context.Context, key WatchKey) error {
 		}
 		prev := s.reg.Swap(&reg)
 		_ = old.informer.RemoveEventHandler(*prev)
-		synced = append(synced, reg.HasSynced)
+		synced = append(synced, reg.HasSyncedChecker())
 	}
 	r.mu.Unlock()
 	old.stop()
 	// Each handler has been sent the new list (or ctx ended) once this
 	// returns: the subscriptions have synced again.
-	cache.WaitForCacheSync(ctx.Done(), synced...)
+	cache.WaitFor(ctx, "", synced...)
 	return errors.Join(errs...)
 }
 
@@ -433,7 +433,7 @@ func (s *Subscription) Synced() <-chan struct{} { return s.registration().HasSyn
 
 // WaitForSync blocks until HasSynced or ctx ends; it reports which.
 func (s *Subscription) WaitForSync(ctx context.Context) bool {
-	return cache.WaitForCacheSync(ctx.Done(), s.HasSynced)
+	return cache.WaitFor(ctx, "", s.registration().HasSyncedChecker())
 }
 
 // LastError is the error of the informer's last failed list or watch, or

@@ -94,7 +94,7 @@ func WatchCRDs(ctx context.Context, client metadata.Interface, syncWait time.Dur
 		_, g, _ := strings.Cut(m.Name, ".")
 		return g
 	}
-	_, err := inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj any, initial bool) { onChange(group(obj), initial) },
 		UpdateFunc: func(old, cur any) {
 			o, ok1 := old.(*metav1.PartialObjectMetadata)
@@ -124,5 +124,8 @@ func WatchCRDs(ctx context.Context, client metadata.Interface, syncWait time.Dur
 	go inf.RunWithContext(ctx)
 	syncCtx, stop := context.WithTimeout(ctx, syncWait)
 	defer stop()
-	return cache.WaitForCacheSync(syncCtx.Done(), inf.HasSynced)
+	// Waited for on the handler's channel, not polled: WaitForCacheSync
+	// looks every 100 ms, a tenth of a second of every start when the
+	// list takes a few.
+	return cache.WaitFor(syncCtx, "", reg.HasSyncedChecker())
 }

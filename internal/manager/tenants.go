@@ -77,13 +77,17 @@ func (t *tenants) start(ctx context.Context) {
 			t.changed()
 		}
 	}
-	_, _ = t.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	reg, err := t.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: changed, UpdateFunc: func(_, o any) { changed(o) }, DeleteFunc: changed,
 	})
+	if err != nil { // the informer has not started: never
+		klog.FromContext(ctx).Error(err, "Cannot watch the tenant rule ConfigMaps")
+		return
+	}
 	go t.informer.RunWithContext(ctx)
 	wctx, cancel := context.WithTimeout(ctx, tenantWait)
 	defer cancel()
-	if !cache.WaitForCacheSync(wctx.Done(), t.informer.HasSynced) {
+	if !cache.WaitFor(wctx, "", reg.HasSyncedChecker()) {
 		klog.FromContext(ctx).Error(nil, "Tenant rule ConfigMaps not listed yet: loading without them; they load when they list",
 			"labelSelector", LabelTenantRules+"=true", "waited", tenantWait)
 	}

@@ -174,7 +174,7 @@ func (s *Member) Run(ctx context.Context, core kubernetes.Interface, target Targ
 	var wg sync.WaitGroup
 	wg.Go(func() { s.renew(bg, r) })
 	wg.Go(func() {
-		if cache.WaitForCacheSync(bg.Done(), group.synced) {
+		if cache.WaitFor(bg, "", group.synced) {
 			s.coordinate(bg, group.lister, r, group.changed)
 		}
 	})
@@ -196,8 +196,8 @@ func (s *Member) Run(ctx context.Context, core kubernetes.Interface, target Targ
 type groupWatch struct {
 	factory informers.SharedInformerFactory
 	lister  coordinationlisters.LeaseLister
-	synced  cache.InformerSynced
-	changed chan struct{} // has an element whenever a Lease changed
+	synced  cache.DoneChecker // done once the Leases have listed
+	changed chan struct{}     // has an element whenever a Lease changed
 }
 
 // watchGroup starts the informer of the group's Leases, until ctx ends.
@@ -207,7 +207,7 @@ func (s *Member) watchGroup(ctx context.Context, core kubernetes.Interface) (*gr
 			o.LabelSelector = labels.SelectorFromSet(labels.Set{LabelGroup: s.group}).String()
 		}))
 	inf := factory.Coordination().V1().Leases()
-	g := &groupWatch{factory: factory, lister: inf.Lister(), synced: inf.Informer().HasSynced, changed: make(chan struct{}, 1)}
+	g := &groupWatch{factory: factory, lister: inf.Lister(), synced: inf.Informer().HasSyncedChecker(), changed: make(chan struct{}, 1)}
 	kick := func() {
 		select {
 		case g.changed <- struct{}{}:
