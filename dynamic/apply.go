@@ -172,47 +172,46 @@ func answerVersionProtobuf(body []byte) (string, error) {
 	if !ok {
 		return "", errors.New("not protobuf: no magic number")
 	}
-	if encoding, _, err := protoField(envelope, 3); err != nil || len(encoding) > 0 {
+	if encoding, err := protoField(envelope, 3); err != nil || len(encoding) > 0 {
 		return "", fmt.Errorf("an envelope with content encoding %q: %v", encoding, err)
 	}
-	raw, _, err := protoField(envelope, 2)
+	raw, err := protoField(envelope, 2)
 	if err != nil {
 		return "", err
 	}
-	md, _, err := protoField(raw, 1)
+	md, err := protoField(raw, 1)
 	if err != nil {
 		return "", err
 	}
-	rv, _, err := protoField(md, 6)
+	rv, err := protoField(md, 6)
 	return string(rv), err
 }
 
 // protoField is the value of field num of msg, a length-delimited one
-// (bytes, a string or a message), and whether msg has it: the last one,
-// as protobuf decoders take a scalar field given twice.
-func protoField(msg []byte, num protowire.Number) ([]byte, bool, error) {
+// (bytes, a string or a message; nil when msg has none): the last one, as
+// protobuf decoders take a scalar field given twice.
+func protoField(msg []byte, num protowire.Number) ([]byte, error) {
 	var value []byte
-	found := false
 	for len(msg) > 0 {
 		n, typ, l := protowire.ConsumeTag(msg)
 		if l < 0 {
-			return nil, false, protowire.ParseError(l)
+			return nil, protowire.ParseError(l)
 		}
 		msg = msg[l:]
 		if n == num && typ == protowire.BytesType {
 			v, l := protowire.ConsumeBytes(msg)
 			if l < 0 {
-				return nil, false, protowire.ParseError(l)
+				return nil, protowire.ParseError(l)
 			}
-			value, found, msg = v, true, msg[l:]
+			value, msg = v, msg[l:]
 			continue
 		}
 		if l = protowire.ConsumeFieldValue(n, typ, msg); l < 0 {
-			return nil, false, protowire.ParseError(l)
+			return nil, protowire.ParseError(l)
 		}
 		msg = msg[l:]
 	}
-	return value, found, nil
+	return value, nil
 }
 
 // answerVersion reads metadata.resourceVersion from an object's JSON in
