@@ -769,11 +769,22 @@ func TestChartInstall(t *testing.T) {
 		}
 		return true
 	})
-	for _, member := range []string{"pod-a", "pod-b"} {
-		l, err := cs.CoordinationV1().Leases("syncloop-sharded").Get(ctx, "sharded-syncloop-shard-"+member, metav1.GetOptions{})
-		if err != nil || l.Annotations["syncloop.dev/shard-view"] != "pod-a,pod-b" {
-			t.Errorf("shard Lease of %s: %v, %v", member, err, l.GetAnnotations())
+	// The triggers may all be done before the second replica has joined
+	// (the first works alone meanwhile): each Lease comes to show both
+	// members, polled.
+	var views string
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
+		views = ""
+		for _, member := range []string{"pod-a", "pod-b"} {
+			l, err := cs.CoordinationV1().Leases("syncloop-sharded").Get(ctx, "sharded-syncloop-shard-"+member, metav1.GetOptions{})
+			views += fmt.Sprintf(" %s: %v %v;", member, err, l.GetAnnotations())
+			if err != nil || l.Annotations["syncloop.dev/shard-view"] != "pod-a,pod-b" {
+				return false, nil
+			}
 		}
+		return true, nil
+	}); err != nil {
+		t.Errorf("the shard Leases never both showed both members:%s", views)
 	}
 	stopA()
 	stopB()
