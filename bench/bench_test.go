@@ -112,7 +112,9 @@ func TestChainSmoke(t *testing.T) {
 
 // TestShardSmoke runs the sharding phase small with a syncloop binary
 // built for it: each run creates every child exactly once, and in the
-// sharded run every replica creates some.
+// sharded run every replica creates some — once all have joined with work
+// left (a replica that starts late on a loaded machine may find its
+// share done by the others, as sharding means it to).
 func TestShardSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the syncloop binary")
@@ -128,10 +130,16 @@ func TestShardSmoke(t *testing.T) {
 	}
 	for _, run := range res.Runs {
 		sum := 0
+		// Joined 0.2 s (two of the benchmark's polls) before the last
+		// child: every replica had work to take.
+		joinedEarly := run.Replicas == 1 || run.JoinedSeconds < run.ConvergenceSeconds-0.2
 		for i, c := range run.Creates {
 			sum += c
-			if c == 0 {
-				t.Errorf("%d replicas: replica %d created nothing", run.Replicas, i)
+			switch {
+			case c == 0 && joinedEarly:
+				t.Errorf("%d replicas: replica %d created nothing, all having joined after %.2fs of %.2fs", run.Replicas, i, run.JoinedSeconds, run.ConvergenceSeconds)
+			case c == 0:
+				t.Logf("%d replicas: replica %d created nothing: the replicas joined only after %.2fs, the children were all made after %.2fs", run.Replicas, i, run.JoinedSeconds, run.ConvergenceSeconds)
 			}
 		}
 		if sum != n {
