@@ -120,7 +120,9 @@ func TestShardSmoke(t *testing.T) {
 		t.Skip("builds the syncloop binary")
 	}
 	bin := syncloopBinary(t)
-	const n = 60
+	// Enough triggers to outlast the replicas' joining on a loaded
+	// machine (2.5 s in CI, where one replica makes 60 children in 1.7 s).
+	const n = 240
 	res, err := runShard(t.Context(), testenv.Get(t), bin, n, 3, t.Logf)
 	if err != nil {
 		t.Fatal(err)
@@ -130,9 +132,9 @@ func TestShardSmoke(t *testing.T) {
 	}
 	for _, run := range res.Runs {
 		sum := 0
-		// Joined 0.2 s (two of the benchmark's polls) before the last
-		// child: every replica had work to take.
-		joinedEarly := run.Replicas == 1 || run.JoinedSeconds < run.ConvergenceSeconds-0.2
+		// Joined a second before the last child (a handover takes the
+		// in-flight work's time): every replica had work to take.
+		joinedEarly := run.Replicas == 1 || run.JoinedSeconds < run.ConvergenceSeconds-1
 		for i, c := range run.Creates {
 			sum += c
 			switch {
