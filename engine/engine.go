@@ -39,6 +39,9 @@ type Metrics interface {
 	// RuleRemoved drops what is counted for a rule no longer in force, so
 	// that rules coming and going leave no series behind.
 	RuleRemoved(rule string)
+	// Panicked counts one panic contained in a unit of work of rule
+	// (where: PanicReconcile, PanicHandler, PanicLoop, PanicRollout).
+	Panicked(rule, where string)
 }
 
 type noMetrics struct{}
@@ -47,6 +50,7 @@ func (noMetrics) ReconcileDone(string, string, time.Duration) {}
 func (noMetrics) Write(string, string)                        {}
 func (noMetrics) WatchError(string, string)                   {}
 func (noMetrics) RuleRemoved(string)                          {}
+func (noMetrics) Panicked(string, string)                     {}
 
 // Options configure an Engine.
 type Options struct {
@@ -306,7 +310,7 @@ func (e *Engine) Apply(ctx context.Context, set *rules.Set) {
 				rollouts[name] = p
 			}
 			if ro := l.ro.Load(); ro != nil {
-				go ro.supersede(ctx, r)
+				go l.step(ctx, func(ctx context.Context) { ro.supersede(ctx, r) })
 				// What the revision rolled out from made is pruned too.
 				for _, gvk := range retiredKinds(ro.from.w, r) {
 					if !slices.Contains(retired[name], gvk) {

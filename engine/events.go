@@ -5,6 +5,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 
 	"github.com/syncloop/syncloop/rules"
 	"github.com/syncloop/syncloop/rules/expr"
@@ -16,34 +17,39 @@ import (
 // shard owns (add).
 
 // handlers turn the informers' events into trigger keys.
-func (l *ruleLoop) handlers() handlers { return l.handlersOf(l.rc, true) }
+func (l *ruleLoop) handlers(ctx context.Context) handlers { return l.handlersOf(ctx, l.rc, true) }
 
 // handlersOf are the event handlers of rc's watches: the loop's own
 // reconciler's (primary), or those of the revision a rollout moves from,
 // whose trigger events — the same informer's — the primary's handle, and
 // whose child informers the primary's share are skipped (subscribe).
-func (l *ruleLoop) handlersOf(rc *reconciler, primary bool) handlers {
+// Each contains its panics (containedHandler).
+func (l *ruleLoop) handlersOf(ctx context.Context, rc *reconciler, primary bool) handlers {
+	logger := klog.FromContext(ctx)
+	contain := func(h cache.ResourceEventHandler, queued func(any)) cache.ResourceEventHandler {
+		return containedHandler{l: l, logger: logger, h: h, queued: queued}
+	}
 	trigger := cache.ResourceEventHandler(cache.ResourceEventHandlerFuncs{})
 	if primary {
-		trigger = l.triggerHandler()
+		trigger = contain(l.triggerHandler(), l.enqueue)
 	}
 	return handlers{
 		trigger: trigger,
-		child: cache.ResourceEventHandlerFuncs{
+		child: contain(cache.ResourceEventHandlerFuncs{
 			AddFunc:    l.childChanged,
 			UpdateFunc: func(_, obj any) { l.childChanged(obj) },
 			DeleteFunc: func(obj any) {
 				l.forget(obj)
 				l.enqueueOwner(obj)
 			},
-		},
+		}, l.enqueueOwner),
 		lookup: func(lw *lookupWatch) cache.ResourceEventHandler {
 			changed := func(objs ...any) { rc.deps.queue(lw.index, objs, l.add) }
-			return cache.ResourceEventHandlerFuncs{
+			return contain(cache.ResourceEventHandlerFuncs{
 				AddFunc:    func(obj any) { changed(obj) },
 				UpdateFunc: func(old, obj any) { changed(old, obj) },
 				DeleteFunc: func(obj any) { changed(obj) },
-			}
+			}, nil)
 		},
 		patch: func(pw *patchWatch) cache.ResourceEventHandler {
 			changed := func(obj any) {
@@ -51,11 +57,11 @@ func (l *ruleLoop) handlersOf(rc *reconciler, primary bool) handlers {
 					l.patchChanged(rc, pw.res.Index, obj)
 				}
 			}
-			return cache.ResourceEventHandlerFuncs{
+			return contain(cache.ResourceEventHandlerFuncs{
 				AddFunc:    changed,
 				UpdateFunc: func(_, obj any) { changed(obj) },
 				DeleteFunc: func(obj any) { l.forget(obj); changed(obj) },
-			}
+			}, nil)
 		},
 	}
 }

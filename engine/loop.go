@@ -152,6 +152,14 @@ func (l *ruleLoop) start(ctx context.Context) {
 	ctx, l.cancel = context.WithCancel(ctx)
 	go func() {
 		defer close(l.done)
+		defer func() {
+			// Only a panic outside the contained units — in starting the
+			// rule, say — gets here: the rule is failed until it changes.
+			if v := recover(); v != nil {
+				pe := contained(klog.FromContext(ctx), l.e.metrics, l.rule.Name, PanicLoop, v)
+				l.setState(StateFailed, pe.Error())
+			}
+		}()
 		l.run(ctx)
 	}()
 }
@@ -217,9 +225,9 @@ func (l *ruleLoop) run(ctx context.Context) {
 			}
 		})
 	}
-	go l.afterRetiredPatches(ctx)
+	go l.step(ctx, l.afterRetiredPatches)
 	if l.waitForSync(ctx, []*dynamic.Subscription{l.watches.trigger}) {
-		l.sweep(ctx) // children whose trigger went away while syncloop was down
+		l.step(ctx, l.sweep) // children whose trigger went away while syncloop was down
 		l.setState(StateRunning, "")
 		logger.Info("Rule running", "workers", l.rule.Workers)
 		if ro := l.ro.Load(); ro != nil {
@@ -236,10 +244,10 @@ func (l *ruleLoop) run(ctx context.Context) {
 	for {
 		select {
 		case <-tick:
-			l.resync(ctx)
+			l.step(ctx, l.resync)
 			continue
 		case <-l.reshard:
-			l.resharded(ctx)
+			l.step(ctx, l.resharded)
 			continue
 		case <-ctx.Done():
 		}
@@ -275,7 +283,7 @@ func (l *ruleLoop) prepare(ctx context.Context) bool {
 		return false
 	}
 	l.setState(StateSyncing, "")
-	if err := l.watches.subscribe(ctx, l.handlers()); err != nil {
+	if err := l.watches.subscribe(ctx, l.handlers(ctx)); err != nil {
 		logger.Error(err, "Cannot watch")
 		l.setState(StateWaiting, err.Error())
 		return false
@@ -309,7 +317,7 @@ func (l *ruleLoop) prepareRollout(ctx context.Context) bool {
 		l.giveUpRollout(ctx, err)
 		return true
 	}
-	h := l.handlersOf(ro.from, false)
+	h := l.handlersOf(ctx, ro.from, false)
 	h.skip = l.watches.childKeys()
 	if err := w.subscribe(ctx, h); err != nil {
 		w.unsubscribe()
@@ -496,6 +504,14 @@ func (l *ruleLoop) processNext(ctx context.Context) bool {
 		return false
 	}
 	defer l.queue.Done(key)
+	defer func() {
+		// The reconcile contains its own panics; this is the rest of the
+		// step (shard checks, accounting). The key is not lost.
+		if v := recover(); v != nil {
+			contained(klog.FromContext(ctx), l.e.metrics, l.rule.Name, PanicReconcile, v)
+			l.queue.AddRateLimited(key)
+		}
+	}()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if !l.e.held() {

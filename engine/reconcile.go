@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 
 	"github.com/syncloop/syncloop/dynamic"
 	"github.com/syncloop/syncloop/rules"
@@ -50,12 +51,28 @@ type reconciler struct {
 
 // reconcile brings one trigger's children and status to what the rule
 // wants. It reads only from the informer caches; it writes only what
-// differs.
+// differs. A panic in it fails this reconcile alone (PanicReconcile): a
+// Failed Event on the trigger, and the error retried with backoff.
 func (rc *reconciler) reconcile(ctx context.Context, key cache.ObjectName) (err error) {
 	var rd *render.Rendered
 	if rc.observe != nil {
 		defer func() { rc.observe(key, rd, err) }()
 	}
+	defer func() {
+		if v := recover(); v != nil {
+			rd, err = nil, contained(klog.FromContext(ctx), rc.metrics, rc.rule.Name, PanicReconcile, v)
+			if obj, exists, _ := rc.w.trigger.Indexer().GetByKey(key.String()); exists {
+				rc.out.failed(wholeOf(obj), err)
+			}
+		}
+	}()
+	rd, err = rc.sync(ctx, key)
+	return err
+}
+
+// sync is the reconcile of trigger key; rd is what its render made (nil
+// when it rendered nothing).
+func (rc *reconciler) sync(ctx context.Context, key cache.ObjectName) (rd *render.Rendered, err error) {
 	watch := rc.rule.Watch
 	ref := rules.ObjectRef{APIVersion: watch.APIVersion, Kind: watch.Kind, Namespace: key.Namespace, Name: key.Name}
 	owner := rules.Trigger{APIVersion: watch.APIVersion, Kind: watch.Kind, Namespace: key.Namespace, Name: key.Name}.String()
@@ -63,7 +80,7 @@ func (rc *reconciler) reconcile(ctx context.Context, key cache.ObjectName) (err 
 
 	obj, exists, err := rc.w.trigger.Indexer().GetByKey(key.String())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var trigger *unstructured.Unstructured
 	if exists {
@@ -73,11 +90,11 @@ func (rc *reconciler) reconcile(ctx context.Context, key cache.ObjectName) (err 
 		// have): this one may not have arrived yet. Its Add, or the sweep
 		// once the list is complete, queues it again; pruning now could
 		// delete the children of a trigger that exists.
-		return nil
+		return nil, nil
 	}
 	ch := &changes{}
 	if trigger == nil || trigger.GetDeletionTimestamp() != nil {
-		return rc.release(ctx, ch, ref, key, owner, existing)
+		return nil, rc.release(ctx, ch, ref, key, owner, existing)
 	}
 	defer rc.out.reconciled(trigger, ch)
 
@@ -89,15 +106,16 @@ func (rc *reconciler) reconcile(ctx context.Context, key cache.ObjectName) (err 
 	// fixed later queues the trigger again.
 	rc.deps.set(key, lk.queries)
 	if err != nil {
+		reportPanicIn(klog.FromContext(ctx), rc.metrics, rc.rule.Name, PanicReconcile, err)
 		rc.out.failed(trigger, err)
 		if rc.rule.Status != nil {
 			// Keep what the patch index knows: nothing was released.
-			return errors.Join(err, rc.writeStatus(ctx, trigger, nil, err))
+			return nil, errors.Join(err, rc.writeStatus(ctx, trigger, nil, err))
 		}
-		return err
+		return nil, err
 	}
 	if rd.Skipped {
-		return rc.release(ctx, ch, ref, key, owner, existing)
+		return rd, rc.release(ctx, ch, ref, key, owner, existing)
 	}
 	errs := rc.conflicts(trigger, rd, ap.errs)
 	for _, ce := range rd.Conflicts { // wanted, though not applied: not pruned either
@@ -129,7 +147,7 @@ func (rc *reconciler) reconcile(ctx context.Context, key cache.ObjectName) (err 
 			errs = append(errs, err)
 		}
 	}
-	return errors.Join(errs...)
+	return rd, errors.Join(errs...)
 }
 
 // release lets go of a trigger that wants no children — gone, being

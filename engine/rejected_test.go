@@ -116,19 +116,22 @@ spec:
 // hundreds. Only an upper bound: a slow machine makes fewer.
 func (h *harness) checkBackoff(what string, base time.Duration, min int, match func(testenv.Request) bool) {
 	h.t.Helper()
-	var first time.Time
-	attempts := func() int {
-		n := 0
+	h.checkBackoffOf(what, base, min, func() []time.Time {
+		var out []time.Time
 		for _, r := range h.counter.Requests(match) {
-			if n == 0 {
-				first = r.Time
-			}
-			n++
+			out = append(out, r.Time)
 		}
-		return n
-	}
-	h.eventually(fmt.Sprintf("%d %s", min, what), func() bool { return attempts() >= min })
-	n, elapsed := attempts(), time.Since(first)
+		return out
+	})
+}
+
+// checkBackoffOf is checkBackoff over attempts made at the times times
+// returns, in order.
+func (h *harness) checkBackoffOf(what string, base time.Duration, min int, times func() []time.Time) {
+	h.t.Helper()
+	h.eventually(fmt.Sprintf("%d %s", min, what), func() bool { return len(times()) >= min })
+	at := times()
+	n, elapsed := len(at), time.Since(at[0])
 	if limit := int(math.Log2(float64(elapsed)/float64(base)+1)) + 2; n > limit {
 		h.t.Errorf("%d %s in %v: more than exponential backoff from %v allows (%d)", n, what, elapsed, base, limit)
 	}
@@ -184,23 +187,45 @@ func (h *harness) denyInNamespace(message, validation string) {
 	}
 }
 
-// recordingMetrics records the engine's WatchError, Write and RuleRemoved
-// calls.
+// recordingMetrics records the engine's WatchError, Write, Panicked and
+// RuleRemoved calls. With panicOn set, a Write it says yes to panics
+// after it is counted: a panic injected into the unit of work that made
+// the write.
 type recordingMetrics struct {
 	mu      sync.Mutex
 	counts  map[string]int // "resource reason"
 	writes  map[string]int // "rule action"
+	panics  map[string]int // "rule where"
 	removed []string
+	panicOn func(rule, action string) bool
 }
 
 func (w *recordingMetrics) ReconcileDone(string, string, time.Duration) {}
 func (w *recordingMetrics) Write(rule, action string) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	if w.writes == nil {
 		w.writes = map[string]int{}
 	}
 	w.writes[rule+" "+action]++
+	w.mu.Unlock()
+	if w.panicOn != nil && w.panicOn(rule, action) {
+		panic(fmt.Sprintf("injected into %s's %s", rule, action))
+	}
+}
+
+func (w *recordingMetrics) Panicked(rule, where string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.panics == nil {
+		w.panics = map[string]int{}
+	}
+	w.panics[rule+" "+where]++
+}
+
+func (w *recordingMetrics) panicked(rule, where string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.panics[rule+" "+where]
 }
 
 func (w *recordingMetrics) written(rule, action string) int {

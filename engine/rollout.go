@@ -42,6 +42,9 @@ const (
 const (
 	ReasonStepFailed  = "StepFailed"
 	ReasonPruneBudget = "PruneBudget"
+	// ReasonPanic: the coordinator panicked (PanicRollout); it decides
+	// nothing more until the rule or its rollout settings change.
+	ReasonPanic = "Panic"
 )
 
 // RolloutRecord is where one rollout of a rule stands: what its store
@@ -380,7 +383,7 @@ func (ro *rollout) run(ctx context.Context) {
 		ro.runSharded(ctx)
 		return
 	}
-	ro.begin(ctx)
+	ro.guard(ctx, ro.begin)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
@@ -390,21 +393,36 @@ func (ro *rollout) run(ctx context.Context) {
 		case <-ro.poke:
 		case <-tick.C:
 		}
-		ro.check(ctx)
+		ro.guard(ctx, ro.check)
 	}
+}
+
+// guard runs fn, a step of the coordinator, and contains a panic in it
+// (PanicRollout): the rollout halts where it is — the triggers moved stay
+// on the new revision, the others on the old — and says why.
+func (ro *rollout) guard(ctx context.Context, fn func(context.Context)) {
+	defer func() {
+		if v := recover(); v != nil {
+			pe := contained(klog.FromContext(ctx), ro.l.e.metrics, ro.l.rule.Name, PanicRollout, v)
+			ro.l.step(ctx, func(ctx context.Context) { ro.halt(ctx, ReasonPanic, pe.Error()) })
+		}
+	}()
+	fn(ctx)
 }
 
 // begin starts the rollout, or picks it up where its record says.
 func (ro *rollout) begin(ctx context.Context) {
-	ro.mu.Lock()
-	if ro.rec.State == "" {
-		ro.rec.State = RolloutProgressing
-		ro.rec.Total, ro.rec.Moved = ro.counts()
-		ro.rec.Children = ro.children()
-	} else {
-		ro.step = ro.stepKeys(ro.rec.StepFrom, ro.rec.Threshold)
-	}
-	ro.mu.Unlock()
+	func() {
+		ro.mu.Lock()
+		defer ro.mu.Unlock()
+		if ro.rec.State == "" {
+			ro.rec.State = RolloutProgressing
+			ro.rec.Total, ro.rec.Moved = ro.counts()
+			ro.rec.Children = ro.children()
+		} else {
+			ro.step = ro.stepKeys(ro.rec.StepFrom, ro.rec.Threshold)
+		}
+	}()
 	if ro.record().State == RolloutProgressing && ro.record().Step == 0 {
 		ro.next(ctx)
 	}
@@ -429,16 +447,16 @@ func (ro *rollout) runSharded(ctx context.Context) {
 		switch {
 		case ro.coordinates():
 			if !began {
-				ro.follow(ctx)
-				ro.begin(ctx)
+				ro.guard(ctx, ro.follow)
+				ro.guard(ctx, ro.begin)
 				began = true
 			}
-			ro.check(ctx)
+			ro.guard(ctx, ro.check)
 		case ro.settled.Load() || state == RolloutRolledBack:
 		case state == RolloutHalted && ticks%10 != 0: // halted for long, perhaps: read it less often
 		default:
 			began = false
-			ro.follow(ctx)
+			ro.guard(ctx, ro.follow)
 		}
 		// Once a second, not on every reconcile (ro.poke): the coordinator
 		// renders the whole step to judge it, a follower reads the record.
@@ -602,41 +620,10 @@ func (ro *rollout) next(ctx context.Context) {
 // deadline has passed with more failed triggers than maxFailures allows.
 func (ro *rollout) check(ctx context.Context) {
 	s := *ro.settings.Load()
-	ro.mu.Lock()
-	if ro.rec.State != RolloutProgressing || ro.rec.Step == 0 {
-		ro.mu.Unlock()
+	unhealthy, overdue, failed, ok := ro.stepHealth(ctx, s)
+	if !ok {
 		return
 	}
-	if ro.sharded {
-		// Other replicas reconcile most of the step: its health is read
-		// from the caches, which hold every trigger's children.
-		for key := range ro.step {
-			ro.health[key] = ro.healthFromCaches(ctx, key)
-		}
-	}
-	triggers := ro.l.watches.trigger.Indexer()
-	unhealthy := 0
-	for key := range ro.step {
-		if h := ro.health[key]; !h.ok {
-			if _, exists, _ := triggers.GetByKey(key.String()); !exists {
-				delete(ro.step, key) // deleted: simply gone
-				continue
-			}
-			unhealthy++
-		}
-	}
-	overdue := time.Since(ro.rec.StepStarted) > s.ProgressDeadline
-	var failed []string
-	if unhealthy > s.MaxFailures && overdue {
-		for key := range ro.step {
-			if h, seen := ro.health[key]; !seen {
-				failed = append(failed, key.String()+": not reconciled under the new revision yet")
-			} else if !h.ok {
-				failed = append(failed, key.String()+": "+h.why)
-			}
-		}
-	}
-	ro.mu.Unlock()
 	switch {
 	case unhealthy == 0:
 	case !overdue:
@@ -646,6 +633,45 @@ func (ro *rollout) check(ctx context.Context) {
 		return
 	}
 	ro.next(ctx)
+}
+
+// stepHealth is the health of the step under way: how many of its
+// triggers are not healthy, whether its deadline has passed, and when
+// both fail it, why each failed; ok is false when no step is under way.
+func (ro *rollout) stepHealth(ctx context.Context, s rules.Rollout) (unhealthy int, overdue bool, failed []string, ok bool) {
+	ro.mu.Lock()
+	defer ro.mu.Unlock()
+	if ro.rec.State != RolloutProgressing || ro.rec.Step == 0 {
+		return 0, false, nil, false
+	}
+	if ro.sharded {
+		// Other replicas reconcile most of the step: its health is read
+		// from the caches, which hold every trigger's children.
+		for key := range ro.step {
+			ro.health[key] = ro.healthFromCaches(ctx, key)
+		}
+	}
+	triggers := ro.l.watches.trigger.Indexer()
+	for key := range ro.step {
+		if h := ro.health[key]; !h.ok {
+			if _, exists, _ := triggers.GetByKey(key.String()); !exists {
+				delete(ro.step, key) // deleted: simply gone
+				continue
+			}
+			unhealthy++
+		}
+	}
+	overdue = time.Since(ro.rec.StepStarted) > s.ProgressDeadline
+	if unhealthy > s.MaxFailures && overdue {
+		for key := range ro.step {
+			if h, seen := ro.health[key]; !seen {
+				failed = append(failed, key.String()+": not reconciled under the new revision yet")
+			} else if !h.ok {
+				failed = append(failed, key.String()+": "+h.why)
+			}
+		}
+	}
+	return unhealthy, overdue, failed, true
 }
 
 // fail ends a step that failed: the rollout halts, or rolls back.
@@ -671,16 +697,18 @@ func (ro *rollout) halt(ctx context.Context, reason, msg string) {
 // rollBack moves every trigger on the new revision back: each is
 // reconciled by the previous revision again.
 func (ro *rollout) rollBack(ctx context.Context, msg string) {
-	ro.mu.Lock()
 	var back []cache.ObjectName
-	ro.eachTrigger(func(t trigger) {
-		if ro.rec.puts(t) {
-			back = append(back, t.key)
-		}
-	})
-	ro.rec.State, ro.rec.Reason, ro.rec.Message = RolloutRolledBack, ReasonStepFailed, msg
-	rec := ro.rec
-	ro.mu.Unlock()
+	rec := func() RolloutRecord {
+		ro.mu.Lock()
+		defer ro.mu.Unlock()
+		ro.eachTrigger(func(t trigger) {
+			if ro.rec.puts(t) {
+				back = append(back, t.key)
+			}
+		})
+		ro.rec.State, ro.rec.Reason, ro.rec.Message = RolloutRolledBack, ReasonStepFailed, msg
+		return ro.rec
+	}()
 	klog.FromContext(ctx).Info("Rollout rolled back", "rule", ro.l.rule.Name, "triggers", len(back), "message", msg)
 	ro.save(ctx, rec, "Warning", "RolloutRolledBack", fmt.Sprintf("%s; %d triggers go back to revision %s", msg, len(back), short(rec.From)))
 	for _, k := range back {

@@ -34,6 +34,9 @@ type Error struct {
 	Rule  string // empty when the rule's name is not known
 	Field string // e.g. spec.resources[0].template.metadata.name
 	Msg   string
+	// Err is the error Msg says, when there is one to unwrap: a panic
+	// the load contained (a *panics.Error).
+	Err error
 }
 
 func (e *Error) Error() string {
@@ -53,6 +56,8 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
+func (e *Error) Unwrap() error { return e.Err }
+
 // ErrorList is every problem found in a load, sorted by file and position.
 type ErrorList []*Error
 
@@ -62,6 +67,15 @@ func (l ErrorList) Error() string {
 		s[i] = e.Error()
 	}
 	return strings.Join(s, "\n")
+}
+
+// Unwrap is the list's errors, so that errors.Is and errors.As see each.
+func (l ErrorList) Unwrap() []error {
+	out := make([]error, len(l))
+	for i, e := range l {
+		out[i] = e
+	}
+	return out
 }
 
 func (l ErrorList) sort() {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/kube-openapi/pkg/validation/spec"
 
+	"github.com/syncloop/syncloop/internal/panics"
 	"github.com/syncloop/syncloop/rules/expr"
 	kinds "github.com/syncloop/syncloop/rules/schema"
 )
@@ -71,7 +72,15 @@ type Loader struct {
 	manageCRDs   bool
 	identities   identities
 	tenant       string // ForTenant's namespace
+	// panicked is told of a panic a parse contained (ReportPanics).
+	panicked func(path string, err *panics.Error)
 }
+
+// ReportPanics makes fn what later parses tell of a panic they contained:
+// the file fails to load (its last good version stays in force), and fn
+// may log the stack and count it. A panic is told once per parse, so once
+// per change of the file.
+func (l *Loader) ReportPanics(fn func(path string, err *panics.Error)) { l.panicked = fn }
 
 // NewLoader returns a Loader whose expressions evaluate under opts.
 func NewLoader(opts expr.Options) (*Loader, error) {
@@ -204,8 +213,19 @@ func (l *Loader) ParseFile(path string) (*File, error) {
 // maxFileSize bounds one rule file; a ConfigMap holds at most 1 MiB anyway.
 const maxFileSize = 4 << 20
 
-// Parse parses rule documents from data, named path in errors.
-func (l *Loader) Parse(path string, data []byte) (*File, error) {
+// Parse parses rule documents from data, named path in errors. A panic
+// in it — what a rule file holds, however hostile, must never stop
+// syncloop — is the file's error (wrapping a *panics.Error).
+func (l *Loader) Parse(path string, data []byte) (_ *File, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			pe := panics.New(v)
+			if l.panicked != nil {
+				l.panicked(path, pe)
+			}
+			err = ErrorList{{Pos: Pos{File: path}, Msg: pe.Error(), Err: pe}}
+		}
+	}()
 	if len(data) > maxFileSize {
 		return nil, ErrorList{{Pos: Pos{File: path}, Msg: fmt.Sprintf("file too large: %d bytes, the limit is %d", len(data), maxFileSize)}}
 	}
@@ -269,9 +289,15 @@ func eachDocument(path string, data []byte, fn func(root *yaml.Node)) *Error {
 // rule file and those of the kinds its rules define (spec.api), so that
 // every rule is typed by them, the rule that defines a kind too. The
 // latter's status keeps any value here: it is typed from the rule's
-// status template, which is typed by the kind.
-func kindsIn(path string, data []byte) []*unstructured.Unstructured {
-	crds := crdsIn(data)
+// status template, which is typed by the kind. A panic in it gives no
+// kinds: Parse, which calls it too, reports the panic as the file's.
+func kindsIn(path string, data []byte) (crds []*unstructured.Unstructured) {
+	defer func() {
+		if recover() != nil {
+			crds = nil
+		}
+	}()
+	crds = crdsIn(data)
 	if !bytes.Contains(data, []byte("api:")) { // not "apiVersion:"
 		return crds
 	}

@@ -54,6 +54,8 @@ type crdKeeper struct {
 	failures atomic.Pointer[[]string]
 	// applied counts applies (syncloop_crd_apply_total); nil: not counted.
 	applied func(rule, result string)
+	// panicked counts the panics a keep contains; nil: not counted.
+	panicked func(rule, where string)
 }
 
 // failed are the CRDs the last keep could not keep, and why.
@@ -121,29 +123,41 @@ func (k *crdKeeper) keep(ctx context.Context, set *rules.Set) (failed bool) {
 		if r.API == nil {
 			continue
 		}
-		want := r.CRD()
-		served, err := k.CRD(want.GetName())
+		what := "Keeping the CustomResourceDefinition"
+		err := containRule(logger, k.panicked, r.Name, panicCRDs, func() error {
+			var err error
+			what, err = k.keepOne(ctx, r, deadline, count)
+			return err
+		})
 		if err != nil {
-			fail(r, "Reading the CustomResourceDefinition", err)
-			continue
-		}
-		if served != nil && !r.OwnsCRD(served) {
-			continue // the loader refused such a rule; an older version of it may still run
-		}
-		current := served
-		if needsApply(served, want) {
-			if current, err = k.apply(ctx, want); err != nil {
-				fail(r, "Applying the CustomResourceDefinition", err)
-				continue
-			}
-			logger.Info("CustomResourceDefinition applied", "rule", r.Name, "crd", want.GetName(), "created", served == nil)
-			count(r.Name, map[bool]string{true: "created", false: "updated"}[served == nil])
-		}
-		if err := k.established(ctx, current, time.Until(deadline)); err != nil {
-			fail(r, "Waiting for the CustomResourceDefinition to be established", err)
+			fail(r, what, err)
 		}
 	}
 	return failed
+}
+
+// keepOne keeps the CRD of the kind r defines; what says what failed.
+func (k *crdKeeper) keepOne(ctx context.Context, r *rules.Rule, deadline time.Time, count func(rule, result string)) (what string, err error) {
+	want := r.CRD()
+	served, err := k.CRD(want.GetName())
+	if err != nil {
+		return "Reading the CustomResourceDefinition", err
+	}
+	if served != nil && !r.OwnsCRD(served) {
+		return "", nil // the loader refused such a rule; an older version of it may still run
+	}
+	current := served
+	if needsApply(served, want) {
+		if current, err = k.apply(ctx, want); err != nil {
+			return "Applying the CustomResourceDefinition", err
+		}
+		klog.FromContext(ctx).Info("CustomResourceDefinition applied", "rule", r.Name, "crd", want.GetName(), "created", served == nil)
+		count(r.Name, map[bool]string{true: "created", false: "updated"}[served == nil])
+	}
+	if err := k.established(ctx, current, time.Until(deadline)); err != nil {
+		return "Waiting for the CustomResourceDefinition to be established", err
+	}
+	return "", nil
 }
 
 // needsApply reports whether the served CRD (nil: none) is not yet want:

@@ -136,7 +136,7 @@ func newProcess(ctx context.Context, o Options) (*process, error) {
 	if p.clients, err = NewClients(o.Config, p.metrics); err != nil {
 		return nil, err
 	}
-	if p.rules, err = newRuleFiles(o, p.clients, p.metrics); err != nil {
+	if p.rules, err = newRuleFiles(klog.FromContext(ctx), o, p.clients, p.metrics); err != nil {
 		return nil, err
 	}
 	p.events = record.NewBroadcaster(record.WithContext(ctx))

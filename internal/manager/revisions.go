@@ -46,6 +46,8 @@ type revisionKeeper struct {
 	// failures are the rules whose revision the last keep could not
 	// record, and why, for /readyz.
 	failures atomic.Pointer[[]string]
+	// panicked counts the panics a keep contains; nil: not counted.
+	panicked func(rule, where string)
 }
 
 func newRevisionKeeper(c *Clients, namespace, installation string) *revisionKeeper {
@@ -101,30 +103,36 @@ func (k *revisionKeeper) keep(ctx context.Context, set *rules.Set) (failed bool)
 		return failed
 	}
 	for _, r := range set.Rules() {
-		rolling := rolledFrom(byRule[r.Name], r)
-		revs, err := k.record(ctx, r, byRule[r.Name])
-		if err != nil {
+		if err := containRule(logger, k.panicked, r.Name, panicRevisions, func() error { return k.keepOne(ctx, r, byRule[r.Name]) }); err != nil {
 			fail(r, err)
-			continue
-		}
-		// The oldest beyond the limit go; the newest, in force, never, nor
-		// the one a rollout moves from.
-		excess := len(revs) - r.RevisionHistoryLimit
-		for _, cr := range revs[:len(revs)-1] {
-			if excess <= 0 {
-				break
-			}
-			if rolling[cr.Name] {
-				continue
-			}
-			if err := k.store.Delete(ctx, cr); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-				fail(r, err)
-				break
-			}
-			excess--
 		}
 	}
 	return failed
+}
+
+// keepOne records r's revision among revs, its revisions listed, and
+// deletes the oldest beyond the limit; the newest, in force, never, nor
+// the one a rollout moves from.
+func (k *revisionKeeper) keepOne(ctx context.Context, r *rules.Rule, listed []appsv1.ControllerRevision) error {
+	rolling := rolledFrom(listed, r)
+	revs, err := k.record(ctx, r, listed)
+	if err != nil {
+		return err
+	}
+	excess := len(revs) - r.RevisionHistoryLimit
+	for _, cr := range revs[:len(revs)-1] {
+		if excess <= 0 {
+			break
+		}
+		if rolling[cr.Name] {
+			continue
+		}
+		if err := k.store.Delete(ctx, cr); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return err
+		}
+		excess--
+	}
+	return nil
 }
 
 // rolledFrom are the revisions among revs (oldest first, before r is

@@ -12,6 +12,7 @@ import (
 
 	"github.com/syncloop/syncloop/dynamic"
 	"github.com/syncloop/syncloop/internal/metrics"
+	"github.com/syncloop/syncloop/internal/panics"
 	"github.com/syncloop/syncloop/rules"
 	"github.com/syncloop/syncloop/rules/expr"
 	"github.com/syncloop/syncloop/rules/reload"
@@ -65,11 +66,14 @@ func (f *ruleFiles) inForce(ctx context.Context, set *rules.Set) {
 	}
 }
 
-func newRuleFiles(o Options, c *Clients, m *metrics.Metrics) (*ruleFiles, error) {
+func newRuleFiles(logger klog.Logger, o Options, c *Clients, m *metrics.Metrics) (*ruleFiles, error) {
 	loader, err := rules.NewLoader(expr.Options{CostLimit: o.CostLimit})
 	if err != nil {
 		return nil, err
 	}
+	loader.ReportPanics(func(path string, pe *panics.Error) {
+		reportPanic(logger.WithValues("file", path), m.Panicked, "", panicLoad, pe)
+	})
 	if err := loader.SetInstallation(o.Installation); err != nil {
 		return nil, err
 	}
@@ -79,11 +83,12 @@ func newRuleFiles(o Options, c *Clients, m *metrics.Metrics) (*ruleFiles, error)
 	loader.UseSchemas(c.Schemas)
 	loader.UseScopes(c.Mapper)
 	crds := newCRDKeeper(c, !o.NoManageCRDs)
-	crds.applied = m.CRDApplied
+	crds.applied, crds.panicked = m.CRDApplied, m.Panicked
 	loader.UseServedCRDs(crds, crds.manage)
 	src := reload.NewSource(loader, o.Rules)
 	revisions := newRevisionKeeper(c, o.SyncloopNamespace, o.Installation)
 	revisions.compile = compileRevision(loader.ForRevisions())
+	revisions.panicked = m.Panicked
 	f := &ruleFiles{src: src, watcher: reload.NewWatcher(src, 0), clients: c, metrics: m,
 		files: &fileErrors{}, current: &currentSet{}, updates: make(chan *rules.Set, 1), crds: crds,
 		revisions: revisions}

@@ -27,6 +27,7 @@ type Metrics struct {
 	reloads    *prometheus.CounterVec
 	watchErrs  *prometheus.CounterVec
 	crds       *prometheus.CounterVec
+	panics     *prometheus.CounterVec
 
 	queue queueMetrics
 
@@ -72,6 +73,9 @@ func New(reg prometheus.Registerer, informers func() int, rules func() []RuleRea
 		crds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "syncloop_crd_apply_total", Help: "Applies of the CustomResourceDefinitions of the kinds rules define, by rule and result: created, updated, or failed (retried with backoff; /readyz says why).",
 		}, []string{"rule", "result"}),
+		panics: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "syncloop_panics_total", Help: "Panics contained, by rule and where (reconcile, handler, loop, rollout, load, crds, revisions): each failed its unit of work alone (a Failed Event, a file error, a halted rollout; the stack is in the log), never the process.",
+		}, []string{"rule", "where"}),
 		watchErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "syncloop_watch_errors_total", Help: "Failed lists and watches of an informer by resource and reason (Forbidden: missing RBAC; Expired: etcd compacted, relisting; Unreachable: no answer). Each is retried with backoff.",
 		}, []string{"resource", "reason"}),
@@ -113,7 +117,7 @@ func New(reg prometheus.Registerer, informers func() int, rules func() []RuleRea
 			Name: "syncloop_api_concurrency_limit", Help: "Concurrent API requests allowed since the server last pushed back; 0 while there is no limit.",
 		}),
 	}
-	reg.MustRegister(m.reconciles, m.duration, m.writes, m.rules, m.reloads, m.watchErrs, m.crds, m.restRequests, m.tooMany, m.throttled, m.limit,
+	reg.MustRegister(m.reconciles, m.duration, m.writes, m.rules, m.reloads, m.watchErrs, m.crds, m.panics, m.restRequests, m.tooMany, m.throttled, m.limit,
 		m.queue.depth, m.queue.adds, m.queue.latency, m.queue.work, m.queue.unfinished, m.queue.longest, m.queue.retries,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "syncloop_informers", Help: "Shared informers running.",
@@ -169,12 +173,17 @@ func (m *Metrics) WatchError(resource, reason string) {
 	m.watchErrs.WithLabelValues(resource, reason).Inc()
 }
 
+// Panicked implements engine.Metrics; the manager counts the panics it
+// contains (a rule file's load, the CRDs and revisions kept) through it
+// too, with rule "" where no rule is known.
+func (m *Metrics) Panicked(rule, where string) { m.panics.WithLabelValues(rule, where).Inc() }
+
 // RuleRemoved implements engine.Metrics: every series labelled with the
 // rule, or with its workqueue's name, goes.
 func (m *Metrics) RuleRemoved(rule string) {
 	for _, v := range []interface {
 		DeletePartialMatch(prometheus.Labels) int
-	}{m.reconciles, m.duration, m.writes} {
+	}{m.reconciles, m.duration, m.writes, m.panics} {
 		v.DeletePartialMatch(prometheus.Labels{"rule": rule})
 	}
 	for _, v := range []interface {

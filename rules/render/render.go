@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/syncloop/syncloop/internal/panics"
 	"github.com/syncloop/syncloop/rules"
 	"github.com/syncloop/syncloop/rules/expr"
 )
@@ -151,7 +152,11 @@ const MaxChildren = 10_000
 // rendered child (reported in Notes), and a template string reading a
 // field only the server sets renders as expr.Unknown. Rule reads nothing
 // but its arguments; lk may be nil for a rule without lookups.
-func Rule(ctx context.Context, r *rules.Rule, trigger *unstructured.Unstructured, scoper Scoper, lk Lookuper, ap Applier) (*Rendered, error) {
+//
+// A panic in the render, or in lk or ap, fails this render alone: it is
+// returned as a RenderError wrapping a *panics.Error.
+func Rule(ctx context.Context, r *rules.Rule, trigger *unstructured.Unstructured, scoper Scoper, lk Lookuper, ap Applier) (_ *Rendered, err error) {
+	defer contain(r, &err)
 	offline := ap == nil
 	dry, _ := ap.(DryRunner)
 	act := &expr.Activation{Object: trigger.Object, Rule: r.Name, Variables: map[string]any{},
@@ -601,8 +606,9 @@ func stringsCopy(v any, extra int) (map[string]any, error) {
 //
 // While a required lookup the status reads is absent, it returns nil too:
 // the status waits, and its fields keep the values they have.
-func (rd *Rendered) Status(ctx context.Context) (map[string]any, error) {
+func (rd *Rendered) Status(ctx context.Context) (_ map[string]any, err error) {
 	r := rd.rule
+	defer contain(r, &err)
 	if r.Status == nil || rd.Skipped || waitingFor(r.StatusLookups, rd.absent) != nil {
 		return nil, nil
 	}
@@ -618,6 +624,15 @@ func (rd *Rendered) Status(ctx context.Context) (map[string]any, error) {
 		return nil, &RenderError{Pos: r.Status.Pos, Rule: r.Name, Field: r.Status.Field, Err: fmt.Errorf("rendered to %s, want a mapping", describe(v))}
 	}
 	return m, nil
+}
+
+// contain, deferred by an entry point of the render, makes a panic there
+// the render's error (a *panics.Error in a RenderError): what a trigger
+// holds, however unusual, fails that trigger alone.
+func contain(r *rules.Rule, err *error) {
+	if v := recover(); v != nil {
+		*err = &RenderError{Rule: r.Name, Err: panics.New(v)}
+	}
 }
 
 func exprError(r *rules.Rule, e *rules.Expression, resource string, err error) error {
