@@ -3,6 +3,8 @@ package rules
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
+	"math"
 	"regexp"
 	"slices"
 	"strconv"
@@ -70,7 +72,52 @@ func (d *decoder) compileAPISchema(specNode *yaml.Node, specField string, typesN
 	if len(d.errs) > errsBefore {
 		return nil
 	}
+	if err := checkSchemaSize(s); err != nil {
+		d.errorf(specNode, specField, "%v", err)
+		return nil
+	}
 	return s
+}
+
+// A kind's schema is bounded: the API server stores it in the CRD (at
+// most about 1.5 MB) and syncloop types expressions by it. Named types
+// used in several places repeat in the CRD, so a short file can describe
+// a schema of exponential size, and a type string nested thousands of
+// levels deep one that no JSON encoder takes.
+const (
+	maxSchemaDepth = 32
+	maxSchemaNodes = 10_000
+)
+
+// checkSchemaSize reports a schema deeper or larger than the bounds; it
+// stops walking at the first excess, so it costs at most maxSchemaNodes.
+func checkSchemaSize(s *spec.Schema) error {
+	nodes := 0
+	var walk func(s *spec.Schema, depth int) error
+	walk = func(s *spec.Schema, depth int) error {
+		if nodes++; nodes > maxSchemaNodes {
+			return fmt.Errorf("the schema has more than %d fields and types, named types repeated where used: the CRD would be too large", maxSchemaNodes)
+		}
+		if depth > maxSchemaDepth {
+			return fmt.Errorf("the schema nests more than %d levels deep", maxSchemaDepth)
+		}
+		for _, k := range slices.Sorted(maps.Keys(s.Properties)) {
+			p := s.Properties[k]
+			if err := walk(&p, depth+1); err != nil {
+				return err
+			}
+		}
+		if s.Items != nil && s.Items.Schema != nil {
+			if err := walk(s.Items.Schema, depth+1); err != nil {
+				return err
+			}
+		}
+		if s.AdditionalProperties != nil && s.AdditionalProperties.Schema != nil {
+			return walk(s.AdditionalProperties.Schema, depth+1)
+		}
+		return nil
+	}
+	return walk(s, 0)
 }
 
 // declareTypes reads the names of the named types.
@@ -142,7 +189,7 @@ func (c *schemaCompiler) field(v *yaml.Node, field string) (*spec.Schema, bool) 
 	case v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str":
 		typ, markers, hasMarkers := strings.Cut(v.Value, "|")
 		off := len(typ) - len(strings.TrimLeft(typ, " \t"))
-		s := c.typeOf(v, field, strings.TrimSpace(typ), off)
+		s := c.typeOf(v, field, strings.TrimSpace(typ), off, 0)
 		if s == nil || !hasMarkers {
 			return s, false
 		}
@@ -153,10 +200,13 @@ func (c *schemaCompiler) field(v *yaml.Node, field string) (*spec.Schema, bool) 
 }
 
 // typeOf compiles a type expression t, which starts at byte off of v's
-// value.
-func (c *schemaCompiler) typeOf(v *yaml.Node, field, t string, off int) *spec.Schema {
+// value, nested depth lists and maps deep.
+func (c *schemaCompiler) typeOf(v *yaml.Node, field, t string, off, depth int) *spec.Schema {
 	s := &spec.Schema{}
 	switch {
+	case depth > maxSchemaDepth:
+		c.d.errorAt(c.d.offsetPos(v, off), field, "the type nests more than %d lists and maps deep", maxSchemaDepth)
+		return nil
 	case t == "":
 		c.d.errorAt(c.d.offsetPos(v, off), field, "the type is missing (string, integer, boolean, number, object, []T, map[string]T or a named type)")
 		return nil
@@ -166,7 +216,7 @@ func (c *schemaCompiler) typeOf(v *yaml.Node, field, t string, off int) *spec.Sc
 		s.Type = spec.StringOrArray{"object"}
 		s.AddExtension("x-kubernetes-preserve-unknown-fields", true)
 	case strings.HasPrefix(t, "[]"):
-		items := c.typeOf(v, field, t[2:], off+2)
+		items := c.typeOf(v, field, t[2:], off+2, depth+1)
 		if items == nil {
 			return nil
 		}
@@ -182,7 +232,7 @@ func (c *schemaCompiler) typeOf(v *yaml.Node, field, t string, off int) *spec.Sc
 			c.d.errorAt(c.d.offsetPos(v, off+len("map[")), field, "map keys are strings in Kubernetes objects: map[string]T, not map[%s]", key)
 			return nil
 		}
-		values := c.typeOf(v, field, elem, off+len("map[")+len(key)+1)
+		values := c.typeOf(v, field, elem, off+len("map[")+len(key)+1, depth+1)
 		if values == nil {
 			return nil
 		}
@@ -466,6 +516,11 @@ func scalarValue(typ, value string) (any, error) {
 		v, err := strconv.ParseFloat(value, 64)
 		if err != nil {
 			return nil, fmt.Errorf("%q is not a number", value)
+		}
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			// ParseFloat reads NaN, Inf and Infinity; JSON, and so a
+			// CRD, cannot hold them.
+			return nil, fmt.Errorf("%q is not a finite number", value)
 		}
 		return v, nil
 	case "boolean":

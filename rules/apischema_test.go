@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -162,6 +163,26 @@ func TestAPISchemaErrors(t *testing.T) {
 			`api.yaml:4:3: spec.api.types.string: "string" cannot name a type`},
 		{"unused type with a mistake", "spec:\n  a: string\ntypes:\n  T:\n    x: intger\n",
 			`api.yaml:5:8: spec.api.types.T.x: unknown type "intger"`},
+		// JSON, and so a CRD, holds no NaN or infinity, though ParseFloat
+		// reads them.
+		{"minimum NaN", "spec:\n  n: number | minimum=NaN\n",
+			`api.yaml:2:23: spec.api.spec.n: marker minimum: "NaN" is not a finite number`},
+		{"maximum Inf", "spec:\n  n: number | maximum=Inf\n",
+			`api.yaml:2:23: spec.api.spec.n: marker maximum: "Inf" is not a finite number`},
+		{"default -Inf", "spec:\n  n: number | default=-Inf\n",
+			`api.yaml:2:23: spec.api.spec.n: marker default: "-Inf" is not a finite number`},
+		{"enum infinity", "spec:\n  n: number | enum=1,infinity\n",
+			`api.yaml:2:20: spec.api.spec.n: marker enum: "infinity" is not a finite number`},
+		{"float default nan", "spec:\n  n: float | default=nan\n",
+			`api.yaml:2:22: spec.api.spec.n: marker default: "nan" is not a finite number`},
+		{"list nested too deep", "spec:\n  a: \"" + strings.Repeat("[]", 10_000) + "string\"\n",
+			`api.yaml:2:73: spec.api.spec.a: the type nests more than 32 lists and maps deep`},
+		{"map nested too deep", "spec:\n  a: \"" + strings.Repeat("map[string]", 40) + "string\"\n",
+			`api.yaml:2:370: spec.api.spec.a: the type nests more than 32 lists and maps deep`},
+		{"named types nested too deep", "spec:\n  a: T0\ntypes:\n" + chainedTypes(40, 1),
+			`api.yaml:2:3: spec.api.spec: the schema nests more than 32 levels deep`},
+		{"named types repeated into a huge schema", "spec:\n  a: T0\ntypes:\n" + chainedTypes(20, 4),
+			`api.yaml:2:3: spec.api.spec: the schema has more than 10000 fields and types`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s, errs := compileAPI(t, tt.doc)
@@ -170,6 +191,24 @@ func TestAPISchemaErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// chainedTypes declares named types T0…T(n-1), each with fields fields
+// of the next type: nested n deep, and fields^n fields in all once each
+// use is written out, as a CRD writes it.
+func chainedTypes(n, fields int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "  T%d:\n", i)
+		for f := range fields {
+			if i == n-1 {
+				fmt.Fprintf(&b, "    f%d: string\n", f)
+			} else {
+				fmt.Fprintf(&b, "    f%d: T%d\n", f, i+1)
+			}
+		}
+	}
+	return b.String()
 }
 
 // TestAPISchemaServed: a CustomResourceDefinition with the compiled App

@@ -53,3 +53,30 @@ func TestParseContainsPanics(t *testing.T) {
 	}
 }
 
+// TestHostileAPIMarkers: rule files that once panicked the process — as
+// tenant ConfigMaps, anyone who may create one in any namespace could
+// crash-loop syncloop — are errors at the marker or type that breaks
+// them, found at parse time; none reaches a panic, contained or not.
+func TestHostileAPIMarkers(t *testing.T) {
+	l := newLoader(t)
+	var panicked []string
+	l.ReportPanics(func(path string, err *panics.Error) { panicked = append(panicked, path+": "+err.Error()) })
+	rule := func(field string) string {
+		return "apiVersion: syncloop.dev/v1alpha1\nkind: Rule\nmetadata: {name: x}\nspec:\n  api:\n    apiVersion: example.com/v1\n    kind: X\n    spec:\n      " + field + "\n  resources: []\n"
+	}
+	for _, tt := range []struct{ field, want string }{
+		{"n: number | minimum=NaN", `api.yaml:9:27: rule "x": spec.api.spec.n: marker minimum: "NaN" is not a finite number`},
+		{"n: number | maximum=Inf", `marker maximum: "Inf" is not a finite number`},
+		{"n: number | default=-Inf", `marker default: "-Inf" is not a finite number`},
+		{"n: number | enum=infinity", `marker enum: "infinity" is not a finite number`},
+		{`n: "` + strings.Repeat("[]", 10_000) + `number"`, "the type nests more than 32 lists and maps deep"},
+	} {
+		_, err := l.Parse("api.yaml", []byte(rule(tt.field)))
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%.40s: err = %v, want %q", tt.field, err, tt.want)
+		}
+	}
+	if len(panicked) > 0 {
+		t.Errorf("parses panicked: %q", panicked)
+	}
+}
