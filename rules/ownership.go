@@ -17,6 +17,15 @@ const AnnotationAdopt = Group + "/adopt"
 // revision's identity.
 const AnnotationRuleHash = Group + "/rule-hash"
 
+// IsReservedKey reports whether a label or annotation key is syncloop's
+// to set: its managed-by label and every key of its group (the ownership
+// marks, the installation, adopt, the applied hash). A template may not
+// write one literally (a load error), and the render drops those a
+// template computes (a trigger's labels copied whole, say).
+func IsReservedKey(key string) bool {
+	return key == LabelManagedBy || strings.HasPrefix(key, Group+"/")
+}
+
 // Label is obj's label key, read in place: an unstructured object's
 // GetLabels copies its labels into a new map, and the engine reads one
 // label of each child on every event, in its indexes, and on every

@@ -36,7 +36,6 @@ const (
 	FieldManagerPrefix    = "syncloop/"
 	minResyncPeriod       = time.Second
 	maxWorkers            = 512
-	reservedLabelPrefix   = Group + "/"
 	reservedManagedByNote = "syncloop sets it on every child"
 )
 
@@ -860,7 +859,7 @@ func (d *decoder) checkMetadata(tn *yaml.Node, tf map[string]*yaml.Node, field s
 		sn = resolve(sn)
 		for i := 0; i+1 < len(sn.Content); i += 2 {
 			k := resolve(sn.Content[i])
-			if strings.HasPrefix(k.Value, reservedLabelPrefix) || k.Value == LabelManagedBy {
+			if IsReservedKey(k.Value) {
 				d.errorf(k, field+".metadata."+section, "%q is reserved: %s", k.Value, reservedManagedByNote)
 			}
 		}

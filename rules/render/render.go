@@ -538,13 +538,11 @@ func renderChild(ctx context.Context, r *rules.Rule, res *rules.Resource, act *e
 			return nil, fail("metadata.namespace", fmt.Errorf("a tenant rule of namespace %q stays in it: rendered %q", r.Tenant, obj.GetNamespace()))
 		}
 	}
-	if res.Mode == rules.ModePatch {
-		return obj, nil // not syncloop's: no labels, annotations or owner
-	}
-
-	t := rules.TriggerOf(trigger)
 	// Copies (a template may set labels to a map it read from the trigger),
-	// made once, as the unstructured maps they go into.
+	// made once, as the unstructured maps they go into, without the keys
+	// syncloop keeps: a trigger's labels copied whole must not carry
+	// another installation's, rule's or trigger's marks (nor adoption) onto
+	// a child, or onto an object a patch writes.
 	labels, err := stringsCopy(md["labels"], 4)
 	if err != nil {
 		return nil, fail("metadata.labels", err)
@@ -553,6 +551,17 @@ func renderChild(ctx context.Context, r *rules.Rule, res *rules.Resource, act *e
 	if err != nil {
 		return nil, fail("metadata.annotations", err)
 	}
+	if res.Mode == rules.ModePatch {
+		// Not syncloop's: no labels, annotations or owner of its own.
+		for key, m := range map[string]map[string]any{"labels": labels, "annotations": ann} {
+			if _, set := md[key]; set {
+				md[key] = m
+			}
+		}
+		return obj, nil
+	}
+
+	t := rules.TriggerOf(trigger)
 	labels[rules.LabelManagedBy] = rules.ManagedByValue
 	labels[rules.LabelRule] = r.Name
 	labels[rules.LabelOwnerUID] = t.UID
@@ -578,8 +587,9 @@ func renderChild(ctx context.Context, r *rules.Rule, res *rules.Resource, act *e
 }
 
 // stringsCopy copies a rendered metadata.labels or .annotations (nil
-// when the template set none) with room for extra more, or says why it is
-// not a map of strings.
+// when the template set none), but for the keys syncloop keeps
+// (rules.IsReservedKey), with room for extra more, or says why it is not
+// a map of strings.
 func stringsCopy(v any, extra int) (map[string]any, error) {
 	if v == nil {
 		return make(map[string]any, extra), nil
@@ -593,7 +603,9 @@ func stringsCopy(v any, extra int) (map[string]any, error) {
 		if _, ok := v.(string); !ok {
 			return nil, errors.New("values must be strings")
 		}
-		out[k] = v
+		if !rules.IsReservedKey(k) {
+			out[k] = v
+		}
 	}
 	return out, nil
 }
