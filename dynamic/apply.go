@@ -96,7 +96,11 @@ func (w *Writer) ApplyVersion(ctx context.Context, m *meta.RESTMapping, obj *uns
 	if pb := w.Client.protobuf; pb.serves(ctx, m.Resource) && scheme.Scheme.Recognizes(m.GroupVersionKind) {
 		client = pb.rest // accepts protobuf, then JSON
 	}
-	req := client.Patch(types.ApplyYAMLPatchType).Body(body).AbsPath(path(m, obj.GetNamespace(), obj.GetName())...).
+	at, err := objectPath(m, obj.GetNamespace(), obj.GetName())
+	if err != nil {
+		return "", err
+	}
+	req := client.Patch(types.ApplyYAMLPatchType).Body(body).AbsPath(at...).
 		Param("fieldManager", fieldManager).Param("fieldValidation", fieldValidation)
 	if force {
 		req = req.Param("force", "true")

@@ -2,10 +2,14 @@ package dynamic
 
 import (
 	"bufio"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	validpath "k8s.io/apimachinery/pkg/api/validation/path"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -79,13 +83,23 @@ var (
 	}()
 )
 
-// path is the URL path of namespace/name of m's resource, as the dynamic
-// client builds it.
-func path(m *meta.RESTMapping, namespace, name string, subresources ...string) []string {
+// objectPath is the URL path of namespace/name of m's resource, as the
+// dynamic client builds it — and checks first, as it does, that each is
+// one segment of a path: a name such as "../../x" or "a/status" addresses
+// nothing but the object it names.
+func objectPath(m *meta.RESTMapping, namespace, name string) ([]string, error) {
 	if m.Scope.Name() != meta.RESTScopeNameNamespace {
 		namespace = ""
 	}
-	return append(append(collectionPath(m.Resource, namespace), name), subresources...)
+	if name == "" {
+		return nil, errors.New("an object's name is required")
+	}
+	for what, v := range map[string]string{"name": name, "namespace": namespace} {
+		if msgs := validpath.IsValidPathSegmentName(v); v != "" && len(msgs) > 0 {
+			return nil, fmt.Errorf("invalid %s %q: %s", what, v, strings.Join(msgs, "; "))
+		}
+	}
+	return append(collectionPath(m.Resource, namespace), name), nil
 }
 
 // watchBuffer is how much of a watch's stream is read from the connection

@@ -394,6 +394,57 @@ func TestWriter(t *testing.T) {
 	}
 }
 
+// TestWriterNamesOneSegment: a name or namespace that is not one segment
+// of a request path — "..", a "/", a "%" — is refused by every write
+// before any request leaves: a templated name cannot address another
+// namespace, resource or subresource.
+func TestWriterNamesOneSegment(t *testing.T) {
+	env := testenv.Get(t)
+	var counter testenv.RequestCounter
+	cl, err := NewClient(counter.Wrap(env.Config()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	disco, err := discovery.NewDiscoveryClientForConfig(env.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	m, err := NewMapper(disco, 0).Mapping(ctx, schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := len(counter.Requests(func(r testenv.Request) bool { return r.Method != http.MethodGet }))
+	w := &Writer{Client: cl}
+	for _, tt := range []struct{ ns, name string }{
+		{"default", "../../namespaces/kube-system/configmaps/x"},
+		{"default", "victim/status"},
+		{"default", ".."},
+		{"default", "%2e%2e"},
+		{"default/../kube-system", "x"},
+		{"..", "x"},
+	} {
+		obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+			"metadata": map[string]any{"name": tt.name, "namespace": tt.ns}}}
+		if _, err := w.ApplyVersion(ctx, m, obj, "test", true); err == nil || !strings.Contains(err.Error(), "invalid") {
+			t.Errorf("ApplyVersion of %s/%s: %v, want it refused", tt.ns, tt.name, err)
+		}
+		if _, err := w.Apply(ctx, m, obj, "test", true); err == nil {
+			t.Errorf("Apply of %s/%s went through", tt.ns, tt.name)
+		}
+		if _, err := w.ApplyStatus(ctx, m, obj, "test", true); err == nil {
+			t.Errorf("ApplyStatus of %s/%s went through", tt.ns, tt.name)
+		}
+		if err := w.Delete(ctx, m, tt.ns, tt.name, "uid"); err == nil {
+			t.Errorf("Delete of %s/%s went through", tt.ns, tt.name)
+		}
+	}
+	writes := func(r testenv.Request) bool { return r.Method != http.MethodGet } // GET /version: protobuf's check
+	if sent := counter.Requests(writes)[before:]; len(sent) > 0 {
+		t.Errorf("%d writes left, the first %s %s; want none", len(sent), sent[0].Method, sent[0].Path)
+	}
+}
+
 // TestRegistryProtobuf: informers on client-go's kinds list and watch in
 // protobuf and cache exactly the objects the dynamic client's JSON makes —
 // every field, the managedFields entries kept, after updates too — while a

@@ -1,8 +1,10 @@
 package rules
 
 import (
+	"fmt"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/api/validation/path"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -24,6 +26,16 @@ const AnnotationRuleHash = Group + "/rule-hash"
 // template computes (a trigger's labels copied whole, say).
 func IsReservedKey(key string) bool {
 	return key == LabelManagedBy || strings.HasPrefix(key, Group+"/")
+}
+
+// ValidPathName checks that name can be an object's name in a request
+// path, as client-go checks it before any request: not "." or "..", and
+// no "/" or "%". The API server checks the rest of what the kind allows.
+func ValidPathName(name string) error {
+	if errs := path.IsValidPathSegmentName(name); len(errs) > 0 {
+		return fmt.Errorf("%q cannot be an object's name: %s", name, strings.Join(errs, "; "))
+	}
+	return nil
 }
 
 // Label is obj's label key, read in place: an unstructured object's

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/syncloop/syncloop/internal/panics"
 	"github.com/syncloop/syncloop/rules"
@@ -515,10 +517,18 @@ func renderChild(ctx context.Context, r *rules.Rule, res *rules.Resource, act *e
 	if !ok || name == "" {
 		return nil, fail("metadata.name", fmt.Errorf("must render to a non-empty string, rendered %s", describe(md["name"])))
 	}
+	if err := rules.ValidPathName(name); err != nil {
+		return nil, fail("metadata.name", err)
+	}
 	ns, hasNS := md["namespace"]
 	nsStr, isStr := ns.(string)
 	if hasNS && !isStr {
 		return nil, fail("metadata.namespace", fmt.Errorf("must render to a string, rendered %s", describe(ns)))
+	}
+	if nsStr != "" {
+		if errs := validation.IsDNS1123Label(nsStr); len(errs) > 0 {
+			return nil, fail("metadata.namespace", fmt.Errorf("%q is not a namespace: %s", nsStr, strings.Join(errs, "; ")))
+		}
 	}
 	switch {
 	case namespaced && nsStr == "" && !triggerNamespaced:

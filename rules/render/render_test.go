@@ -265,6 +265,26 @@ func TestRenderErrors(t *testing.T) {
     - id: a
       template: {apiVersion: x.io/v1, kind: Thing, metadata: {name: a}}
 `, `rule.yaml:11:17: rule "r": resource "a": spec.resources[0].template: unknown kind Thing`},
+		// A name or namespace is one segment of a request path: a trigger's
+		// content cannot steer a write to another namespace, resource or
+		// subresource.
+		{"name with a slash", `  resources:
+    - id: a
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${'victim/' + 'status'}", namespace: n}}
+`, `rule.yaml:11:17: rule "r": resource "a": spec.resources[0].template.metadata.name: "victim/status" cannot be an object's name: may not contain '/'`},
+		{"name climbing the path", `  resources:
+    - id: a
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${'../../ns2/configmaps/' + 'x'}", namespace: n}}
+`, `rule.yaml:11:17: rule "r": resource "a": spec.resources[0].template.metadata.name: "../../ns2/configmaps/x" cannot be an object's name: may not contain '/'`},
+		{"name ..", `  resources:
+    - id: a
+      mode: patch
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${'.' + '.'}", namespace: n}}
+`, `rule.yaml:12:17: rule "r": resource "a": spec.resources[0].template.metadata.name: ".." cannot be an object's name: may not be '..'`},
+		{"namespace with a slash", `  resources:
+    - id: a
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: "${'n/../' + 'kube-system'}"}}
+`, `rule.yaml:11:17: rule "r": resource "a": spec.resources[0].template.metadata.namespace: "n/../kube-system" is not a namespace: a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
