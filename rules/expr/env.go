@@ -69,7 +69,7 @@ func NewCompiler(opts Options) (*Compiler, error) {
 		c.costLimit = DefaultCostLimit
 	}
 	var err error
-	if c.lib, err = cel.NewEnv(libraries()...); err != nil {
+	if c.lib, err = cel.NewEnv(append(libraries(), guardedCalls(c.costLimit)...)...); err != nil {
 		return nil, fmt.Errorf("building CEL environment: %w", err)
 	}
 	base, err := c.lib.Extend(

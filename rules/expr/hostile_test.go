@@ -3,8 +3,14 @@ package expr
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
+
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
+	"github.com/google/cel-go/common/types/traits"
 )
 
 // TestHostileExpressions: expressions nested or long beyond cel-go's
@@ -55,6 +61,93 @@ func TestHostileInputs(t *testing.T) {
 		_, err = p.EvalBool(context.Background(), &Activation{Object: obj})
 		if got := errors.Is(err, ErrCostLimit); got != tc.costErr {
 			t.Errorf("%s: err = %v, want cost limit error %v", tc.src, err, tc.costErr)
+		}
+	}
+}
+
+// countingList is a list of n distinct strings that counts how often it
+// is searched: a call charged by the cost tracker only once it has
+// returned shows here whether it ran.
+type countingList struct {
+	traits.Lister
+	searched *atomic.Int64
+}
+
+func newCountingList(prefix string, n int) countingList {
+	l := make([]string, n)
+	for i := range l {
+		l[i] = fmt.Sprint(prefix, i)
+	}
+	return countingList{Lister: types.DefaultTypeAdapter.NativeToValue(l).(traits.Lister), searched: &atomic.Int64{}}
+}
+
+func (l countingList) Contains(v ref.Val) ref.Val {
+	l.searched.Add(1)
+	return l.Lister.Contains(v)
+}
+
+func (l countingList) Get(i ref.Val) ref.Val {
+	l.searched.Add(1)
+	return l.Lister.Get(i)
+}
+
+// TestHostileCalls: library calls whose work grows with what a trigger
+// holds faster than the tracker charges it — each pair of two lists'
+// elements compared, a list's each pair — fail with the cost-limit error
+// before they run, not after (sets.intersects over 60,000 ran 105 s first),
+// and run as before within the limit. A quantity's text is parsed only
+// when its size and exponent are a quantity's: "1e-999999999" pinned a
+// worker for minutes, its cost estimated from 13 bytes.
+func TestHostileCalls(t *testing.T) {
+	c := newCompiler(t, Options{})
+	eval := func(src string, obj map[string]any) (any, error) {
+		t.Helper()
+		p, err := c.Compile(src, Scope{}, AnyResult)
+		if err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+		return p.Eval(context.Background(), &Activation{Object: obj})
+	}
+	for _, src := range []string{
+		"sets.intersects(object.a, object.b)",
+		"sets.contains(object.a, object.b)",
+		"sets.equivalent(object.a, object.b)",
+		"object.a.distinct().size() > 0",
+	} {
+		a, b := newCountingList("a", 30_000), newCountingList("b", 30_000)
+		_, err := eval(src, map[string]any{"a": a, "b": b})
+		if !errors.Is(err, ErrCostLimit) {
+			t.Errorf("%s over 30,000 each: err = %v, want the cost limit", src, err)
+		}
+		// A call that ran searches them at least 30,000 times.
+		if n := a.searched.Load() + b.searched.Load(); n >= 100 {
+			t.Errorf("%s over 30,000 each: the lists were searched %d times before the limit stopped it", src, n)
+		}
+		small, other := newCountingList("a", 100), newCountingList("a", 100)
+		if _, err := eval(src, map[string]any{"a": small, "b": other}); err != nil {
+			t.Errorf("%s over 100 each: %v", src, err)
+		}
+	}
+
+	for src, want := range map[string]any{
+		`quantity("64Gi").isGreaterThan(quantity("1e3"))`: true,
+		`quantity("1.5e2").asInteger()`:                    int64(150),
+		`quantity("1E").asApproximateFloat()`:              1e18,
+		`isQuantity("1Ei")`:                                true,
+		`isQuantity("1e999999999")`:                        false,
+		`isQuantity("` + strings.Repeat("1", 200) + `")`:   false,
+	} {
+		if got, err := eval(src, nil); err != nil || got != want {
+			t.Errorf("%s = %v, %v; want %v", src, got, err, want)
+		}
+	}
+	for _, src := range []string{
+		`quantity("1e-999999999").isLessThan(quantity("64Gi"))`,
+		`quantity("64Gi").compareTo(quantity("1e99999999"))`,
+		`quantity("1E-999999").add(quantity("1"))`,
+	} {
+		if _, err := eval(src, nil); err == nil || !strings.Contains(err.Error(), "the exponent is out of the range a quantity has") {
+			t.Errorf("%s: err = %v, want the exponent refused", src, err)
 		}
 	}
 }
