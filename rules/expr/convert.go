@@ -2,6 +2,7 @@ package expr
 
 import (
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -11,11 +12,57 @@ import (
 	"github.com/google/cel-go/common/types/traits"
 )
 
+// ErrTooLarge is wrapped by the error of a render whose values would hold
+// more than its Budget.
+var ErrTooLarge = errors.New("too large")
+
+// A Budget bounds the memory the values of one render hold once made Go
+// values: what CEL reads of a trigger it reads in place, at almost no
+// cost, but each child a template makes of it is a copy — a forEach over
+// a trigger's list that copies a subtree of the trigger into every child
+// made a 150 KB trigger take 2 GB. A nil Budget is no bound. It is not
+// safe for concurrent use: one render, one goroutine.
+type Budget struct {
+	limit, left int64
+}
+
+// NewBudget is a Budget of bytes.
+func NewBudget(bytes int64) *Budget { return &Budget{limit: bytes, left: bytes} }
+
+// spend takes n bytes from b.
+func (b *Budget) spend(n int64) error {
+	if b == nil {
+		return nil
+	}
+	if b.left -= n; b.left < 0 {
+		return fmt.Errorf("%w: the values rendered for one trigger would hold more than %d MiB (a forEach that copies the trigger's content into each child multiplies it)", ErrTooLarge, b.limit>>20)
+	}
+	return nil
+}
+
+// What a materialised value holds, as the budget counts it: the heap a
+// map[string]any or []any and their entries take, strings by their
+// length, scalars boxed in an interface.
+const (
+	mapCost   = 48
+	entryCost = 32
+	listCost  = 24
+	elemCost  = 16
+	valueCost = 16
+)
+
 // toNative converts a CEL value into the JSON-compatible Go values that
-// unstructured Kubernetes objects hold. Bytes become base64 strings (as in
-// Secret data), timestamps RFC 3339 strings, durations Go duration strings;
-// an optional becomes its value or nil.
-func toNative(v ref.Val) (any, error) {
+// unstructured Kubernetes objects hold, spending what they hold from b.
+// Bytes become base64 strings (as in Secret data), timestamps RFC 3339
+// strings, durations Go duration strings; an optional becomes its value or
+// nil.
+func toNative(v ref.Val, b *Budget) (any, error) {
+	if s, ok := v.(types.String); ok {
+		return string(s), b.spend(int64(len(s)) + valueCost)
+	}
+	if err := b.spend(valueCost); err != nil {
+		return nil, err
+	}
 	switch v.Type() {
 	case types.NullType:
 		return nil, nil
@@ -48,19 +95,26 @@ func toNative(v ref.Val) (any, error) {
 		if !o.HasValue() {
 			return nil, nil
 		}
-		return toNative(o.GetValue())
+		return toNative(o.GetValue(), b)
 	}
 	switch v := v.(type) {
 	case traits.Mapper:
 		m := v
-		out := make(map[string]any, int(m.Size().(types.Int)))
+		n := int(m.Size().(types.Int))
+		if err := b.spend(mapCost + int64(n)*entryCost); err != nil {
+			return nil, err
+		}
+		out := make(map[string]any, n)
 		for it := m.Iterator(); it.HasNext() == types.True; {
 			k := it.Next()
 			ks, ok := k.(types.String)
 			if !ok {
 				return nil, fmt.Errorf("map key %v is a %s, want string", k, k.Type())
 			}
-			e, err := toNative(m.Get(k))
+			if err := b.spend(int64(len(ks))); err != nil {
+				return nil, err
+			}
+			e, err := toNative(m.Get(k), b)
 			if err != nil {
 				return nil, fmt.Errorf("[%q]: %w", string(ks), err)
 			}
@@ -70,9 +124,12 @@ func toNative(v ref.Val) (any, error) {
 	case traits.Lister:
 		l := v
 		n := int(l.Size().(types.Int))
+		if err := b.spend(listCost + int64(n)*elemCost); err != nil {
+			return nil, err
+		}
 		out := make([]any, 0, n)
 		for i := range n {
-			e, err := toNative(l.Get(types.Int(i)))
+			e, err := toNative(l.Get(types.Int(i)), b)
 			if err != nil {
 				return nil, fmt.Errorf("[%d]: %w", i, err)
 			}

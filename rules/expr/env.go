@@ -714,6 +714,9 @@ type Activation struct {
 	// sets is missing from them. A template string whose expression reads
 	// one renders as Unknown instead of failing.
 	Offline bool
+	// Budget bounds what the values evaluated under it hold (nil: no
+	// bound); copies of the activation share it.
+	Budget *Budget
 }
 
 // vars are the activation's values as the programs of types vt (nil:
@@ -836,7 +839,7 @@ func (p *Program) Eval(ctx context.Context, a *Activation) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return toNative(v)
+	return toNative(v, a.Budget)
 }
 
 // EvalBool evaluates a BoolResult program.

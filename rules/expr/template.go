@@ -112,6 +112,9 @@ func (e *RenderError) Error() string {
 	if where != "" {
 		where += ": "
 	}
+	if e.Expr == "" { // the template's own structure, not an expression
+		return fmt.Sprintf("%s%v", where, e.Err)
+	}
 	return fmt.Sprintf("%s${%s}: %v", where, e.Expr, e.Err)
 }
 
@@ -193,7 +196,7 @@ func (c *Compiler) compileNode(v any, path Path, scope Scope, t *Template, errs 
 		}
 		return m
 	case []any:
-		l := &listNode{items: make([]node, 0, len(v))}
+		l := &listNode{items: make([]node, 0, len(v)), path: path}
 		for i, e := range v {
 			l.items = append(l.items, c.compileNode(e, path.With(i), scope, t, errs))
 		}
@@ -401,7 +404,7 @@ func (n *exprNode) render(ctx context.Context, st *state) (any, error) {
 	if err != nil {
 		return nil, &RenderError{Path: n.path, Expr: n.prog.src, Err: err}
 	}
-	out, err := toNative(v)
+	out, err := toNative(v, st.a.Budget)
 	if err != nil {
 		return nil, &RenderError{Path: n.path, Expr: n.prog.src, Err: err}
 	}
@@ -435,7 +438,7 @@ func (n *interpNode) render(ctx context.Context, st *state) (any, error) {
 		if err != nil {
 			return nil, &RenderError{Path: n.path, Expr: p.prog.src, Err: err}
 		}
-		native, err := toNative(v)
+		native, err := toNative(v, st.a.Budget)
 		if err != nil {
 			return nil, &RenderError{Path: n.path, Expr: p.prog.src, Err: err}
 		}
@@ -457,7 +460,7 @@ func (n *interpNode) render(ctx context.Context, st *state) (any, error) {
 				Err: fmt.Errorf("interpolated into a string, must give a string, number or bool, gave %s", describe(native))}
 		}
 	}
-	return b.String(), nil
+	return b.String(), st.a.Budget.spend(int64(b.Len()))
 }
 
 type mapEntry struct {
@@ -471,6 +474,9 @@ type mapNode struct {
 }
 
 func (n *mapNode) render(ctx context.Context, st *state) (any, error) {
+	if err := st.a.Budget.spend(mapCost + int64(len(n.entries))*entryCost); err != nil {
+		return nil, &RenderError{Path: n.path, Err: err}
+	}
 	out := make(map[string]any, len(n.entries))
 	for _, e := range n.entries {
 		k, err := e.key.render(ctx, st)
@@ -493,9 +499,15 @@ func (n *mapNode) render(ctx context.Context, st *state) (any, error) {
 	return out, nil
 }
 
-type listNode struct{ items []node }
+type listNode struct {
+	items []node
+	path  Path
+}
 
 func (n *listNode) render(ctx context.Context, st *state) (any, error) {
+	if err := st.a.Budget.spend(listCost + int64(len(n.items))*elemCost); err != nil {
+		return nil, &RenderError{Path: n.path, Err: err}
+	}
 	out := make([]any, 0, len(n.items))
 	for _, it := range n.items {
 		v, err := it.render(ctx, st)

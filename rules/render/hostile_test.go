@@ -2,10 +2,16 @@ package render
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
 	"github.com/syncloop/syncloop/rules"
+	"github.com/syncloop/syncloop/rules/expr"
 )
 
 // TestRenderDropsReservedKeys: labels and annotations a template
@@ -64,5 +70,41 @@ func TestRenderDropsReservedKeys(t *testing.T) {
 	}
 	if got := trigger.GetLabels(); len(got) != 5 || got[rules.LabelInstallation] != "other" {
 		t.Errorf("the trigger's labels became %v", got)
+	}
+}
+
+// TestRenderMaxBytes: a forEach that copies a subtree of its trigger into
+// every child — the trigger read in place, each copy made anew — fails
+// its trigger once what it made holds more than MaxRenderedBytes, instead
+// of growing until the process is killed (a 150 KB trigger took 2 GB);
+// the same rule over a few items renders.
+func TestRenderMaxBytes(t *testing.T) {
+	r := parseRule(t, head+watchNS+`  resources:
+    - id: copies
+      forEach: "dyn(object).spec.items"
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "x-${item}", namespace: n}, data: "${dyn(object).spec.cfg}"}
+`)
+	at := func(items int) *unstructured.Unstructured {
+		cfg := map[string]any{}
+		for i := range 1500 { // about 150 KB
+			cfg[fmt.Sprint("key-", i)] = fmt.Sprintf("value-%090d", i)
+		}
+		list := make([]any, items)
+		for i := range list {
+			list[i] = fmt.Sprint(i)
+		}
+		trigger := obj("v1", "Namespace", "", "team-a", nil)
+		trigger.Object["spec"] = map[string]any{"cfg": cfg, "items": list}
+		return trigger
+	}
+	if rd, err := Rule(context.Background(), r, at(10), testScopes, nil, nil); err != nil || len(rd.Children) != 10 {
+		t.Fatalf("10 copies: %v", err)
+	}
+	_, err := Rule(context.Background(), r, at(5000), testScopes, nil, nil)
+	if !errors.Is(err, expr.ErrTooLarge) {
+		t.Fatalf("5,000 copies: err = %v, want one wrapping ErrTooLarge", err)
+	}
+	if want := `rule.yaml:12:102: rule "r": resource "copies": spec.resources[0].template.data: ${dyn(object).spec.cfg}:`; !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), `resource "copies"`) || !strings.Contains(err.Error(), "more than 128 MiB") {
+		t.Errorf("err = %v, want it at the template, naming the resource and the bound", err)
 	}
 }
