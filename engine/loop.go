@@ -83,6 +83,49 @@ type ruleLoop struct {
 	// listed is what the filtered informers were last brought to keep
 	// (refresh; written on run's goroutine, read by workers).
 	listed atomic.Pointer[listing]
+	// released retries the sweep's releases that failed (run's goroutine).
+	released backoff
+}
+
+// backoff schedules a retry after a failure, doubling the wait from
+// backoffFirst to backoffMax while failures go on. Not safe for
+// concurrent use.
+type backoff struct {
+	delay time.Duration
+	timer *time.Timer
+}
+
+const (
+	backoffFirst = time.Second
+	backoffMax   = 5 * time.Minute
+)
+
+// after notes how an attempt went: a failure schedules the next.
+func (b *backoff) after(failed bool) {
+	if !failed {
+		b.delay = 0
+		return
+	}
+	b.delay = min(max(2*b.delay, backoffFirst), backoffMax)
+	if b.timer == nil {
+		b.timer = time.NewTimer(b.delay)
+		return
+	}
+	b.timer.Reset(b.delay)
+}
+
+// due fires when the retry is due; nil while none is scheduled.
+func (b *backoff) due() <-chan time.Time {
+	if b.timer == nil {
+		return nil
+	}
+	return b.timer.C
+}
+
+func (b *backoff) stop() {
+	if b.timer != nil {
+		b.timer.Stop()
+	}
 }
 
 // loopCounters count what a loop did, for tests and diagnostics.
@@ -241,10 +284,14 @@ func (l *ruleLoop) run(ctx context.Context) {
 		defer t.Stop()
 		tick = t.C
 	}
+	defer l.released.stop()
 	for {
 		select {
 		case <-tick:
 			l.step(ctx, l.resync)
+			continue
+		case <-l.released.due():
+			l.step(ctx, l.sweepPatches)
 			continue
 		case <-l.reshard:
 			l.step(ctx, l.resharded)
@@ -453,11 +500,15 @@ func (l *ruleLoop) sweep(ctx context.Context) {
 // sweepPatches releases what the patch managers of triggers that no
 // longer exist own: triggers deleted while syncloop was down. Each is
 // released by the replica that owns its trigger (sharding), as work on it
-// that a handover waits for.
+// that a handover waits for. A release that fails is tried again with
+// backoff until it succeeds (released), not only at the next resync or
+// start: no trigger's reconcile would.
 func (l *ruleLoop) sweepPatches(ctx context.Context) {
 	if !l.complete() {
 		return // a trigger gained may be live and not cached yet: refresh sweeps once it is
 	}
+	failed := false
+	defer func() { l.released.after(failed) }()
 	for _, manager := range l.rc.goneManagers() {
 		d, ok := managerDigest(manager, patchManagerPrefix(l.rule))
 		if !ok {
@@ -466,7 +517,8 @@ func (l *ruleLoop) sweepPatches(ctx context.Context) {
 		ctx, cancel := context.WithCancel(ctx)
 		if l.begin(d, cancel) {
 			if err := l.rc.releaseAll(ctx, manager); err != nil {
-				klog.FromContext(ctx).Error(err, "Releasing the fields of a trigger that is gone")
+				failed = true
+				klog.FromContext(ctx).Error(err, "Releasing the fields of a trigger that is gone, retrying with backoff")
 			}
 			l.end(d)
 		}

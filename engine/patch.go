@@ -65,8 +65,8 @@ func managerDigest(manager, prefix string) (uint64, bool) {
 
 // applyPatch applies a patch child onto the object it names, if that
 // exists: otherwise the resource waits (the object's appearance queues the
-// trigger again). It never creates: the apply carries the cached
-// resourceVersion as a precondition. It returns the object as it now is
+// trigger again). It never creates: the apply carries the cached object's
+// UID as a precondition (applyFresh). It returns the object as it now is
 // (when the rule reads it; otherwise what was applied), nil while it waits.
 func (rc *reconciler) applyPatch(ctx context.Context, ch *changes, trigger *unstructured.Unstructured, key cache.ObjectName, child render.Child) (map[string]any, error) {
 	res := child.Resource
@@ -92,13 +92,53 @@ func (rc *reconciler) applyPatch(ctx context.Context, ch *changes, trigger *unst
 		rc.metrics.Write(rc.rule.Name, "unchanged")
 		return cached.Object, nil
 	}
-	obj.SetResourceVersion(cached.GetResourceVersion()) // never a create
-	live, err := rc.out.apply(ctx, &write{kind: writePatch, mapping: pw.mapping, obj: obj, manager: manager, force: rc.rule.ForceConflicts,
-		readsLive: rc.rule.ReadsLive(res), before: cached, action: ActionUpdate, trigger: rules.RefOf(trigger), key: key, ch: ch})
-	if err != nil {
+	w := &write{kind: writePatch, mapping: pw.mapping, obj: obj, manager: manager, force: rc.rule.ForceConflicts,
+		readsLive: rc.rule.ReadsLive(res), before: cached, action: ActionUpdate, trigger: rules.RefOf(trigger), key: key, ch: ch}
+	live, err := rc.applyFresh(ctx, w, func(fresh *unstructured.Unstructured) bool { return patchUpToDate(fresh, obj, manager) })
+	switch {
+	case err != nil:
 		return nil, fmt.Errorf("resource %q: patching %s %s: %w", child.ResourceID, ref.gvk.Kind, cacheKey(ref), err)
+	case live == nil: // gone since the cache saw it: its deletion's event queues the trigger
+		return nil, nil
 	}
 	return live, nil
+}
+
+// conflictRetries is how many times a write to an object syncloop does
+// not own is made again on a fresh read after a Conflict.
+const conflictRetries = 3
+
+// applyFresh applies w to an object syncloop does not own, with the UID
+// it was read with (w.before) as a precondition: the API server refuses
+// to create an object for an apply that names a UID, and refuses the
+// apply if the object under the name is another. The UID, not the
+// resourceVersion: an object other controllers change too (a Namespace,
+// a Deployment) is changed between the cache's read and the apply all the
+// time, and a version precondition made each such change a Conflict —
+// contention reported as a failed reconcile (make demo showed three at
+// start). On a Conflict — the object was replaced — it is read anew and,
+// unless done says the fresh one needs nothing, applied again, up to
+// conflictRetries times; one that persists is the reconcile's error. It
+// returns what w.apply does, or nil when the object is gone or done.
+func (rc *reconciler) applyFresh(ctx context.Context, w *write, done func(fresh *unstructured.Unstructured) bool) (map[string]any, error) {
+	for attempt := 0; ; attempt++ {
+		w.obj.SetUID(w.before.GetUID()) // never a create
+		live, err := rc.out.apply(ctx, w)
+		if !replaced(err) || attempt == conflictRetries {
+			return live, err
+		}
+		fresh, gerr := rc.client.Get(ctx, w.mapping, w.obj.GetNamespace(), w.obj.GetName())
+		switch {
+		case apierrors.IsNotFound(gerr):
+			return nil, nil
+		case gerr != nil:
+			return nil, err
+		case done(fresh):
+			return fresh.Object, nil
+		}
+		klog.FromContext(ctx).V(2).Info("Object replaced since the cache read it: applying to the new one", "kind", w.mapping.GroupVersionKind.Kind, "object", klog.KObj(fresh))
+		w.before = fresh
+	}
 }
 
 // patchUpToDate reports whether applying desired with manager would change
@@ -218,8 +258,8 @@ func (rc *reconciler) anyDeletes() bool {
 }
 
 // releaseFields applies an empty configuration to obj with manager, so
-// that the fields only it owned disappear; the resourceVersion
-// precondition makes sure the object is not recreated.
+// that the fields only it owned disappear; the UID precondition makes
+// sure the object is not recreated.
 func (rc *reconciler) releaseFields(ctx context.Context, ch *changes, triggerRef rules.ObjectRef, obj *unstructured.Unstructured, manager string) error {
 	m := rc.w.patchMappingOf(obj.GroupVersionKind())
 	if m == nil {
@@ -229,13 +269,32 @@ func (rc *reconciler) releaseFields(ctx context.Context, ch *changes, triggerRef
 	empty := &unstructured.Unstructured{Object: map[string]any{"apiVersion": obj.GetAPIVersion(), "kind": obj.GetKind()}}
 	empty.SetName(obj.GetName())
 	empty.SetNamespace(obj.GetNamespace())
-	empty.SetResourceVersion(obj.GetResourceVersion())
-	_, err := rc.out.apply(ctx, &write{kind: writeRelease, mapping: m, obj: empty, manager: manager,
-		before: obj, action: ActionUpdate, trigger: triggerRef, ch: ch})
+	_, err := rc.applyFresh(ctx, &write{kind: writeRelease, mapping: m, obj: empty, manager: manager,
+		before: obj, action: ActionUpdate, trigger: triggerRef, ch: ch}, func(fresh *unstructured.Unstructured) bool { return !managesFields(fresh, manager) })
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("releasing the fields of %s %s: %w", ref.gvk.Kind, cacheKey(ref), err)
 	}
 	return nil
+}
+
+// replaced reports whether an apply with a UID precondition was refused
+// because the object under its name is another: a Conflict, or the
+// Invalid "metadata.uid: field is immutable" the API server answers when
+// the apply names another object's UID.
+func replaced(err error) bool {
+	if apierrors.IsConflict(err) {
+		return true
+	}
+	var status apierrors.APIStatus
+	if !apierrors.IsInvalid(err) || !errors.As(err, &status) || status.Status().Details == nil {
+		return false
+	}
+	return slices.ContainsFunc(status.Status().Details.Causes, func(c metav1.StatusCause) bool { return c.Field == "metadata.uid" })
+}
+
+// managesFields reports whether manager owns fields of obj.
+func managesFields(obj *unstructured.Unstructured, manager string) bool {
+	return slices.ContainsFunc(obj.GetManagedFields(), func(e metav1.ManagedFieldsEntry) bool { return e.Manager == manager })
 }
 
 // goneManagers are the patch managers of this rule's triggers that are
