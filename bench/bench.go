@@ -572,6 +572,7 @@ func (c *counts) ReconcileDone(string, string, time.Duration) { c.reconciles.Add
 func (c *counts) WatchError(string, string)                   {}
 func (c *counts) RuleRemoved(string)                          {}
 func (c *counts) Panicked(string, string)                     {}
+func (c *counts) DriftRepaired(string, string)                {}
 func (c *counts) Write(_, action string) {
 	if action == "create" || action == "update" {
 		n := c.writes.Add(1)

@@ -42,6 +42,9 @@ type Metrics interface {
 	// Panicked counts one panic contained in a unit of work of rule
 	// (where: PanicReconcile, PanicHandler, PanicLoop, PanicRollout).
 	Panicked(rule, where string)
+	// DriftRepaired counts one repair of a child of rule whose fields
+	// manager had changed ("unknown" when it could not be told).
+	DriftRepaired(rule, manager string)
 }
 
 type noMetrics struct{}
@@ -51,6 +54,7 @@ func (noMetrics) Write(string, string)                        {}
 func (noMetrics) WatchError(string, string)                   {}
 func (noMetrics) RuleRemoved(string)                          {}
 func (noMetrics) Panicked(string, string)                     {}
+func (noMetrics) DriftRepaired(string, string)                {}
 
 // Options configure an Engine.
 type Options struct {
@@ -84,6 +88,9 @@ type Options struct {
 	// says their transitions; nil keeps them in memory only (a restart
 	// moves a changed rule's triggers at once).
 	Rollouts RolloutStore
+	// Fights says when a child another writer keeps changing is left
+	// alone for a while; the zero value is DefaultFightPolicy.
+	Fights FightPolicy
 	// Plan, when set, makes the engine a dry run: every write becomes a
 	// server-side dry-run request (dryRun=All: defaulting and admission
 	// apply, nothing is persisted) and an Action for Plan. No Event is
@@ -132,6 +139,7 @@ type Engine struct {
 	ns       string // Options.Namespace
 	rollouts RolloutStore
 	planned  []RolloutStatus // PlanOnce's rollouts
+	fights   FightPolicy
 
 	shardMu sync.RWMutex // guards the fields down to widened; SetShard holds it to change them
 	shard   Shard
@@ -162,6 +170,7 @@ func New(o Options) *Engine {
 		drain:     o.DrainTimeout,
 		ns:        o.Namespace,
 		rollouts:  o.Rollouts,
+		fights:    o.Fights,
 		shard:     o.Shard,
 		keepShard: o.Shard,
 		sharded:   o.Shard != nil,

@@ -173,6 +173,7 @@ func (l *ruleLoop) forget(obj any) {
 	if o, ok := asObject(obj); ok {
 		for _, rc := range l.reconcilers() {
 			rc.writes.gone(refOf(o))
+			rc.fights.gone(refOf(o))
 		}
 	}
 }

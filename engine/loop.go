@@ -177,6 +177,12 @@ func newRuleLoop(e *Engine, r *rules.Rule, retired []schema.GroupVersionKind, re
 		patches: newLookupIndex(),
 		metrics: e.metrics,
 		mayLag:  l.mayLag,
+		fights:  newFights(e.fights),
+		later: func(key cache.ObjectName, d time.Duration) {
+			if l.e.owns(r.Name, key) {
+				l.queue.AddAfter(key, d)
+			}
+		},
 	}
 	l.own = []*reconciler{l.rc}
 	if plan != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -47,6 +48,10 @@ type reconciler struct {
 	// mayLag reports whether the caches may lack a write the previous
 	// owner of a trigger made (a handover: see handoverVerify).
 	mayLag func(cache.ObjectName) bool
+	// fights are the children another writer keeps changing; later
+	// queues a trigger again after a while (when a cooling ends).
+	fights *fights
+	later  func(cache.ObjectName, time.Duration)
 }
 
 // reconcile brings one trigger's children and status to what the rule
@@ -142,7 +147,7 @@ func (rc *reconciler) sync(ctx context.Context, key cache.ObjectName) (rd *rende
 		errs = append(errs, err)
 	}
 	if rc.rule.Status != nil {
-		if err := rc.writeStatus(ctx, trigger, rd, errors.Join(errs...)); err != nil {
+		if err := rc.writeStatus(ctx, trigger, rd, errors.Join(append(errs, ap.contended...)...)); err != nil {
 			rc.out.failed(trigger, err)
 			errs = append(errs, err)
 		}
@@ -171,6 +176,9 @@ type applier struct {
 	patched   map[childRef]bool // objects patched
 	patchKeys map[depKey]bool
 	errs      []error
+	// contended are children left as another writer keeps them: the
+	// trigger's Ready condition says so, the reconcile does not fail.
+	contended []error
 }
 
 // DryRun implements render.DryRunner.
@@ -189,6 +197,10 @@ func (a *applier) Apply(ctx context.Context, child render.Child) (map[string]any
 	} else {
 		a.desired[ref] = true
 		out, err = rc.applyChild(ctx, a.ch, a.trigger, child)
+	}
+	if ce, ok := errors.AsType[*render.ContendedError](err); ok {
+		a.contended = append(a.contended, ce) // said when its cooling began; no failure
+		return out, err
 	}
 	if err != nil {
 		if _, conflict := errors.AsType[*render.ConflictError](err); !conflict { // reported with the render's conflicts
@@ -288,6 +300,12 @@ func (rc *reconciler) applyChild(ctx context.Context, ch *changes, trigger *unst
 					return obj.Object, nil // what it applied: the same fields
 				}
 				return wholeOf(existing).Object, nil
+			}
+			if !adopt && rules.Annotation(existing, AnnotationAppliedHash) == hash {
+				// Drift: the rule wants what it applied, the object changed.
+				if ce := rc.repairDrift(ctx, trigger, key, child, ck.mapping); ce != nil {
+					return nil, ce
+				}
 			}
 			action = ActionUpdate
 			if adopt {

@@ -196,6 +196,7 @@ type recordingMetrics struct {
 	counts  map[string]int // "resource reason"
 	writes  map[string]int // "rule action"
 	panics  map[string]int // "rule where"
+	repairs map[string]int // "rule manager"
 	removed []string
 	panicOn func(rule, action string) bool
 }
@@ -220,6 +221,21 @@ func (w *recordingMetrics) Panicked(rule, where string) {
 		w.panics = map[string]int{}
 	}
 	w.panics[rule+" "+where]++
+}
+
+func (w *recordingMetrics) DriftRepaired(rule, manager string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.repairs == nil {
+		w.repairs = map[string]int{}
+	}
+	w.repairs[rule+" "+manager]++
+}
+
+func (w *recordingMetrics) repaired(rule, manager string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.repairs[rule+" "+manager]
 }
 
 func (w *recordingMetrics) panicked(rule, where string) int {

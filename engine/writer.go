@@ -40,6 +40,9 @@ type writer interface {
 	conflict(trigger *unstructured.Unstructured, ce *render.ConflictError)
 	// failed notes that err failed trigger's reconcile.
 	failed(trigger *unstructured.Unstructured, err error)
+	// contended notes a child another writer keeps changing, left as it
+	// is for a while.
+	contended(trigger *unstructured.Unstructured, ce *render.ContendedError)
 	// reconciled notes what one reconcile of trigger changed.
 	reconciled(trigger *unstructured.Unstructured, ch *changes)
 	// retry reports whether a reconcile of key that failed with err is
@@ -200,6 +203,11 @@ func (lw *liveWriter) failed(trigger *unstructured.Unstructured, err error) {
 	}
 }
 
+// contended emits a Contended Warning Event, once per cooling period.
+func (lw *liveWriter) contended(trigger *unstructured.Unstructured, ce *render.ContendedError) {
+	lw.event(trigger, corev1.EventTypeWarning, render.ReasonContended, ce.Error())
+}
+
 // maxListed is how many writes one Normal Event names.
 const maxListed = 5
 
@@ -315,8 +323,9 @@ func (pw *planWriter) conflict(trigger *unstructured.Unstructured, ce *render.Co
 		Resource: ce.Resource, Reason: ce.Error()})
 }
 
-func (pw *planWriter) failed(*unstructured.Unstructured, error)        {}
-func (pw *planWriter) reconciled(*unstructured.Unstructured, *changes) {}
+func (pw *planWriter) failed(*unstructured.Unstructured, error)                     {}
+func (pw *planWriter) contended(*unstructured.Unstructured, *render.ContendedError) {}
+func (pw *planWriter) reconciled(*unstructured.Unstructured, *changes)              {}
 
 // retry reports the failure to the Planner — a conflict is a line of the
 // plan already — and retries unless the plan is of one pass.

@@ -28,6 +28,7 @@ type Metrics struct {
 	watchErrs  *prometheus.CounterVec
 	crds       *prometheus.CounterVec
 	panics     *prometheus.CounterVec
+	repairs    *prometheus.CounterVec
 
 	queue queueMetrics
 
@@ -76,6 +77,9 @@ func New(reg prometheus.Registerer, informers func() int, rules func() []RuleRea
 		panics: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "syncloop_panics_total", Help: "Panics contained, by rule and where (reconcile, handler, loop, rollout, load, crds, revisions): each failed its unit of work alone (a Failed Event, a file error, a halted rollout; the stack is in the log), never the process.",
 		}, []string{"rule", "where"}),
+		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "syncloop_drift_repairs_total", Help: "Repairs of children whose fields another field manager had changed, by rule and that manager (unknown when it could not be told). A child repaired 5 times in a minute is a fight: it is left alone for a cooling period (Contended).",
+		}, []string{"rule", "manager"}),
 		watchErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "syncloop_watch_errors_total", Help: "Failed lists and watches of an informer by resource and reason (Forbidden: missing RBAC; Expired: etcd compacted, relisting; Unreachable: no answer). Each is retried with backoff.",
 		}, []string{"resource", "reason"}),
@@ -117,7 +121,7 @@ func New(reg prometheus.Registerer, informers func() int, rules func() []RuleRea
 			Name: "syncloop_api_concurrency_limit", Help: "Concurrent API requests allowed since the server last pushed back; 0 while there is no limit.",
 		}),
 	}
-	reg.MustRegister(m.reconciles, m.duration, m.writes, m.rules, m.reloads, m.watchErrs, m.crds, m.panics, m.restRequests, m.tooMany, m.throttled, m.limit,
+	reg.MustRegister(m.reconciles, m.duration, m.writes, m.rules, m.reloads, m.watchErrs, m.crds, m.panics, m.repairs, m.restRequests, m.tooMany, m.throttled, m.limit,
 		m.queue.depth, m.queue.adds, m.queue.latency, m.queue.work, m.queue.unfinished, m.queue.longest, m.queue.retries,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "syncloop_informers", Help: "Shared informers running.",
@@ -178,12 +182,15 @@ func (m *Metrics) WatchError(resource, reason string) {
 // too, with rule "" where no rule is known.
 func (m *Metrics) Panicked(rule, where string) { m.panics.WithLabelValues(rule, where).Inc() }
 
+// DriftRepaired implements engine.Metrics.
+func (m *Metrics) DriftRepaired(rule, manager string) { m.repairs.WithLabelValues(rule, manager).Inc() }
+
 // RuleRemoved implements engine.Metrics: every series labelled with the
 // rule, or with its workqueue's name, goes.
 func (m *Metrics) RuleRemoved(rule string) {
 	for _, v := range []interface {
 		DeletePartialMatch(prometheus.Labels) int
-	}{m.reconciles, m.duration, m.writes, m.panics} {
+	}{m.reconciles, m.duration, m.writes, m.panics, m.repairs} {
 		v.DeletePartialMatch(prometheus.Labels{"rule": rule})
 	}
 	for _, v := range []interface {

@@ -17,6 +17,10 @@ const (
 	// ReasonChildConflict: a child is not applied because an object
 	// syncloop may not take over holds its name (ConflictError).
 	ReasonChildConflict = "ChildConflict"
+	// ReasonContended: another writer keeps changing fields of a child
+	// the rule sets, and syncloop has stopped repairing them for a while
+	// (ContendedError).
+	ReasonContended = "Contended"
 	// ReasonWaitingFor is followed by the resource id, capitalised:
 	// WaitingForDb, WaitingForTeamConfig.
 	ReasonWaitingFor = "WaitingFor"
@@ -98,10 +102,14 @@ func (rd *Rendered) Readiness() Condition {
 
 // Failed is the Ready condition of a reconcile that failed with err:
 // ChildConflict when all that failed were conflicts (ConflictError),
-// ReconcileFailed otherwise.
+// Contended when all were children another writer keeps changing
+// (ContendedError), ReconcileFailed otherwise.
 func Failed(err error) Condition {
-	if OnlyConflicts(err) {
+	switch {
+	case OnlyConflicts(err):
 		return Condition{Status: false, Reason: ReasonChildConflict, Message: err.Error()}
+	case only[*ContendedError](err):
+		return Condition{Status: false, Reason: ReasonContended, Message: err.Error()}
 	}
 	return Condition{Status: false, Reason: ReasonReconcileFailed, Message: err.Error()}
 }

@@ -3,6 +3,9 @@ package render
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -35,24 +38,59 @@ func (e *ConflictError) Error() string {
 	return s
 }
 
+// ContendedError is a child another writer keeps changing: syncloop
+// repaired the fields it sets Repairs times within a short while, each
+// time undone, and leaves them as they are until Until — a fight that
+// would otherwise be a hot loop of writes hiding its cause. Managers are
+// the field managers that hold the fields now (from managedFields).
+type ContendedError struct {
+	Resource string
+	Object   rules.ObjectRef
+	Managers []string
+	Fields   []string
+	Repairs  int
+	Until    time.Time
+}
+
+func (e *ContendedError) Error() string {
+	by := "another writer"
+	if len(e.Managers) > 0 {
+		by = "field manager " + strings.Join(quoted(e.Managers), ", ")
+	}
+	return fmt.Sprintf("resource %q: %s %s: %s keeps changing %s, which the rule sets: repaired %d times, left as it is until %s",
+		e.Resource, e.Object.Kind, e.Object.NamespacedName(), by, strings.Join(e.Fields, ", "), e.Repairs, e.Until.UTC().Format(time.RFC3339))
+}
+
+func quoted(s []string) []string {
+	out := make([]string, len(s))
+	for i, v := range s {
+		out[i] = strconv.Quote(v)
+	}
+	return out
+}
+
 // OnlyConflicts reports whether err is made of ConflictErrors alone
 // (errors.Join of them, at any depth): a trigger whose only trouble is
 // conflicts.
-func OnlyConflicts(err error) bool {
+func OnlyConflicts(err error) bool { return only[*ConflictError](err) }
+
+// only reports whether err is made of errors of type E alone (errors.Join
+// of them, at any depth).
+func only[E error](err error) bool {
 	if err == nil {
 		return false
 	}
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
 		errs := j.Unwrap()
 		for _, e := range errs {
-			if !OnlyConflicts(e) {
+			if !only[E](e) {
 				return false
 			}
 		}
 		return len(errs) > 0
 	}
-	var c *ConflictError
-	return errors.As(err, &c)
+	_, ok := errors.AsType[E](err)
+	return ok
 }
 
 // Ownership is what syncloop's labels and annotations on an existing object
