@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -112,4 +113,73 @@ spec:
 			t.Errorf("rule %s is %s", s.Rule, s.State)
 		}
 	}
+}
+
+// TestHostileSizes: a trigger near the API server's size limit whose rule
+// copies it over and over, and a forEach over more items than one trigger
+// may have children, each fail their trigger with a bounded, named error
+// before anything is written; the rule's other triggers and another rule
+// carry on.
+func TestHostileSizes(t *testing.T) {
+	h := newHarness(t)
+	ctx := t.Context()
+	if _, err := h.env.InstallCRDs(ctx, filepath.Join("testdata", "widgets-crd.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	h.start(h.loadRules(`apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: fan}
+spec:
+  watch: {apiVersion: test.syncloop.dev/v1, kind: Widget, namespace: NS}
+  variables:
+    - name: copies
+      expression: "dyn(object).spec.?items.orValue([]).map(i, dyn(object).spec.?cfg.orValue({}))"
+  resources:
+    - id: each
+      forEach: "dyn(object).spec.?items.orValue([])"
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "${object.metadata.name}-${item}"}
+        data: {copies: "${string(size(variables.copies))}"}
+---
+` + copyRule))
+	widgetsNS := h.dynamic().Resource(widgets).Namespace(h.ns)
+	create := func(name string, spec map[string]any) {
+		t.Helper()
+		w := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "test.syncloop.dev/v1", "kind": "Widget",
+			"metadata": map[string]any{"name": name, "namespace": h.ns}, "spec": spec}}
+		if _, err := widgetsNS.Create(ctx, w, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	items := func(n int) []any {
+		out := make([]any, n)
+		for i := range out {
+			out[i] = fmt.Sprint(i)
+		}
+		return out
+	}
+	// 1.4 MB: 12,000 entries of 100 bytes, copied once per item.
+	cfg := map[string]any{}
+	for i := range 12_000 {
+		cfg[fmt.Sprintf("k%05d", i)] = strings.Repeat("v", 100)
+	}
+	create("big", map[string]any{"cfg": cfg, "items": items(200)})
+	create("wide", map[string]any{"items": items(10_001)})
+	create("small", map[string]any{"cfg": map[string]any{"a": "b"}, "items": items(2)})
+
+	h.waitForFailedWithin(time.Minute, "big", "would hold more than 128 MiB")
+	h.waitForFailedWithin(time.Minute, "wide", "10001 children, more than the 10000 one trigger may have")
+	h.eventually("the small trigger's children", func() bool {
+		cm, ok := h.configMap(h.ns, "small-1")
+		return ok && cm.Data["copies"] == "2"
+	})
+	for _, name := range []string{"big-0", "wide-0"} {
+		if _, ok := h.configMap(h.ns, name); ok {
+			t.Errorf("%s was written", name)
+		}
+	}
+	h.createCM("c", map[string]string{"copy": "yes"}, map[string]string{"k": "v"})
+	h.eventually("another rule's child", func() bool { _, ok := h.configMap(h.ns, "c-copy"); return ok })
 }

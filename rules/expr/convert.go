@@ -35,7 +35,7 @@ func (b *Budget) spend(n int64) error {
 		return nil
 	}
 	if b.left -= n; b.left < 0 {
-		return fmt.Errorf("%w: the values rendered for one trigger would hold more than %d MiB (a forEach that copies the trigger's content into each child multiplies it)", ErrTooLarge, b.limit>>20)
+		return fmt.Errorf("%w: the values rendered for one trigger would hold more than %d MiB (an expression or forEach that copies the trigger's content many times multiplies it)", ErrTooLarge, b.limit>>20)
 	}
 	return nil
 }
