@@ -226,7 +226,31 @@ func demo(ctx context.Context, bin, examples string) error {
 	}
 	fmt.Println("   exited cleanly. Its log:", logPath, "(removed with the control plane)")
 	tail(logPath)
+	// A demo of ordinary work logs no error: contention between the
+	// examples' triggers (two patch one Namespace) is not one.
+	if errs := errorLines(logPath); len(errs) > 0 {
+		fmt.Println("   syncloop logged errors:")
+		for _, l := range errs {
+			fmt.Println("   | " + l)
+		}
+		return fmt.Errorf("syncloop logged %d errors", len(errs))
+	}
 	return nil
+}
+
+// errorLines are the lines of syncloop's log at klog's error severity.
+func errorLines(path string) []string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, l := range strings.Split(string(data), "\n") {
+		if len(l) > 1 && l[0] == 'E' && l[1] >= '0' && l[1] <= '9' {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // expectedChildren asks `syncloop render` how many children the examples
