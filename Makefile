@@ -11,7 +11,7 @@ TESTFLAGS ?= -race -count=1 -timeout=30m
 IMAGE    ?= ghcr.io/syncloop/syncloop:$(VERSION)
 PLATFORMS ?= linux/amd64,linux/arm64
 
-.PHONY: help build build-static image image-push test test-short testenv openapi-snapshot demo cluster bench bench-full soak lint clean
+.PHONY: help build build-static image image-push test test-short testenv openapi-snapshot demo cluster bench bench-full soak robustness lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -54,6 +54,9 @@ bench-full: testenv build ## the same with 10,000 triggers in process
 
 soak: testenv ## churn triggers and rules for DURATION (default 10m), printing memory and goroutines; not in CI
 	$(GO) run ./hack/soak -duration $(or $(DURATION),10m)
+
+robustness: testenv ## randomized fault campaigns judged by the API server's audit log, for DURATION (default 30m); SEED replays one
+	$(GO) run ./hack/robustness -duration $(or $(DURATION),30m) $(if $(SEED),-seed $(SEED))
 
 lint: ## gofmt check and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

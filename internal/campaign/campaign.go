@@ -1,0 +1,368 @@
+package campaign
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/syncloop/syncloop/internal/testenv"
+	"github.com/syncloop/syncloop/rules"
+)
+
+// Config says what one campaign runs.
+type Config struct {
+	// Seed decides every random choice: the workload, the faults, when
+	// processes die. The same seed replays the same campaign (up to the
+	// timing of the processes).
+	Seed uint64
+	// Topology is Single, Leader or Sharded.
+	Topology string
+	// Duration is how long faults are injected; then the campaign waits
+	// for convergence and judges.
+	Duration time.Duration
+	// Binary is the syncloop to run.
+	Binary string
+	// Faults are the proxy's; zero: DefaultFaults.
+	Faults Faults
+	// ProcessFaultEvery is the mean time between process faults (a
+	// replica SIGKILLed and restarted, kube-apiserver restarted); zero:
+	// 10 s.
+	ProcessFaultEvery time.Duration
+	// Converge bounds how long syncloop may take, once the faults stop,
+	// to bring every child to what the model says.
+	Converge time.Duration
+	// Log receives the campaign's progress; nil: none.
+	Log io.Writer
+	// Keep, when set, is a directory the control plane's and replicas'
+	// logs and the audit log are kept in; empty: removed.
+	Keep string
+}
+
+// Report is what a campaign did and found.
+type Report struct {
+	Seed     uint64
+	Topology string
+	// Injected counts the faults by kind: the proxy's, and process kills,
+	// API server restarts and etcd compactions.
+	Injected map[string]int
+	// Ops counts the workload's changes by kind.
+	Ops string
+	// Checked lists the invariants judged, each with what it found.
+	Checked []string
+	// Violations are the invariants broken; none: the campaign passed.
+	Violations []string
+	// Converged is how long syncloop took to converge after the faults.
+	Converged time.Duration
+	// Writes is the audit log's count of syncloop's writes.
+	Writes int
+}
+
+// Faults is the number of faults injected.
+func (r *Report) Faults() int {
+	n := 0
+	for k, v := range r.Injected {
+		if !strings.HasSuffix(k, "/write") {
+			n += v
+		}
+	}
+	return n
+}
+
+func (r *Report) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "campaign seed %d, topology %s\n", r.Seed, r.Topology)
+	fmt.Fprintf(&b, "  injected %d faults: %s\n", r.Faults(), describe(r.Injected))
+	fmt.Fprintf(&b, "  workload: %s\n", r.Ops)
+	fmt.Fprintf(&b, "  converged %v after the faults stopped; %d writes by syncloop in the audit log\n", r.Converged.Round(100*time.Millisecond), r.Writes)
+	for _, c := range r.Checked {
+		fmt.Fprintf(&b, "  checked: %s\n", c)
+	}
+	for _, v := range r.Violations {
+		fmt.Fprintf(&b, "  VIOLATION: %s\n", v)
+	}
+	if len(r.Violations) == 0 {
+		b.WriteString("  every invariant held\n")
+	} else {
+		fmt.Fprintf(&b, "  replay: -seed %d -topology %s\n", r.Seed, r.Topology)
+	}
+	return b.String()
+}
+
+// compactionInterval is kube-apiserver's etcd compaction interval during
+// a campaign: watches resuming from before a compaction get 410 Gone.
+const compactionInterval = 15 * time.Second
+
+// Run runs one campaign on a control plane of its own and judges it.
+// An error is the campaign's failure to run, not a violation.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if cfg.Faults == (Faults{}) {
+		cfg.Faults = DefaultFaults
+	}
+	if cfg.ProcessFaultEvery == 0 {
+		cfg.ProcessFaultEvery = 10 * time.Second
+	}
+	if cfg.Converge == 0 {
+		cfg.Converge = 2 * time.Minute
+	}
+	logf := func(format string, args ...any) {
+		if cfg.Log != nil {
+			fmt.Fprintf(cfg.Log, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+		}
+	}
+	dir := cfg.Keep
+	if dir == "" {
+		d, err := os.MkdirTemp("", "syncloop-campaign-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	for _, sub := range []string{"rules", "replicas", "controlplane"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	args, auditLog, err := auditArgs(dir)
+	if err != nil {
+		return nil, err
+	}
+	args = append(args, fmt.Sprintf("--etcd-compaction-interval=%v", compactionInterval))
+	env, err := testenv.Start(ctx, testenv.Options{ControllerManager: true, Dir: filepath.Join(dir, "controlplane"), APIServerArgs: args})
+	if err != nil {
+		return nil, err
+	}
+	defer env.Stop()
+	p, err := startProxy(env.Config().Host, env.Dir(), env.Config().CAData, cfg.Seed, cfg.Faults)
+	if err != nil {
+		return nil, err
+	}
+	defer p.close()
+	cs, err := kubernetes.NewForConfig(env.Config())
+	if err != nil {
+		return nil, err
+	}
+	w := newWorld(cs, cfg.Seed, filepath.Join(dir, "rules"))
+	if err := w.setUp(ctx); err != nil {
+		return nil, err
+	}
+	rs, err := newReplicas(ctx, env, p, cfg.Binary, filepath.Join(dir, "rules"), filepath.Join(dir, "replicas"), cfg.Topology)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.stop()
+	for _, name := range rs.names {
+		if err := rs.start(ctx, name); err != nil {
+			return nil, err
+		}
+	}
+	report := &Report{Seed: cfg.Seed, Topology: cfg.Topology, Injected: map[string]int{}}
+	logf("campaign seed %d, %s, %d replicas, faults for %v", cfg.Seed, cfg.Topology, len(rs.names), cfg.Duration)
+
+	f := &faulting{cfg: cfg, env: env, rs: rs, proxy: p, report: report, logf: logf,
+		rng: rand.New(rand.NewPCG(cfg.Seed^0xc2b2ae3d27d4eb4f, cfg.Seed+1))}
+	if err := f.run(ctx, w); err != nil {
+		return nil, err
+	}
+	report.Injected["etcd-compaction"] = int(cfg.Duration / compactionInterval)
+	for k, v := range p.injected() {
+		report.Injected[k] += v
+	}
+	report.Ops = w.opsDone()
+
+	logf("faults stopped; waiting for convergence")
+	start := time.Now()
+	diff, err := converge(ctx, cs, w, cfg.Converge)
+	if err != nil {
+		return nil, err
+	}
+	report.Converged = time.Since(start)
+	report.Checked = append(report.Checked, fmt.Sprintf("convergence to the offline render of the final objects and rule within %v: %s", cfg.Converge, orNone(diff)))
+	if len(diff) > 0 {
+		report.Violations = append(report.Violations, fmt.Sprintf("not converged after %v: %s", cfg.Converge, strings.Join(diff, "; ")))
+	}
+	rs.stop()
+
+	writes, err := readAudit(auditLog)
+	if err != nil {
+		return nil, err
+	}
+	report.Writes = len(writes)
+	judge(report, writes, w, p.injected())
+	return report, nil
+}
+
+// judge checks the audit log's writes against the history.
+func judge(report *Report, writes []write, w *world, injected map[string]int) {
+	check := func(name string, bad []string) {
+		report.Checked = append(report.Checked, fmt.Sprintf("%s: %d violations", name, len(bad)))
+		report.Violations = append(report.Violations, bad...)
+	}
+	check("no write to an object syncloop does not own (triggers, the lookup source, foreign objects)", checkOwnership(writes, w))
+	check("no two incarnations writing one trigger's children in turns", checkOneWriter(writes))
+	check("no child deleted while wanted throughout the minute before", checkNoDesiredDeleted(writes, w))
+	faultsOnWrites := 0
+	for _, k := range []string{"reset-before", "reset-after", "server-error", "too-many-requests"} {
+		faultsOnWrites += injected[k+"/write"]
+	}
+	summary, bad := checkWritesBounded(writes, w, faultsOnWrites)
+	check("writes bounded: "+summary, bad)
+}
+
+func orNone(diff []string) string {
+	if len(diff) == 0 {
+		return "converged"
+	}
+	return fmt.Sprintf("%d differences", len(diff))
+}
+
+// faulting runs the workload and injects the faults.
+type faulting struct {
+	cfg    Config
+	env    *testenv.Env
+	rs     *replicas
+	proxy  *proxy
+	report *Report
+	logf   func(string, ...any)
+	rng    *rand.Rand
+}
+
+func (f *faulting) run(ctx context.Context, w *world) error {
+	f.proxy.on.Store(true)
+	defer f.proxy.on.Store(false)
+	end := time.Now().Add(f.cfg.Duration)
+	nextFault := time.Now().Add(f.interval())
+	for time.Now().Before(end) {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := w.step(ctx); err != nil {
+			f.report.Injected["workload-step-failed"]++ // the API server was down: tried again
+		}
+		for _, inc := range f.rs.exitedEarly() {
+			f.report.Violations = append(f.report.Violations, "syncloop exited on its own: "+inc+" (see its log)")
+		}
+		if time.Now().After(nextFault) {
+			if err := f.processFault(ctx); err != nil {
+				return err
+			}
+			nextFault = time.Now().Add(f.interval())
+		}
+		time.Sleep(time.Duration(20+f.rng.IntN(180)) * time.Millisecond)
+	}
+	// Every replica up again, the API server too.
+	if err := f.env.Healthy(); err != nil {
+		if err := f.env.StartAPIServer(ctx); err != nil {
+			return err
+		}
+	}
+	for _, name := range f.rs.down() {
+		if err := f.rs.start(ctx, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// interval draws the time to the next process fault: uniform around the
+// configured mean.
+func (f *faulting) interval() time.Duration {
+	mean := f.cfg.ProcessFaultEvery
+	return mean/2 + time.Duration(f.rng.Int64N(int64(mean)))
+}
+
+// processFault kills and restarts a replica, or restarts kube-apiserver.
+func (f *faulting) processFault(ctx context.Context) error {
+	switch n := f.rng.IntN(10); {
+	case n < 6:
+		up := f.rs.up()
+		if len(up) == 0 {
+			return nil
+		}
+		name := up[f.rng.IntN(len(up))]
+		f.logf("SIGKILL %s", name)
+		f.rs.kill(name)
+		f.report.Injected["sigkill"]++
+		time.Sleep(time.Duration(f.rng.IntN(3000)) * time.Millisecond)
+		return f.rs.start(ctx, name)
+	case n < 8:
+		down := time.Duration(1000+f.rng.IntN(5000)) * time.Millisecond
+		f.logf("kube-apiserver restart (%v down)", down)
+		f.env.StopAPIServer()
+		f.report.Injected["apiserver-restart"]++
+		time.Sleep(down)
+		return f.env.StartAPIServer(ctx)
+	}
+	return nil
+}
+
+// converge waits, up to bound, until the children in the cluster are
+// exactly what the offline render of the final objects and rule wants,
+// and returns what differs if they never are.
+func converge(ctx context.Context, cs kubernetes.Interface, w *world, bound time.Duration) ([]string, error) {
+	var diff []string
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, bound, true, func(ctx context.Context) (bool, error) {
+		list, err := cs.CoreV1().ConfigMaps(workNS).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		var objects []*corev1.ConfigMap
+		children := map[string]*corev1.ConfigMap{}
+		for i := range list.Items {
+			cm := &list.Items[i]
+			if cm.Labels[rules.LabelManagedBy] == rules.ManagedByValue {
+				children[cm.Name] = cm
+				continue
+			}
+			objects = append(objects, cm)
+		}
+		want, err := w.model(ctx, asObjects(objects))
+		if err != nil {
+			return false, err
+		}
+		diff = diffChildren(want, children)
+		return len(diff) == 0, nil
+	})
+	if err != nil && !wait.Interrupted(err) {
+		return nil, err
+	}
+	return diff, nil
+}
+
+// diffChildren says how the children differ from what is wanted.
+func diffChildren(want map[string]desiredChild, have map[string]*corev1.ConfigMap) []string {
+	var out []string
+	for name, c := range want {
+		cm, ok := have[name]
+		switch {
+		case !ok:
+			out = append(out, name+" missing")
+		case cm.Labels[rules.LabelOwnerUID] != c.ownerUID:
+			out = append(out, fmt.Sprintf("%s: owned by trigger UID %s, want %s", name, cm.Labels[rules.LabelOwnerUID], c.ownerUID))
+		default:
+			for k, v := range c.data {
+				if cm.Data[k] != v {
+					out = append(out, fmt.Sprintf("%s: data.%s is %q, want %q", name, k, cm.Data[k], v))
+				}
+			}
+		}
+	}
+	for name := range have {
+		if _, ok := want[name]; !ok {
+			out = append(out, name+" left over (an orphan)")
+		}
+	}
+	sort.Strings(out)
+	return out
+}
