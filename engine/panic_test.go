@@ -41,7 +41,7 @@ spec:
 // exponential backoff (no hot loop); the engine goes on, and another
 // rule's triggers, created after the panics, are reconciled. A panic in an
 // informer's event handler is contained there: counted, the informer and
-// the rule's other handlers go on.
+// the rule's other handlers go on; so is one in a step of the rule's loop.
 func TestPanicsContained(t *testing.T) {
 	h := newHarness(t)
 	var mode atomic.Value // the action of rule boom whose Write panics
@@ -102,6 +102,14 @@ func TestPanicsContained(t *testing.T) {
 	if n := m.panicked("copy", PanicHandler); n < 2 {
 		t.Errorf("syncloop_panics_total{rule=copy,where=handler} = %d, want a panic for each of the two triggers", n)
 	}
+	// A step of the loop (a sweep, a resync, a shard change): it fails,
+	// the loop goes on.
+	l.step(t.Context(), func(context.Context) { panic("injected into a step of the loop") })
+	if n := m.panicked("copy", PanicLoop); n != 1 {
+		t.Errorf("syncloop_panics_total{rule=copy,where=loop} = %d, want 1", n)
+	}
+	h.createCM("c3", map[string]string{"copy": "yes"}, map[string]string{"k": "v"})
+	h.eventually("a child made after the loop's step panicked", func() bool { _, ok := h.configMap(h.ns, "c3-copy"); return ok })
 	for _, s := range h.engine.States() {
 		if s.State != StateRunning {
 			t.Errorf("rule %s is %s (%s), want running", s.Rule, s.State, s.Detail)
