@@ -106,20 +106,7 @@ const compactionInterval = 15 * time.Second
 // Run runs one campaign on a control plane of its own and judges it.
 // An error is the campaign's failure to run, not a violation.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
-	if cfg.Faults == (Faults{}) {
-		cfg.Faults = DefaultFaults
-	}
-	if cfg.ProcessFaultEvery == 0 {
-		cfg.ProcessFaultEvery = 10 * time.Second
-	}
-	if cfg.Converge == 0 {
-		cfg.Converge = 2 * time.Minute
-	}
-	logf := func(format string, args ...any) {
-		if cfg.Log != nil {
-			fmt.Fprintf(cfg.Log, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
-		}
-	}
+	cfg = cfg.withDefaults()
 	dir := cfg.Keep
 	if dir == "" {
 		d, err := os.MkdirTemp("", "syncloop-campaign-")
@@ -129,61 +116,28 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		defer os.RemoveAll(d)
 		dir = d
 	}
-	for _, sub := range []string{"rules", "replicas", "controlplane"} {
-		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
-			return nil, err
-		}
-	}
-	args, auditLog, err := auditArgs(dir)
+	s, err := setUp(ctx, cfg, dir)
 	if err != nil {
 		return nil, err
 	}
-	args = append(args, fmt.Sprintf("--etcd-compaction-interval=%v", compactionInterval))
-	env, err := testenv.Start(ctx, testenv.Options{ControllerManager: true, Dir: filepath.Join(dir, "controlplane"), APIServerArgs: args})
-	if err != nil {
-		return nil, err
-	}
-	defer env.Stop()
-	p, err := startProxy(env.Config().Host, env.Dir(), env.Config().CAData, cfg.Seed, cfg.Faults)
-	if err != nil {
-		return nil, err
-	}
-	defer p.close()
-	cs, err := kubernetes.NewForConfig(env.Config())
-	if err != nil {
-		return nil, err
-	}
-	w := newWorld(cs, cfg.Seed, filepath.Join(dir, "rules"))
-	if err := w.setUp(ctx); err != nil {
-		return nil, err
-	}
-	rs, err := newReplicas(ctx, env, p, cfg.Binary, filepath.Join(dir, "rules"), filepath.Join(dir, "replicas"), cfg.Topology)
-	if err != nil {
-		return nil, err
-	}
-	defer rs.stop()
-	for _, name := range rs.names {
-		if err := rs.start(ctx, name); err != nil {
-			return nil, err
-		}
-	}
+	defer s.tearDown()
 	report := &Report{Seed: cfg.Seed, Topology: cfg.Topology, Injected: map[string]int{}}
-	logf("campaign seed %d, %s, %d replicas, faults for %v", cfg.Seed, cfg.Topology, len(rs.names), cfg.Duration)
+	cfg.logf("campaign seed %d, %s, %d replicas, faults for %v", cfg.Seed, cfg.Topology, len(s.rs.names), cfg.Duration)
 
-	f := &faulting{cfg: cfg, env: env, rs: rs, proxy: p, report: report, logf: logf,
+	f := &faulting{cfg: cfg, env: s.env, rs: s.rs, proxy: s.proxy, report: report,
 		rng: rand.New(rand.NewPCG(cfg.Seed^0xc2b2ae3d27d4eb4f, cfg.Seed+1))}
-	if err := f.run(ctx, w); err != nil {
+	if err := f.run(ctx, s.world); err != nil {
 		return nil, err
 	}
 	report.Injected["etcd-compaction"] = int(cfg.Duration / compactionInterval)
-	for k, v := range p.injected() {
+	for k, v := range s.proxy.injected() {
 		report.Injected[k] += v
 	}
-	report.Ops = w.opsDone()
+	report.Ops = s.world.opsDone()
 
-	logf("faults stopped; waiting for convergence")
+	cfg.logf("faults stopped; waiting for convergence")
 	start := time.Now()
-	diff, err := converge(ctx, cs, w, cfg.Converge)
+	diff, err := converge(ctx, s.cs, s.world, cfg.Converge)
 	if err != nil {
 		return nil, err
 	}
@@ -192,15 +146,102 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if len(diff) > 0 {
 		report.Violations = append(report.Violations, fmt.Sprintf("not converged after %v: %s", cfg.Converge, strings.Join(diff, "; ")))
 	}
-	rs.stop()
+	s.rs.stop()
 
-	writes, err := readAudit(auditLog)
+	writes, err := readAudit(s.auditLog)
 	if err != nil {
 		return nil, err
 	}
 	report.Writes = len(writes)
-	judge(report, writes, w, p.injected())
+	judge(report, writes, s.world, s.proxy.injected())
 	return report, nil
+}
+
+func (cfg Config) withDefaults() Config {
+	if cfg.Faults == (Faults{}) {
+		cfg.Faults = DefaultFaults
+	}
+	if cfg.ProcessFaultEvery == 0 {
+		cfg.ProcessFaultEvery = 10 * time.Second
+	}
+	if cfg.Converge == 0 {
+		cfg.Converge = 2 * time.Minute
+	}
+	return cfg
+}
+
+// logf writes a line of progress to cfg.Log, if set.
+func (cfg Config) logf(format string, args ...any) {
+	if cfg.Log != nil {
+		fmt.Fprintf(cfg.Log, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+	}
+}
+
+// stage is what a campaign runs on: a control plane with an audit log,
+// the fault proxy in front of it, the workload and syncloop's replicas,
+// each started.
+type stage struct {
+	env      *testenv.Env
+	proxy    *proxy
+	cs       kubernetes.Interface
+	world    *world
+	rs       *replicas
+	auditLog string
+}
+
+func setUp(ctx context.Context, cfg Config, dir string) (_ *stage, err error) {
+	for _, sub := range []string{"rules", "replicas", "controlplane"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	s := &stage{}
+	defer func() {
+		if err != nil {
+			s.tearDown()
+		}
+	}()
+	args, auditLog, err := auditArgs(dir)
+	if err != nil {
+		return nil, err
+	}
+	s.auditLog = auditLog
+	args = append(args, fmt.Sprintf("--etcd-compaction-interval=%v", compactionInterval))
+	if s.env, err = testenv.Start(ctx, testenv.Options{ControllerManager: true, Dir: filepath.Join(dir, "controlplane"), APIServerArgs: args}); err != nil {
+		return nil, err
+	}
+	if s.proxy, err = startProxy(s.env.Config().Host, s.env.Dir(), s.env.Config().CAData, cfg.Seed, cfg.Faults); err != nil {
+		return nil, err
+	}
+	if s.cs, err = kubernetes.NewForConfig(s.env.Config()); err != nil {
+		return nil, err
+	}
+	s.world = newWorld(s.cs, cfg.Seed, filepath.Join(dir, "rules"))
+	if err := s.world.setUp(ctx); err != nil {
+		return nil, err
+	}
+	if s.rs, err = newReplicas(ctx, s.env, s.proxy, cfg.Binary, filepath.Join(dir, "rules"), filepath.Join(dir, "replicas"), cfg.Topology); err != nil {
+		return nil, err
+	}
+	for _, name := range s.rs.names {
+		if err := s.rs.start(ctx, name); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// tearDown stops what setUp started, last first.
+func (s *stage) tearDown() {
+	if s.rs != nil {
+		s.rs.stop()
+	}
+	if s.proxy != nil {
+		s.proxy.close()
+	}
+	if s.env != nil {
+		s.env.Stop()
+	}
 }
 
 // judge checks the audit log's writes against the history.
@@ -234,7 +275,6 @@ type faulting struct {
 	rs     *replicas
 	proxy  *proxy
 	report *Report
-	logf   func(string, ...any)
 	rng    *rand.Rand
 }
 
@@ -291,14 +331,14 @@ func (f *faulting) processFault(ctx context.Context) error {
 			return nil
 		}
 		name := up[f.rng.IntN(len(up))]
-		f.logf("SIGKILL %s", name)
+		f.cfg.logf("SIGKILL %s", name)
 		f.rs.kill(name)
 		f.report.Injected["sigkill"]++
 		time.Sleep(time.Duration(f.rng.IntN(3000)) * time.Millisecond)
 		return f.rs.start(ctx, name)
 	case n < 8:
 		down := time.Duration(1000+f.rng.IntN(5000)) * time.Millisecond
-		f.logf("kube-apiserver restart (%v down)", down)
+		f.cfg.logf("kube-apiserver restart (%v down)", down)
 		f.env.StopAPIServer()
 		f.report.Injected["apiserver-restart"]++
 		time.Sleep(down)

@@ -99,43 +99,51 @@ func toNative(v ref.Val, b *Budget) (any, error) {
 	}
 	switch v := v.(type) {
 	case traits.Mapper:
-		m := v
-		n := int(m.Size().(types.Int))
-		if err := b.spend(mapCost + int64(n)*entryCost); err != nil {
-			return nil, err
-		}
-		out := make(map[string]any, n)
-		for it := m.Iterator(); it.HasNext() == types.True; {
-			k := it.Next()
-			ks, ok := k.(types.String)
-			if !ok {
-				return nil, fmt.Errorf("map key %v is a %s, want string", k, k.Type())
-			}
-			if err := b.spend(int64(len(ks))); err != nil {
-				return nil, err
-			}
-			e, err := toNative(m.Get(k), b)
-			if err != nil {
-				return nil, fmt.Errorf("[%q]: %w", string(ks), err)
-			}
-			out[string(ks)] = e
-		}
-		return out, nil
+		return mapToNative(v, b)
 	case traits.Lister:
-		l := v
-		n := int(l.Size().(types.Int))
-		if err := b.spend(listCost + int64(n)*elemCost); err != nil {
-			return nil, err
-		}
-		out := make([]any, 0, n)
-		for i := range n {
-			e, err := toNative(l.Get(types.Int(i)), b)
-			if err != nil {
-				return nil, fmt.Errorf("[%d]: %w", i, err)
-			}
-			out = append(out, e)
-		}
-		return out, nil
+		return listToNative(v, b)
 	}
 	return nil, fmt.Errorf("a %s value cannot be part of an object", v.Type())
+}
+
+// mapToNative is toNative of a map: its keys must be strings.
+func mapToNative(m traits.Mapper, b *Budget) (map[string]any, error) {
+	n := int(m.Size().(types.Int))
+	if err := b.spend(mapCost + int64(n)*entryCost); err != nil {
+		return nil, err
+	}
+	out := make(map[string]any, n)
+	for it := m.Iterator(); it.HasNext() == types.True; {
+		k := it.Next()
+		ks, ok := k.(types.String)
+		if !ok {
+			return nil, fmt.Errorf("map key %v is a %s, want string", k, k.Type())
+		}
+		if err := b.spend(int64(len(ks))); err != nil {
+			return nil, err
+		}
+		e, err := toNative(m.Get(k), b)
+		if err != nil {
+			return nil, fmt.Errorf("[%q]: %w", string(ks), err)
+		}
+		out[string(ks)] = e
+	}
+	return out, nil
+}
+
+// listToNative is toNative of a list.
+func listToNative(l traits.Lister, b *Budget) ([]any, error) {
+	n := int(l.Size().(types.Int))
+	if err := b.spend(listCost + int64(n)*elemCost); err != nil {
+		return nil, err
+	}
+	out := make([]any, 0, n)
+	for i := range n {
+		e, err := toNative(l.Get(types.Int(i)), b)
+		if err != nil {
+			return nil, fmt.Errorf("[%d]: %w", i, err)
+		}
+		out = append(out, e)
+	}
+	return out, nil
 }

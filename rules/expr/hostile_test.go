@@ -131,11 +131,11 @@ func TestHostileCalls(t *testing.T) {
 
 	for src, want := range map[string]any{
 		`quantity("64Gi").isGreaterThan(quantity("1e3"))`: true,
-		`quantity("1.5e2").asInteger()`:                    int64(150),
-		`quantity("1E").asApproximateFloat()`:              1e18,
-		`isQuantity("1Ei")`:                                true,
-		`isQuantity("1e999999999")`:                        false,
-		`isQuantity("` + strings.Repeat("1", 200) + `")`:   false,
+		`quantity("1.5e2").asInteger()`:                   int64(150),
+		`quantity("1E").asApproximateFloat()`:             1e18,
+		`isQuantity("1Ei")`:                               true,
+		`isQuantity("1e999999999")`:                       false,
+		`isQuantity("` + strings.Repeat("1", 200) + `")`:  false,
 	} {
 		if got, err := eval(src, nil); err != nil || got != want {
 			t.Errorf("%s = %v, %v; want %v", src, got, err, want)
