@@ -66,6 +66,9 @@ type Report struct {
 	Converged time.Duration
 	// Writes is the audit log's count of syncloop's writes.
 	Writes int
+	// SteppedDown counts replicas that exited on purpose, their Lease
+	// not renewed in time (restarted, as a Deployment would).
+	SteppedDown int
 }
 
 // Faults is the number of faults injected.
@@ -84,7 +87,7 @@ func (r *Report) String() string {
 	fmt.Fprintf(&b, "campaign seed %d, topology %s\n", r.Seed, r.Topology)
 	fmt.Fprintf(&b, "  injected %d faults: %s\n", r.Faults(), describe(r.Injected))
 	fmt.Fprintf(&b, "  workload: %s\n", r.Ops)
-	fmt.Fprintf(&b, "  converged %v after the faults stopped; %d writes by syncloop in the audit log\n", r.Converged.Round(100*time.Millisecond), r.Writes)
+	fmt.Fprintf(&b, "  converged %v after the faults stopped; %d writes by syncloop in the audit log; %d replicas stepped down (Lease not renewed) and were restarted\n", r.Converged.Round(100*time.Millisecond), r.Writes, r.SteppedDown)
 	for _, c := range r.Checked {
 		fmt.Fprintf(&b, "  checked: %s\n", c)
 	}
@@ -290,8 +293,15 @@ func (f *faulting) run(ctx context.Context, w *world) error {
 		if err := w.step(ctx); err != nil {
 			f.report.Injected["workload-step-failed"]++ // the API server was down: tried again
 		}
-		for _, inc := range f.rs.exitedEarly() {
-			f.report.Violations = append(f.report.Violations, "syncloop exited on its own: "+inc+" (see its log)")
+		steppedDown, crashed := f.rs.exitedEarly()
+		for _, name := range crashed {
+			f.report.Violations = append(f.report.Violations, "syncloop exited on its own: "+name+" (see its log)")
+		}
+		f.report.SteppedDown += len(steppedDown)
+		for _, name := range append(steppedDown, crashed...) {
+			if err := f.rs.start(ctx, strings.Fields(name)[0]); err != nil {
+				return err
+			}
 		}
 		if time.Now().After(nextFault) {
 			if err := f.processFault(ctx); err != nil {

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 	"syscall"
 	"time"
 
@@ -140,20 +141,27 @@ func (rs *replicas) up() []string {
 	return out
 }
 
-// exitedEarly lists the replicas that ended without being asked to (a
-// crash: syncloop must never exit on its own).
-func (rs *replicas) exitedEarly() []string {
-	var out []string
-	for name, r := range rs.running {
+// exitedEarly lists, by name, the replicas that ended without being
+// asked to, and whether each stepped down: a replica that cannot renew
+// its Lease exits on purpose, so that no write follows (a Deployment
+// starts it again); any other exit is a crash.
+func (rs *replicas) exitedEarly() (steppedDown, crashed []string) {
+	for _, name := range rs.up() {
+		r := rs.running[name]
 		select {
 		case <-r.exited:
-			out = append(out, r.incarnation)
-			delete(rs.running, name)
 		default:
+			continue
+		}
+		delete(rs.running, name)
+		log, _ := os.ReadFile(filepath.Join(rs.logDir, r.incarnation+".log"))
+		if strings.Contains(string(log), "exiting so that no write follows") {
+			steppedDown = append(steppedDown, name)
+		} else {
+			crashed = append(crashed, name+" ("+r.incarnation+")")
 		}
 	}
-	sort.Strings(out)
-	return out
+	return steppedDown, crashed
 }
 
 // stop stops every replica with SIGTERM, as a rollout of the Deployment
