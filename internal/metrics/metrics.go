@@ -83,31 +83,7 @@ func New(reg prometheus.Registerer, informers func() int, rules func() []RuleRea
 		watchErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "syncloop_watch_errors_total", Help: "Failed lists and watches of an informer by resource and reason (Forbidden: missing RBAC; Expired: etcd compacted, relisting; Unreachable: no answer). Each is retried with backoff.",
 		}, []string{"resource", "reason"}),
-		queue: queueMetrics{
-			depth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-				Name: "workqueue_depth", Help: "Current depth of the workqueue.",
-			}, []string{"name"}),
-			adds: prometheus.NewCounterVec(prometheus.CounterOpts{
-				Name: "workqueue_adds_total", Help: "Adds handled by the workqueue.",
-			}, []string{"name"}),
-			latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-				Name: "workqueue_queue_duration_seconds", Help: "How long an item stays in the workqueue before being requested.",
-				Buckets: prometheus.ExponentialBuckets(10e-9, 10, 12),
-			}, []string{"name"}),
-			work: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-				Name: "workqueue_work_duration_seconds", Help: "How long processing an item from the workqueue takes.",
-				Buckets: prometheus.ExponentialBuckets(10e-9, 10, 12),
-			}, []string{"name"}),
-			unfinished: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-				Name: "workqueue_unfinished_work_seconds", Help: "Seconds of work in progress not yet observed by work_duration.",
-			}, []string{"name"}),
-			longest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-				Name: "workqueue_longest_running_processor_seconds", Help: "Seconds the longest running processor has been running.",
-			}, []string{"name"}),
-			retries: prometheus.NewCounterVec(prometheus.CounterOpts{
-				Name: "workqueue_retries_total", Help: "Retries handled by the workqueue.",
-			}, []string{"name"}),
-		},
+		queue: newQueueMetrics(),
 		restRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rest_client_requests_total", Help: "API requests by status code, method and host.",
 		}, []string{"code", "method", "host"}),
@@ -134,6 +110,35 @@ func New(reg prometheus.Registerer, informers func() int, rules func() []RuleRea
 		m.throttled.WithLabelValues(reason)
 	}
 	return m
+}
+
+// newQueueMetrics makes client-go's workqueue metrics, one series per rule.
+func newQueueMetrics() queueMetrics {
+	return queueMetrics{
+		depth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "workqueue_depth", Help: "Current depth of the workqueue.",
+		}, []string{"name"}),
+		adds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "workqueue_adds_total", Help: "Adds handled by the workqueue.",
+		}, []string{"name"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "workqueue_queue_duration_seconds", Help: "How long an item stays in the workqueue before being requested.",
+			Buckets: prometheus.ExponentialBuckets(10e-9, 10, 12),
+		}, []string{"name"}),
+		work: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "workqueue_work_duration_seconds", Help: "How long processing an item from the workqueue takes.",
+			Buckets: prometheus.ExponentialBuckets(10e-9, 10, 12),
+		}, []string{"name"}),
+		unfinished: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "workqueue_unfinished_work_seconds", Help: "Seconds of work in progress not yet observed by work_duration.",
+		}, []string{"name"}),
+		longest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "workqueue_longest_running_processor_seconds", Help: "Seconds the longest running processor has been running.",
+		}, []string{"name"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "workqueue_retries_total", Help: "Retries handled by the workqueue.",
+		}, []string{"name"}),
+	}
 }
 
 // RuleReady is whether one rule runs, and the identity it acts as
