@@ -40,6 +40,7 @@ func (d *decoder) checkServedCRD(r *Rule) {
 	served, err := d.crds.CRD(a.CRDName())
 	if err != nil {
 		d.errorAt(a.Pos, "spec.api", "reading CustomResourceDefinition %s: %v", a.CRDName(), err)
+		d.errs[len(d.errs)-1].Err = &Retryable{Err: err} // the cluster's, not the file's: it may load when tried again
 		return
 	}
 	if served == nil {

@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -57,6 +58,20 @@ func (e *Error) Error() string {
 }
 
 func (e *Error) Unwrap() error { return e.Err }
+
+// Retryable is the cause of a file error that is not the file's doing: a
+// read of the cluster that failed (the API server unreachable, a 5xx).
+// The same file may load when it is read again, and a reload retries it.
+type Retryable struct{ Err error }
+
+func (e *Retryable) Error() string { return e.Err.Error() }
+func (e *Retryable) Unwrap() error { return e.Err }
+
+// IsRetryable reports whether err, or one it wraps, is Retryable.
+func IsRetryable(err error) bool {
+	_, ok := errors.AsType[*Retryable](err)
+	return ok
+}
 
 // ErrorList is every problem found in a load, sorted by file and position.
 type ErrorList []*Error

@@ -2,13 +2,16 @@ package reload
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/syncloop/syncloop/rules"
@@ -494,4 +497,84 @@ func TestChangeBeforeTheWatchStarts(t *testing.T) {
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	next(t, ch, "r=2")
+}
+
+// flakyCRDs is a CRDSource that fails its first reads, as an API server
+// that is restarting does, then finds no CRD.
+type flakyCRDs struct {
+	mu    sync.Mutex
+	fails int
+}
+
+func (f *flakyCRDs) CRD(string) (*unstructured.Unstructured, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fails > 0 {
+		f.fails--
+		return nil, errors.New("connection refused")
+	}
+	return nil, nil
+}
+
+// apiDoc is a rule that defines a kind: loading it reads the served CRD.
+func apiDoc(workers int) string {
+	return fmt.Sprintf(`apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: api}
+spec:
+  api:
+    apiVersion: example.com/v1
+    kind: Thing
+    spec:
+      size: integer
+  resources: []
+  workers: %d
+`, workers)
+}
+
+// TestRetryAfterClusterError: a rule file that fails to load because the
+// cluster could not be read (the served CRD of the kind it defines) is
+// not the file's fault: its last good version stays, and it is loaded
+// again with backoff — without any change to the file — until it loads.
+// A file that is wrong is not retried.
+func TestRetryAfterClusterError(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "rules.yaml")
+	write(t, f, apiDoc(1))
+	l, err := rules.NewLoader(expr.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	crds := &flakyCRDs{}
+	l.UseServedCRDs(crds, true)
+	src := NewSource(l, []string{dir})
+	if st := src.Load(); workers(st.Set) != "api=1" || st.Retry {
+		t.Fatalf("first load: %s, retry %v", workers(st.Set), st.Retry)
+	}
+
+	crds.fails = 2
+	write(t, f, apiDoc(2))
+	st := src.Load()
+	if workers(st.Set) != "api=1" || len(st.Errors) != 1 || !st.Errors[0].LastGood || !st.Retry || !rules.IsRetryable(st.Errors[0].Err) {
+		t.Fatalf("the cluster unreadable: %s, errors %v, retry %v; want api=1 kept and a retry", workers(st.Set), st.Errors, st.Retry)
+	}
+
+	// The watcher loads it again by itself, with backoff, until it loads.
+	ch := make(chan Status, 10)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = NewWatcher(src, 10*time.Millisecond).Run(ctx, func(st Status) { ch <- st })
+	}()
+	if st := next(t, ch, "api=2"); len(st.Errors) != 0 || st.Retry {
+		t.Errorf("loaded at last: errors %v, retry %v", st.Errors, st.Retry)
+	}
+	cancel()
+	<-done
+
+	write(t, f, broken)
+	if st := src.Load(); st.Retry {
+		t.Errorf("a broken file is retried: %v", st.Errors)
+	}
 }

@@ -91,6 +91,10 @@ type Status struct {
 	// (the Watcher does, after its debounce) and, still empty, the file's
 	// rules go.
 	Unsettled bool
+	// Retry is true when a file failed for a reason outside it (a read of
+	// the cluster: rules.Retryable): load again after a while (the
+	// Watcher does, with backoff) and the file is parsed again.
+	Retry bool
 }
 
 // NewSource returns a Source over roots (files or directories, as -f).
@@ -146,6 +150,9 @@ func (s *Source) Load() Status {
 	}
 	st := Status{Unsettled: s.held}
 	st.Set, st.Errors = s.build()
+	for _, e := range st.Errors {
+		st.Retry = st.Retry || rules.IsRetryable(e.Err)
+	}
 	st.Errors = append(rootErrs, st.Errors...)
 	var key strings.Builder
 	for _, e := range st.Errors {
@@ -222,7 +229,7 @@ func (s *Source) state(path string) *fileState {
 func (s *Source) parse(path string, data []byte, parse func(string, []byte) (*rules.File, error)) bool {
 	fs := s.state(path)
 	sum := sha256.Sum256(data)
-	if sum == fs.sum && fs.gen != 0 {
+	if sum == fs.sum && fs.gen != 0 && !rules.IsRetryable(fs.err) {
 		return false
 	}
 	fs.sum, fs.gen = sum, s.gen

@@ -16,6 +16,13 @@ import (
 // before reloading: editors and the kubelet touch several files per change.
 const DefaultDebounce = 250 * time.Millisecond
 
+// A file that failed to load for the cluster's reasons (rules.Retryable)
+// is loaded again after RetryFirst, doubling to RetryMax while it fails.
+const (
+	RetryFirst = time.Second
+	RetryMax   = time.Minute
+)
+
 // Watcher reloads a Source when its files change.
 type Watcher struct {
 	src      *Source
@@ -80,6 +87,7 @@ func (w *Watcher) Run(ctx context.Context, onReload func(Status)) error {
 	// over with the rules it started with). Unchanged, it reloads nothing.
 	timer := time.NewTimer(w.debounce)
 	invalidate := false
+	retry := time.Duration(0) // the wait before loading again a file that failed for the cluster's reasons
 	for {
 		select {
 		case <-ctx.Done():
@@ -111,11 +119,20 @@ func (w *Watcher) Run(ctx context.Context, onReload func(Status)) error {
 			}
 			st := w.src.Load()
 			w.addWatches(ctx, fw) // new directories, re-created roots
-			if st.Unsettled {
+			switch {
+			case st.Unsettled:
 				// A file emptied: look again after a pause, whether or
 				// not its write sends another event.
 				logger.V(2).Info("A rule file read empty; its rules stay until it is read empty again")
 				timer.Reset(w.debounce)
+			case st.Retry:
+				// A read of the cluster failed: try the file again, with
+				// backoff, whether or not anything changes meanwhile.
+				retry = min(max(2*retry, RetryFirst), RetryMax)
+				logger.V(1).Info("A rule file could not be checked against the cluster: loading it again", "in", retry)
+				timer.Reset(retry)
+			default:
+				retry = 0
 			}
 			if st.Changed {
 				onReload(st)
