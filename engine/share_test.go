@@ -52,17 +52,19 @@ func newShareHarness(t *testing.T, n int) *shareHarness {
 	return &shareHarness{harness: h, c: c, children: children, even: even, odd: odd}
 }
 
-// cached counts which of names are cached, trigger and child alike, and
-// fails on a trigger cached without its child or the other way round.
+// cached counts which of names are cached, trigger or child, and — said
+// when, a settled state — fails on a trigger cached without its child or
+// the other way round. Polled while a shard changes (when ""), it does
+// not: the two informers drop and list their objects each in its turn.
 func (h *shareHarness) cached(when string, names []string) (n int) {
 	h.t.Helper()
 	for _, name := range names {
 		_, tr, _ := h.c.watches.trigger.Indexer().GetByKey(h.ns + "/" + name)
 		_, ch, _ := h.children.Indexer().GetByKey(h.ns + "/" + name + "-copy")
-		if tr != ch {
+		if tr != ch && when != "" {
 			h.t.Errorf("%s: trigger %s is cached: %v, its child: %v", when, name, tr, ch)
 		}
-		if tr {
+		if tr || ch {
 			n++
 		}
 	}
