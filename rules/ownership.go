@@ -19,6 +19,11 @@ const AnnotationAdopt = Group + "/adopt"
 // revision's identity.
 const AnnotationRuleHash = Group + "/rule-hash"
 
+// AnnotationSourceFile, on a revision of a rule, is the rule file the
+// version came from: a syncloop started while that file does not load
+// puts the file's newest revisions in force, its last good version.
+const AnnotationSourceFile = Group + "/source-file"
+
 // IsReservedKey reports whether a label or annotation key is syncloop's
 // to set: its managed-by label and every key of its group (the ownership
 // marks, the installation, adopt, the applied hash). A template may not

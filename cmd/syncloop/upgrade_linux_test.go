@@ -13,8 +13,10 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	k8sdynamic "k8s.io/client-go/dynamic"
@@ -38,9 +40,12 @@ var upgradeExamples = []string{"tenant-defaults", "replicate", "app", "namespace
 // TestUpgradeWithoutChurn: the previous release, installed by its chart
 // and run as the chart's ServiceAccount, converges the examples; the
 // chart is upgraded to this one and this syncloop runs in its place. It
-// writes nothing: no child, patched object, trigger status, CRD or
-// revision changes (their resourceVersions are as the previous one left
-// them), and it counts no create, update, adopt, delete or status write.
+// writes nothing: no child, patched object, trigger status or CRD
+// changes (their resourceVersions are as the previous one left them), no
+// revision is added or renumbered, and it counts no create, update, adopt,
+// delete or status write. The one write it makes is the rule file each
+// rule's newest revision came from, marked on it once (what a start with
+// that file broken recovers from).
 func TestUpgradeWithoutChurn(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the previous release and starts a control plane of its own")
@@ -128,6 +133,21 @@ func TestUpgradeWithoutChurn(t *testing.T) {
 	}
 	for _, d := range diffSnapshots(before, after) {
 		t.Errorf("changed by the upgrade: %s", d)
+	}
+	revs, err := cs.AppsV1().ControllerRevisions(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	newest := map[string]appsv1.ControllerRevision{}
+	for _, cr := range revs.Items {
+		if n, ok := newest[cr.Labels[rules.LabelRule]]; !ok || cr.Revision > n.Revision {
+			newest[cr.Labels[rules.LabelRule]] = cr
+		}
+	}
+	for _, cr := range newest {
+		if !strings.HasSuffix(cr.Annotations[rules.AnnotationSourceFile], ".yaml") {
+			t.Errorf("revision %s names no rule file (%q): a restart with its file broken could not recover it", cr.Name, cr.Annotations[rules.AnnotationSourceFile])
+		}
 	}
 }
 
@@ -275,7 +295,7 @@ func (s *snapshotter) take() map[string]string {
 			continue
 		}
 		for _, o := range list.Items {
-			out[fmt.Sprintf("%s %s/%s", gvr.GroupResource(), o.GetNamespace(), o.GetName())] = o.GetResourceVersion()
+			out[fmt.Sprintf("%s %s/%s", gvr.GroupResource(), o.GetNamespace(), o.GetName())] = snapshotOf(o)
 		}
 	}
 	for _, r := range s.samples {
@@ -301,6 +321,20 @@ func (s *snapshotter) children(snap map[string]string) int {
 		}
 	}
 	return n
+}
+
+// snapshotOf is what a snapshot holds of o: its resourceVersion, but for a
+// revision the content that makes it the revision it is — its number, its
+// source, its labels and its annotations but for the source file it came
+// from, which revisions recorded before the mark existed gain once
+// (marked checks that they do).
+func snapshotOf(o unstructured.Unstructured) string {
+	if o.GetKind() != "ControllerRevision" {
+		return o.GetResourceVersion()
+	}
+	annotations := o.GetAnnotations()
+	delete(annotations, rules.AnnotationSourceFile)
+	return fmt.Sprint(o.Object["revision"], o.Object["data"], o.GetLabels(), annotations)
 }
 
 func sameSnapshot(a, b map[string]string) bool {

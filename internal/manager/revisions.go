@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -82,9 +83,10 @@ func (k *revisionKeeper) name(r *rules.Rule) string {
 
 // keep records the revision of every rule of set and prunes each rule's
 // history to its limit: one LIST, and a write only for a rule whose
-// version in force is not the newest revision already. It reports whether
-// a write failed.
-func (k *revisionKeeper) keep(ctx context.Context, set *rules.Set) (failed bool) {
+// version in force is not the newest revision already. It then keeps the
+// newest revisions' source files true (sources): unloaded are the files
+// with no version in force. It reports whether a write failed.
+func (k *revisionKeeper) keep(ctx context.Context, set *rules.Set, unloaded map[string]bool) (failed bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	logger := klog.FromContext(ctx)
@@ -106,6 +108,9 @@ func (k *revisionKeeper) keep(ctx context.Context, set *rules.Set) (failed bool)
 		if err := containRule(logger, k.panicked, r.Name, panicRevisions, func() error { return k.keepOne(ctx, r, byRule[r.Name]) }); err != nil {
 			fail(r, err)
 		}
+	}
+	if err := k.sources(ctx, set, byRule, unloaded); err != nil {
+		logger.Error(err, "Recording where the rules in force come from", "namespace", k.store.Namespace())
 	}
 	return failed
 }
@@ -203,7 +208,11 @@ func (k *revisionKeeper) record(ctx context.Context, r *rules.Rule, revs []appsv
 		labels[rules.LabelInstallation] = k.installation
 	}
 	name := k.name(r)
-	err := k.store.Create(ctx, name, labels, map[string]string{rules.AnnotationRuleHash: r.Hash}, r.Source, newest+1)
+	annotations := map[string]string{rules.AnnotationRuleHash: r.Hash}
+	if r.Pos.File != "" && !strings.HasPrefix(r.Pos.File, revisionSource) {
+		annotations[rules.AnnotationSourceFile] = r.Pos.File
+	}
+	err := k.store.Create(ctx, name, labels, annotations, r.Source, newest+1)
 	if err != nil && !apierrors.IsAlreadyExists(err) { // another replica of a sharded group was first
 		return nil, err
 	}

@@ -60,10 +60,21 @@ func (f *ruleFiles) inForce(ctx context.Context, set *rules.Set) {
 	}
 	f.keepCRDs(ctx, set)
 	if f.crds.dryRun == nil {
-		f.revisions.keep(ctx, set)
+		f.revisions.keep(ctx, set, unloaded(f.files.get()))
 		f.announcer.announce(ctx, platformErrors(f.files.get()), set.Len())
 		f.tenants.announce(f.files.get())
 	}
+}
+
+// unloaded are the files among errs with no version in force.
+func unloaded(errs []reload.FileError) map[string]bool {
+	out := map[string]bool{}
+	for _, e := range errs {
+		if !e.LastGood {
+			out[e.Path] = true
+		}
+	}
+	return out
 }
 
 func newRuleFiles(logger klog.Logger, o Options, c *Clients, m *metrics.Metrics) (*ruleFiles, error) {
@@ -87,6 +98,7 @@ func newRuleFiles(logger klog.Logger, o Options, c *Clients, m *metrics.Metrics)
 	loader.UseServedCRDs(crds, crds.manage)
 	src := reload.NewSource(loader, o.Rules)
 	revisions := newRevisionKeeper(c, o.SyncloopNamespace, o.Installation)
+	src.UseLastGood(revisions.lastGood(loader))
 	revisions.compile = compileRevision(loader.ForRevisions())
 	revisions.panicked = m.Panicked
 	f := &ruleFiles{src: src, watcher: reload.NewWatcher(src, 0), clients: c, metrics: m,
@@ -109,7 +121,7 @@ func compileRevision(l *rules.Loader) func(*rules.Rule, string, []byte) (*rules.
 				return nil, err
 			}
 		}
-		f, err := loader.Parse("revision "+name, source)
+		f, err := loader.Parse(revisionSource+name, source)
 		if err != nil {
 			return nil, err
 		}

@@ -578,3 +578,50 @@ func TestRetryAfterClusterError(t *testing.T) {
 		t.Errorf("a broken file is retried: %v", st.Errors)
 	}
 }
+
+// TestLastGoodFromEarlier: a file that does not load when the Source is
+// new — a syncloop started while it is broken — has the version an
+// earlier process ran put in force (UseLastGood), said so in its error;
+// a failure to ask is tried again at the next load; once the file is
+// fixed its own version is in force.
+func TestLastGoodFromEarlier(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "rules.yaml")
+	write(t, f, broken)
+	src := newSource(t, dir)
+	earlier, err := newSource(t).loader.Parse("revision r-1", []byte(doc("r", 7)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	asked, fail := 0, true
+	src.UseLastGood(func(path string) (*rules.File, error) {
+		asked++
+		if path != f {
+			t.Errorf("asked for %s", path)
+		}
+		if fail {
+			return nil, &rules.Retryable{Err: errors.New("the API server is down")}
+		}
+		return &rules.File{Path: path, Rules: earlier.Rules}, nil
+	})
+	if st := src.Load(); workers(st.Set) != "" || !st.Retry || len(st.Errors) != 1 || st.Errors[0].LastGood {
+		t.Fatalf("revisions unreadable: %s, retry %v, errors %v; want nothing in force and a retry", workers(st.Set), st.Retry, st.Errors)
+	}
+	fail = false
+	st := src.Load()
+	if workers(st.Set) != "r=7" || st.Retry || len(st.Errors) != 1 || !st.Errors[0].Recovered || !strings.Contains(st.Errors[0].Error(), "recovered from the rules' revisions") {
+		t.Fatalf("recovered: %s, retry %v, errors %v; want r=7 from the revisions", workers(st.Set), st.Retry, st.Errors)
+	}
+	src.Load()
+	if asked != 2 {
+		t.Errorf("asked %d times, want twice: once refused, once answered", asked)
+	}
+	write(t, f, doc("r", 8))
+	if st := src.Load(); workers(st.Set) != "r=8" || len(st.Errors) != 0 {
+		t.Errorf("fixed: %s, errors %v", workers(st.Set), st.Errors)
+	}
+	write(t, f, broken)
+	if st := src.Load(); workers(st.Set) != "r=8" || len(st.Errors) != 1 || st.Errors[0].Recovered || !st.Errors[0].LastGood {
+		t.Errorf("broken again: %s, errors %v; want this process's last good version", workers(st.Set), st.Errors)
+	}
+}

@@ -31,7 +31,18 @@ type Source struct {
 	held   bool   // this load held an emptied file back (Status.Unsettled)
 
 	tenantFiles func() []TenantFile // UseTenantFiles; nil: none
+	// lastGood recovers the version of a file last in force in an
+	// earlier process (UseLastGood); nil: none.
+	lastGood func(path string) (*rules.File, error)
 }
+
+// UseLastGood makes fn what a load asks for the last good version of a
+// file that does not load and has none in this process: a syncloop
+// restarted while a file is broken runs what it ran before (the manager
+// recovers it from the rules' revisions) instead of nothing. fn returns
+// nil when it knows of none; an error (the cluster unreadable) is tried
+// again at the next load. Set it before the first Load.
+func (s *Source) UseLastGood(fn func(path string) (*rules.File, error)) { s.lastGood = fn }
 
 // TenantFile is a rule file a team keeps in its namespace (a key of a
 // ConfigMap there): its rules are the tenant rules of Namespace
@@ -60,19 +71,30 @@ type fileState struct {
 	// write, and a reload that caught that instant would otherwise make
 	// "no rules" the file's last good version.
 	held bool
+	// recovered is true once the last good version of an earlier process
+	// was asked for (UseLastGood), found or not; fromEarlier is what was
+	// found, and recoverErr why it could not be asked (tried again).
+	recovered   bool
+	fromEarlier *rules.File
+	recoverErr  error
 }
 
 // FileError is a file whose current content does not load. When LastGood
-// is true its previous version stays in force.
+// is true its previous version stays in force; Recovered says it is the
+// version an earlier process ran, recovered from the rules' revisions.
 type FileError struct {
-	Path     string
-	Err      error
-	LastGood bool
+	Path      string
+	Err       error
+	LastGood  bool
+	Recovered bool
 }
 
 func (e FileError) Error() string {
 	kept := "no version of it is in force"
-	if e.LastGood {
+	switch {
+	case e.Recovered:
+		kept = "its last good version, recovered from the rules' revisions, is in force"
+	case e.LastGood:
 		kept = "its last good version stays in force"
 	}
 	return fmt.Sprintf("%s (%s)", e.Err, kept)
@@ -148,10 +170,14 @@ func (s *Source) Load() Status {
 			changed = true
 		}
 	}
+	s.recover()
 	st := Status{Unsettled: s.held}
 	st.Set, st.Errors = s.build()
 	for _, e := range st.Errors {
 		st.Retry = st.Retry || rules.IsRetryable(e.Err)
+	}
+	for _, fs := range s.files {
+		st.Retry = st.Retry || fs.recoverErr != nil
 	}
 	st.Errors = append(rootErrs, st.Errors...)
 	var key strings.Builder
@@ -161,6 +187,24 @@ func (s *Source) Load() Status {
 	st.Changed = changed || key.String() != s.errKey
 	s.errKey = key.String()
 	return st
+}
+
+// recover gives each file that does not load, and has had no version in
+// force in this process, the version an earlier process last ran, once.
+func (s *Source) recover() {
+	if s.lastGood == nil {
+		return
+	}
+	for path, fs := range s.files {
+		if fs.recovered || fs.parsed != nil || fs.inForce != nil || fs.err == nil {
+			continue
+		}
+		f, err := s.lastGood(path)
+		if fs.recoverErr = err; err != nil {
+			continue
+		}
+		fs.recovered, fs.fromEarlier, fs.inForce = true, f, f
+	}
 }
 
 // Invalidate makes the next Load parse every file again, changed or not:
@@ -326,7 +370,7 @@ func (s *Source) errors(paths []string) []FileError {
 	var out []FileError
 	for _, p := range paths {
 		if fs := s.files[p]; fs.err != nil {
-			out = append(out, FileError{Path: p, Err: fs.err, LastGood: fs.inForce != nil})
+			out = append(out, FileError{Path: p, Err: fs.err, LastGood: fs.inForce != nil, Recovered: fs.inForce != nil && fs.inForce == fs.fromEarlier})
 		}
 	}
 	return out
