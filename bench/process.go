@@ -127,9 +127,10 @@ type ProcessResult struct {
 	LimitSeconds     float64 `json:"limit_seconds"`
 	ConvergenceRatio float64 `json:"convergence_ratio"`
 	// Writes: API writes the controller made (POST, PUT, PATCH, DELETE,
-	// Events included) from start to converged; WritesPerTrigger is
-	// Writes / N, less what a controller writes once per start (in the
-	// tenant phase, the revision syncloop records of its rule).
+	// Events included; not those answered 429 and sent again) from start
+	// to converged; WritesPerTrigger is Writes / N, less what a
+	// controller writes once per start (in the tenant phase, the revision
+	// syncloop records of its rule).
 	Writes           int     `json:"writes"`
 	WritesPerTrigger float64 `json:"writes_per_trigger"`
 	// RSSBytes is the process's resident memory converged, after the idle
@@ -487,6 +488,9 @@ func runTenantsWith(ctx context.Context, env *testenv.Env, run TenantRun, ctl te
 	res.CPUSeconds = m["process_cpu_seconds_total"]
 	res.GCCycles = m["go_gc_duration_seconds_count"]
 	res.Writes = writes(m)
+	if u := unusualWrites(m); u != "" {
+		logf("tenants (%s): writes answered neither 200 nor 201: %s", what, u)
+	}
 	res.WritesPerTrigger = float64(res.Writes-ctl.startWrites) / float64(run.Triggers)
 	if err := <-streamed; err != nil {
 		return fail(err)
@@ -738,20 +742,57 @@ func serviceAccounts(ctx context.Context, env *testenv.Env, ns, dir string) (str
 	return kubeconfig, cfgs[1], nil
 }
 
-// writes sums rest_client_requests_total over the writing methods.
+// writes sums rest_client_requests_total over the writing methods, less
+// those the API server's flow control answered 429 (client-go sends them
+// again: the server never acted on them, and the controller did not
+// decide them).
 func writes(m map[string]float64) int {
-	n := 0.0
+	n := 0
+	for k, v := range writeAnswers(m) {
+		if !strings.HasSuffix(k, " 429") {
+			n += v
+		}
+	}
+	return n
+}
+
+// writeAnswers counts the writes by method and answer: "PATCH 201".
+func writeAnswers(m map[string]float64) map[string]int {
+	out := map[string]int{}
 	for k, v := range m {
 		if !strings.HasPrefix(k, "rest_client_requests_total{") {
 			continue
 		}
 		for _, method := range []string{"POST", "PUT", "PATCH", "DELETE"} {
 			if strings.Contains(k, `method="`+method+`"`) {
-				n += v
+				out[method+" "+label(k, "code")] += int(v)
 			}
 		}
 	}
-	return int(n)
+	return out
+}
+
+// label is the value of a metric sample's label name: `code="201"` → 201.
+func label(sample, name string) string {
+	_, after, ok := strings.Cut(sample, name+`="`)
+	if !ok {
+		return ""
+	}
+	v, _, _ := strings.Cut(after, `"`)
+	return v
+}
+
+// unusualWrites lists the writes answered other than 200 or 201, sorted:
+// what to read when a count of writes is not the one expected.
+func unusualWrites(m map[string]float64) string {
+	var out []string
+	for k, v := range writeAnswers(m) {
+		if !strings.HasSuffix(k, " 200") && !strings.HasSuffix(k, " 201") {
+			out = append(out, fmt.Sprintf("%s ×%d", k, v))
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, ", ")
 }
 
 // scrapeClient asks for uncompressed pages: gzip would cost the measured

@@ -13,7 +13,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/syncloop/syncloop/internal/testenv"
@@ -140,14 +142,17 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	cfg.logf("faults stopped; waiting for convergence")
 	start := time.Now()
-	diff, err := converge(ctx, s.cs, s.world, cfg.Converge)
+	diff, err := converge(ctx, s.cs, s.world.dc, s.world, cfg.Converge, f.supervise)
 	if err != nil {
 		return nil, err
 	}
 	report.Converged = time.Since(start)
-	report.Checked = append(report.Checked, fmt.Sprintf("convergence to the offline render of the final objects and rule within %v: %s", cfg.Converge, orNone(diff)))
+	report.Checked = append(report.Checked, fmt.Sprintf("convergence of children and statuses to the offline render of the final objects and rules within %v: %s", cfg.Converge, orNone(diff)))
 	if len(diff) > 0 {
 		report.Violations = append(report.Violations, fmt.Sprintf("not converged after %v: %s", cfg.Converge, strings.Join(diff, "; ")))
+		for _, l := range s.rs.evidence(diff) {
+			cfg.logf("%s", l)
+		}
 	}
 	s.rs.stop()
 
@@ -219,7 +224,11 @@ func setUp(ctx context.Context, cfg Config, dir string) (_ *stage, err error) {
 	if s.cs, err = kubernetes.NewForConfig(s.env.Config()); err != nil {
 		return nil, err
 	}
-	s.world = newWorld(s.cs, cfg.Seed, filepath.Join(dir, "rules"))
+	dc, err := dynamic.NewForConfig(s.env.Config())
+	if err != nil {
+		return nil, err
+	}
+	s.world = newWorld(s.cs, dc, cfg.Seed, filepath.Join(dir, "rules"))
 	if err := s.world.setUp(ctx); err != nil {
 		return nil, err
 	}
@@ -285,6 +294,7 @@ func (f *faulting) run(ctx context.Context, w *world) error {
 	f.proxy.on.Store(true)
 	defer f.proxy.on.Store(false)
 	end := time.Now().Add(f.cfg.Duration)
+	half := time.Now().Add(f.cfg.Duration / 2)
 	nextFault := time.Now().Add(f.interval())
 	for time.Now().Before(end) {
 		if err := ctx.Err(); err != nil {
@@ -293,18 +303,15 @@ func (f *faulting) run(ctx context.Context, w *world) error {
 		if err := w.step(ctx); err != nil {
 			f.report.Injected["workload-step-failed"]++ // the API server was down: tried again
 		}
-		steppedDown, crashed := f.rs.exitedEarly()
-		for _, name := range crashed {
-			f.report.Violations = append(f.report.Violations, "syncloop exited on its own: "+name+" (see its log)")
+		if err := f.supervise(ctx); err != nil {
+			return err
 		}
-		f.report.SteppedDown += len(steppedDown)
-		for _, name := range append(steppedDown, crashed...) {
-			if err := f.rs.start(ctx, strings.Fields(name)[0]); err != nil {
-				return err
-			}
+		if !half.IsZero() && time.Now().After(half) { // every kind of fault, at least once
+			f.proxy.oweMissing()
+			half = time.Time{}
 		}
 		if time.Now().After(nextFault) {
-			if err := f.processFault(ctx); err != nil {
+			if err := f.processFault(ctx, half.IsZero()); err != nil {
 				return err
 			}
 			nextFault = time.Now().Add(f.interval())
@@ -325,6 +332,25 @@ func (f *faulting) run(ctx context.Context, w *world) error {
 	return nil
 }
 
+// supervise restarts the replicas that exited, as a Deployment would,
+// counting those that stepped down (their Lease not renewed in time) and
+// reporting any other exit as a crash. It is called through the whole
+// campaign, convergence included: a replica may step down after the
+// last fault, when an API server restart outlasts its Lease.
+func (f *faulting) supervise(ctx context.Context) error {
+	steppedDown, crashed := f.rs.exitedEarly()
+	for _, name := range crashed {
+		f.report.Violations = append(f.report.Violations, "syncloop exited on its own: "+name+" (see its log)")
+	}
+	f.report.SteppedDown += len(steppedDown)
+	for _, name := range append(steppedDown, crashed...) {
+		if err := f.rs.start(ctx, strings.Fields(name)[0]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // interval draws the time to the next process fault: uniform around the
 // configured mean.
 func (f *faulting) interval() time.Duration {
@@ -332,9 +358,15 @@ func (f *faulting) interval() time.Duration {
 	return mean/2 + time.Duration(f.rng.Int64N(int64(mean)))
 }
 
-// processFault kills and restarts a replica, or restarts kube-apiserver.
-func (f *faulting) processFault(ctx context.Context) error {
-	switch n := f.rng.IntN(10); {
+// processFault kills and restarts a replica, or restarts kube-apiserver,
+// or (a chance in five) does neither — but for the campaign's second half
+// (late) if it has done neither yet.
+func (f *faulting) processFault(ctx context.Context, late bool) error {
+	n := f.rng.IntN(10)
+	if late && f.report.Injected["sigkill"]+f.report.Injected["apiserver-restart"] == 0 {
+		n = f.rng.IntN(8)
+	}
+	switch {
 	case n < 6:
 		up := f.rs.up()
 		if len(up) == 0 {
@@ -357,13 +389,21 @@ func (f *faulting) processFault(ctx context.Context) error {
 	return nil
 }
 
-// converge waits, up to bound, until the children in the cluster are
-// exactly what the offline render of the final objects and rule wants,
-// and returns what differs if they never are.
-func converge(ctx context.Context, cs kubernetes.Interface, w *world, bound time.Duration) ([]string, error) {
+// converge waits, up to bound, until the children in the cluster and the
+// triggers' statuses are exactly what the offline render of the final
+// objects and rules wants, and returns what differs if they never are;
+// supervise keeps the replicas running meanwhile.
+func converge(ctx context.Context, cs kubernetes.Interface, dc dynamic.Interface, w *world, bound time.Duration, supervise func(context.Context) error) ([]string, error) {
 	var diff []string
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, bound, true, func(ctx context.Context) (bool, error) {
+		if err := supervise(ctx); err != nil {
+			return false, err
+		}
 		list, err := cs.CoreV1().ConfigMaps(workNS).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		talliesNow, err := dc.Resource(tallies).Namespace(workNS).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, nil
 		}
@@ -377,17 +417,50 @@ func converge(ctx context.Context, cs kubernetes.Interface, w *world, bound time
 			}
 			objects = append(objects, cm)
 		}
-		want, err := w.model(ctx, asObjects(objects))
+		all := asObjects(objects)
+		for i := range talliesNow.Items {
+			all = append(all, &talliesNow.Items[i])
+		}
+		want, err := w.modelWithStatus(ctx, all)
 		if err != nil {
 			return false, err
 		}
-		diff = diffChildren(want, children)
+		diff = append(diffChildren(want.children, children), diffStatuses(want.statuses, talliesNow.Items)...)
 		return len(diff) == 0, nil
 	})
 	if err != nil && !wait.Interrupted(err) {
 		return nil, err
 	}
 	return diff, nil
+}
+
+// diffStatuses says how the triggers' statuses differ from what is
+// wanted: each field the rule's status sets, and the Ready condition.
+func diffStatuses(want map[string]map[string]any, triggers []unstructured.Unstructured) []string {
+	var out []string
+	for _, t := range triggers {
+		key := t.GetNamespace() + "/" + t.GetName()
+		st, _ := t.Object["status"].(map[string]any)
+		for k, v := range want[key] {
+			if fmt.Sprint(st[k]) != fmt.Sprint(v) {
+				out = append(out, fmt.Sprintf("%s: status.%s is %v, want %v", key, k, st[k], v))
+			}
+		}
+		if !readyTrue(st) {
+			out = append(out, key+": not Ready")
+		}
+	}
+	return out
+}
+
+func readyTrue(status map[string]any) bool {
+	conds, _ := status["conditions"].([]any)
+	for _, c := range conds {
+		if m, _ := c.(map[string]any); m["type"] == "Ready" {
+			return m["status"] == "True"
+		}
+	}
+	return false
 }
 
 // diffChildren says how the children differ from what is wanted.

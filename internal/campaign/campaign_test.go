@@ -23,6 +23,7 @@ func buildSyncloop(t *testing.T) string {
 
 // seed is the campaign's seed: $CAMPAIGN_SEED to replay one, else fixed,
 // so that the suite's runs are the same campaign every time.
+// $CAMPAIGN_KEEP keeps each campaign's logs and audit log there.
 func seed(t *testing.T, fixed uint64) uint64 {
 	if s := os.Getenv("CAMPAIGN_SEED"); s != "" {
 		v, err := strconv.ParseUint(s, 10, 64)
@@ -37,7 +38,8 @@ func seed(t *testing.T, fixed uint64) uint64 {
 // TestCampaign is the short seeded campaign of every test run: each
 // topology for 25 s of faults (make robustness runs them for 30 minutes
 // with new seeds). Every invariant must hold, and faults must have been
-// injected of every kind the campaign knows.
+// injected of every kind the campaign knows (it owes, at half time, the
+// kinds it has not drawn yet).
 func TestCampaign(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts control planes and syncloop processes")
@@ -48,8 +50,12 @@ func TestCampaign(t *testing.T) {
 	bin := buildSyncloop(t)
 	for i, topology := range []string{Single, Leader, Sharded} {
 		t.Run(topology, func(t *testing.T) {
-			r, err := Run(t.Context(), Config{Seed: seed(t, uint64(48+i)), Topology: topology, Duration: 25 * time.Second,
-				Binary: bin, ProcessFaultEvery: 6 * time.Second, Log: testWriter{t}})
+			cfg := Config{Seed: seed(t, uint64(48+i)), Topology: topology, Duration: 25 * time.Second,
+				Binary: bin, ProcessFaultEvery: 6 * time.Second, Log: testWriter{t}}
+			if keep := os.Getenv("CAMPAIGN_KEEP"); keep != "" { // the logs and the audit log, for a failure
+				cfg.Keep = filepath.Join(keep, topology)
+			}
+			r, err := Run(t.Context(), cfg)
 			if err != nil {
 				t.Fatal(err)
 			}

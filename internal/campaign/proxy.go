@@ -58,9 +58,10 @@ type proxy struct {
 
 	on     atomic.Bool // faults are injected only while on
 	faults Faults
-	mu     sync.Mutex // guards rng and counts
+	mu     sync.Mutex // guards rng, counts and owed
 	rng    *rand.Rand
 	counts map[string]int // by kind of fault; writes: "…/write"
+	owed   map[string]bool
 }
 
 // startProxy starts a proxy to the API server at upstream, serving with
@@ -107,7 +108,9 @@ func (p *proxy) draw(prob float64, kind string, write bool) bool {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.rng.Float64() >= prob {
+	if p.owed[kind] {
+		delete(p.owed, kind)
+	} else if p.rng.Float64() >= prob {
 		return false
 	}
 	p.counts[kind]++
@@ -115,6 +118,23 @@ func (p *proxy) draw(prob float64, kind string, write bool) bool {
 		p.counts[kind+"/write"]++
 	}
 	return true
+}
+
+// oweMissing makes each kind of fault with a probability that has not
+// happened yet happen at the next request it can: a short campaign, or
+// one whose syncloop made few requests, still meets every kind.
+func (p *proxy) oweMissing() {
+	f := p.faults
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.owed = map[string]bool{}
+	for kind, prob := range map[string]float64{"reset-before": f.ResetBefore, "reset-after": f.ResetAfter,
+		"server-error": f.ServerError, "too-many-requests": f.TooMany, "latency": f.Latency,
+		"watch-cut": f.WatchCut, "watch-gone": f.WatchGone} {
+		if prob > 0 && p.counts[kind] == 0 {
+			p.owed[kind] = true
+		}
+	}
 }
 
 // duration draws a duration up to max.

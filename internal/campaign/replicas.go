@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"syscall"
@@ -86,7 +87,7 @@ func (rs *replicas) start(ctx context.Context, name string) error {
 	if err := testenv.WriteKubeconfig(kubeconfig, cfg, incarnation); err != nil {
 		return err
 	}
-	args := []string{"run", "-f", rs.rulesDir, "--kubeconfig", kubeconfig, "--metrics-bind-address", "0", "--health-probe-bind-address", "0",
+	args := []string{"run", "-f", rs.rulesDir, "--kubeconfig", kubeconfig, "--metrics-bind-address", "0", "--health-probe-bind-address", "0", "-v=2",
 		"--leader-elect-namespace", identities, "--leader-elect-id", "campaign", "--leader-elect-identity", incarnation}
 	switch rs.topology {
 	case Leader:
@@ -178,3 +179,45 @@ func (rs *replicas) stop() {
 		delete(rs.running, name)
 	}
 }
+
+// evidence is, for a campaign that did not converge, what the replicas'
+// logs say of what differs (diff): of each incarnation, the last lines
+// that name one of the objects, or tell of the shard group, Leases or
+// watches ended — which replica held the object, and whether it saw it.
+func (rs *replicas) evidence(diff []string) []string {
+	names := map[string]bool{}
+	for _, d := range diff {
+		for _, m := range diffNames.FindAllStringSubmatch(d, -1) {
+			names[m[1]+m[2]] = true
+		}
+	}
+	logs, _ := filepath.Glob(filepath.Join(rs.logDir, "*.log"))
+	var out []string
+	for _, path := range logs {
+		data, _ := os.ReadFile(path)
+		var lines []string
+		for _, l := range strings.Split(string(data), "\n") {
+			keep := strings.Contains(l, "hard") || strings.Contains(l, "Lease") || strings.Contains(l, "Watch ended")
+			for n := range names {
+				keep = keep || strings.Contains(l, n)
+			}
+			if keep {
+				lines = append(lines, l)
+			}
+		}
+		if len(lines) > evidenceLines {
+			lines = lines[len(lines)-evidenceLines:]
+		}
+		for _, l := range lines {
+			out = append(out, filepath.Base(path)+": "+l)
+		}
+	}
+	return out
+}
+
+// evidenceLines bounds the lines evidence takes of one log.
+const evidenceLines = 25
+
+// diffNames finds the objects a convergence difference names: a
+// trigger's "campaign/y1:" or a child's "tally-y1-a".
+var diffNames = regexp.MustCompile(`(?:campaign/)([a-z0-9]+)|(?:^|; |\b)([a-z]+-[a-z0-9]+-[a-z0-9]+)\b`)

@@ -15,7 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/syncloop/syncloop/rules"
@@ -56,8 +58,38 @@ spec:
           gen: "%d"
   rollout: {strategy: Immediate}
   resyncPeriod: 20s
-`, workNS, gen)
+---
+apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: tally}
+spec:
+  api:
+    apiVersion: campaign.syncloop.dev/v1
+    kind: Tally
+    spec:
+      parts: "[]string"
+      note: string | default="none"
+  resources:
+    - id: part
+      forEach: "object.spec.?parts.orValue([])"
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "tally-${object.metadata.name}-${item}"}
+        data: {note: "${object.spec.note}", gen: "%d"}
+  status:
+    parts: ${size(children.part)}
+    note: ${object.spec.note}
+  rollout: {strategy: Immediate}
+  resyncPeriod: 20s
+`, workNS, gen, gen)
 }
+
+// tallies are the Tally objects the second rule serves (it defines the
+// kind): triggers whose status syncloop writes.
+var tallies = schema.GroupVersionResource{Group: "campaign.syncloop.dev", Version: "v1", Resource: "tallies"}
+
+var tallyNames = []string{"y0", "y1", "y2", "y3", "y4", "y5"}
 
 // A broken version of the rule file: it does not load, and the version in
 // force stays.
@@ -83,12 +115,14 @@ var (
 // talks to the API server directly, never through the fault proxy.
 type world struct {
 	cs       kubernetes.Interface
+	dc       dynamic.Interface
 	rng      *rand.Rand
 	rulesDir string
 
 	gen      int  // the generation of the rule in force (its last valid version)
 	broken   bool // the file holds a broken version now
 	triggers map[string]*corev1.ConfigMap
+	tallies  map[string]*unstructured.Unstructured
 	source   *corev1.ConfigMap
 	foreign  map[string]*foreignObject // by name
 	drifted  []drift
@@ -122,9 +156,10 @@ type desiredChild struct {
 	data     map[string]any
 }
 
-func newWorld(cs kubernetes.Interface, seed uint64, rulesDir string) *world {
-	return &world{cs: cs, rng: rand.New(rand.NewPCG(seed^0x5bd1e995, seed)), rulesDir: rulesDir, gen: 1,
-		triggers: map[string]*corev1.ConfigMap{}, foreign: map[string]*foreignObject{}, ops: map[string]int{}}
+func newWorld(cs kubernetes.Interface, dc dynamic.Interface, seed uint64, rulesDir string) *world {
+	return &world{cs: cs, dc: dc, rng: rand.New(rand.NewPCG(seed^0x5bd1e995, seed)), rulesDir: rulesDir, gen: 1,
+		triggers: map[string]*corev1.ConfigMap{}, tallies: map[string]*unstructured.Unstructured{},
+		foreign: map[string]*foreignObject{}, ops: map[string]int{}}
 }
 
 // setUp writes the rule file and the namespace.
@@ -166,6 +201,7 @@ func (w *world) step(ctx context.Context) error {
 		{"drift-child", 3, w.driftChild},
 		{"place-foreign", 2, w.placeForeign},
 		{"remove-foreign", 1, w.removeForeign},
+		{"change-tally", 4, w.changeTally},
 	}
 	total := 0
 	for _, k := range kinds {
@@ -406,6 +442,55 @@ func (w *world) removeForeign(ctx context.Context) error {
 	return nil
 }
 
+// changeTally creates, changes or deletes a Tally. Until syncloop has
+// made the kind's CRD, it fails as a step does when the API server is
+// down.
+func (w *world) changeTally(ctx context.Context) error {
+	name := w.pick(tallyNames)
+	client := w.dc.Resource(tallies).Namespace(workNS)
+	t := w.tallies[name]
+	if t != nil && w.rng.IntN(3) == 0 {
+		if err := client.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		delete(w.tallies, name)
+		return nil
+	}
+	var parts []any
+	for _, it := range strings.Split(w.someItems(), ",") {
+		if it != "" {
+			parts = append(parts, it)
+		}
+	}
+	spec := map[string]any{"parts": parts}
+	if w.rng.IntN(2) == 0 {
+		spec["note"] = fmt.Sprint("n", w.rng.IntN(100))
+	}
+	var made *unstructured.Unstructured
+	var err error
+	if t == nil {
+		t = &unstructured.Unstructured{Object: map[string]any{"apiVersion": tallies.GroupVersion().String(), "kind": "Tally",
+			"metadata": map[string]any{"name": name, "namespace": workNS}}}
+		t.Object["spec"] = spec
+		made, err = client.Create(ctx, t, metav1.CreateOptions{})
+	} else {
+		t = t.DeepCopy()
+		t.Object["spec"] = spec
+		made, err = client.Update(ctx, t, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) { // its status changed: take the fresh one
+			if fresh, gerr := client.Get(ctx, name, metav1.GetOptions{}); gerr == nil {
+				fresh.Object["spec"] = spec
+				made, err = client.Update(ctx, fresh, metav1.UpdateOptions{})
+			}
+		}
+	}
+	if err != nil {
+		return err
+	}
+	w.tallies[name] = made
+	return nil
+}
+
 // record appends what the rule wants now to the history, as from at.
 func (w *world) record(at time.Time) error {
 	desired, err := w.model(context.Background(), w.objects())
@@ -432,7 +517,13 @@ func (w *world) objects() []*unstructured.Unstructured {
 				Labels: map[string]string{"owner": "someone-else"}}})
 		}
 	}
-	return asObjects(cms)
+	out := asObjects(cms)
+	for _, name := range tallyNames {
+		if t := w.tallies[name]; t != nil {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 func asObjects(cms []*corev1.ConfigMap) []*unstructured.Unstructured {
@@ -450,10 +541,25 @@ func asObjects(cms []*corev1.ConfigMap) []*unstructured.Unstructured {
 	return out
 }
 
-// model is what the rule in force wants of objects: `syncloop render`'s
+// model is what the rules in force want of objects: `syncloop render`'s
 // answer, the children by name (those an object of someone else's holds
 // the name of are not wanted: conflicts).
 func (w *world) model(ctx context.Context, objects []*unstructured.Unstructured) (map[string]desiredChild, error) {
+	m, err := w.modelWithStatus(ctx, objects)
+	if err != nil {
+		return nil, err
+	}
+	return m.children, nil
+}
+
+// modelled is the model's answer: the children by name, and the status
+// of each trigger whose rule has one, by namespace/name.
+type modelled struct {
+	children map[string]desiredChild
+	statuses map[string]map[string]any
+}
+
+func (w *world) modelWithStatus(ctx context.Context, objects []*unstructured.Unstructured) (*modelled, error) {
 	l, err := rules.NewLoader(expr.Options{})
 	if err != nil {
 		return nil, err
@@ -470,7 +576,7 @@ func (w *world) model(ctx context.Context, objects []*unstructured.Unstructured)
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]desiredChild{}
+	out := &modelled{children: map[string]desiredChild{}, statuses: map[string]map[string]any{}}
 	for _, r := range report.Results {
 		if r.Error != "" {
 			return nil, fmt.Errorf("the model: trigger %s: %s", r.Trigger.Name, r.Error)
@@ -478,7 +584,10 @@ func (w *world) model(ctx context.Context, objects []*unstructured.Unstructured)
 		for _, c := range r.Children {
 			u := &unstructured.Unstructured{Object: c}
 			data, _ := c["data"].(map[string]any)
-			out[u.GetName()] = desiredChild{ownerUID: u.GetLabels()[rules.LabelOwnerUID], data: data}
+			out.children[u.GetName()] = desiredChild{ownerUID: u.GetLabels()[rules.LabelOwnerUID], data: data}
+		}
+		if r.Status != nil {
+			out.statuses[r.Trigger.Namespace+"/"+r.Trigger.Name] = r.Status
 		}
 	}
 	return out, nil

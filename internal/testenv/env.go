@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -377,6 +378,11 @@ func FreeAddress() (string, error) {
 }
 
 // freePorts returns n distinct loopback ports that were free a moment ago.
+// They are drawn below Linux's ephemeral range (32768 and up by default):
+// a port the kernel hands out — to a listener on port 0, or to an
+// outgoing connection, of which the control plane makes many — can be
+// taken between this check and the caller's listen, and was: "bind:
+// address already in use" for a probe address in CI.
 func freePorts(n int) ([]int, error) {
 	var ports []int
 	var ls []net.Listener
@@ -385,9 +391,16 @@ func freePorts(n int) ([]int, error) {
 			l.Close()
 		}
 	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for tries := 0; len(ports) < n; tries++ {
+		addr := "127.0.0.1:0"
+		if tries < 100*n {
+			addr = "127.0.0.1:" + strconv.Itoa(20000+mrand.IntN(12000))
+		}
+		l, err := net.Listen("tcp", addr)
 		if err != nil {
+			if tries < 100*n {
+				continue // taken: draw another
+			}
 			return nil, err
 		}
 		ls = append(ls, l)
