@@ -1,13 +1,10 @@
 package rules
 
 import (
-	"encoding/json"
 	"fmt"
 	"maps"
-	"math"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -37,7 +34,8 @@ import (
 var scalarTypes = map[string]string{"string": "string", "integer": "integer", "boolean": "boolean", "number": "number", "float": "number"}
 
 // schemaMarkers are the markers a field's type may carry.
-var schemaMarkers = []string{"required", "default", "description", "enum", "minimum", "maximum", "minLength", "maxLength", "pattern", "immutable"}
+var schemaMarkers = []string{"required", "default", "description", "enum", "minimum", "maximum", "minLength", "maxLength", "pattern",
+	"immutable", "validation", "uniqueItems", "minItems", "maxItems", "listType", "listMapKey"}
 
 // schemaCompiler compiles one kind's simple schema.
 type schemaCompiler struct {
@@ -47,6 +45,9 @@ type schemaCompiler struct {
 	done       map[string]*spec.Schema
 	failed     map[string]bool
 	resolving  []string // named types being compiled: a cycle is an error
+	// requiredTypes are the named types marked required=true: a field
+	// of one is required, as in kro.
+	requiredTypes map[string]bool
 }
 
 // compileAPISchema compiles the simple schema of a kind's spec (specNode,
@@ -55,7 +56,7 @@ type schemaCompiler struct {
 // type is compiled, used or not, so that its mistakes are found.
 func (d *decoder) compileAPISchema(specNode *yaml.Node, specField string, typesNode *yaml.Node, typesField string) *spec.Schema {
 	c := &schemaCompiler{d: d, types: map[string]*yaml.Node{}, typesField: typesField,
-		done: map[string]*spec.Schema{}, failed: map[string]bool{}}
+		done: map[string]*spec.Schema{}, failed: map[string]bool{}, requiredTypes: map[string]bool{}}
 	errsBefore := len(d.errs)
 	if typesNode != nil {
 		c.declareTypes(typesNode)
@@ -175,7 +176,35 @@ func (c *schemaCompiler) object(n *yaml.Node, field string) *spec.Schema {
 	if !ok {
 		return nil
 	}
+	if def := fieldDefaults(s); def != nil {
+		s.Default = def
+	}
 	return s
+}
+
+// fieldDefaults is the default of object s with no required field whose
+// fields have defaults: those defaults (each complete, its own fields'
+// defaults in it), so that an object written without s gets its fields'
+// defaults, as kro gives such an object (its default {} is defaulted by
+// the API server all the same). The API server checks a default as it
+// is, against s's validations: {} would fail one that reads a field. nil
+// when s has a required field (no default fits every object) or no
+// field with a default.
+func fieldDefaults(s *spec.Schema) map[string]any {
+	if len(s.Required) > 0 {
+		return nil
+	}
+	var def map[string]any
+	for name, p := range s.Properties {
+		if p.Default == nil {
+			continue
+		}
+		if def == nil {
+			def = map[string]any{}
+		}
+		def[name] = p.Default
+	}
+	return def
 }
 
 // field compiles one field's type: a mapping (a nested object) or a
@@ -190,10 +219,12 @@ func (c *schemaCompiler) field(v *yaml.Node, field string) (*spec.Schema, bool) 
 		typ, markers, hasMarkers := strings.Cut(v.Value, "|")
 		off := len(typ) - len(strings.TrimLeft(typ, " \t"))
 		s := c.typeOf(v, field, strings.TrimSpace(typ), off, 0)
+		typeRequired := c.requiredTypes[strings.TrimSpace(typ)]
 		if s == nil || !hasMarkers {
-			return s, false
+			return s, typeRequired
 		}
-		return c.markers(v, field, s, markers, len(typ)+1)
+		s, required := c.markers(v, field, s, markers, len(typ)+1)
+		return s, required || typeRequired
 	}
 	c.d.errorf(v, field, `must be a type such as "string | required=true", or a mapping of fields, not %s`, kindName(v))
 	return nil, false
@@ -282,10 +313,7 @@ func (c *schemaCompiler) named(name string, v *yaml.Node, off int) *spec.Schema 
 	c.resolving = append(c.resolving, name)
 	s, required := c.field(c.types[name], JoinField(c.typesField, name))
 	c.resolving = c.resolving[:len(c.resolving)-1]
-	if required {
-		c.d.errorf(resolve(c.types[name]), JoinField(c.typesField, name), "a named type cannot be required: mark the fields of its type required=true")
-		s = nil
-	}
+	c.requiredTypes[name] = required
 	if s == nil {
 		c.failed[name] = true
 		return nil
@@ -293,383 +321,4 @@ func (c *schemaCompiler) named(name string, v *yaml.Node, off int) *spec.Schema 
 	c.done[name] = s
 	cp := *s
 	return &cp
-}
-
-// marker is one key=value of a field's type, and where its value is.
-type marker struct {
-	key, value string
-	keyOff     int // byte offsets in the field's string
-	valueOff   int
-}
-
-// parseMarkers splits src, at byte base of v's value, into markers:
-// key=value separated by spaces, a value in double quotes when it holds
-// spaces (\" and \\ escape inside).
-func (c *schemaCompiler) parseMarkers(v *yaml.Node, field, src string, base int) ([]marker, bool) {
-	var out []marker
-	for i := 0; i < len(src); {
-		if src[i] == ' ' || src[i] == '\t' {
-			i++
-			continue
-		}
-		m := marker{keyOff: base + i}
-		eq := strings.IndexByte(src[i:], '=')
-		sp := strings.IndexAny(src[i:], " \t")
-		if eq < 0 || (sp >= 0 && sp < eq) {
-			end := len(src)
-			if sp >= 0 {
-				end = i + sp
-			}
-			c.d.errorAt(c.d.offsetPos(v, m.keyOff), field, "marker %q has no value: markers are key=value (%s)", src[i:end], strings.Join(schemaMarkers, ", "))
-			return nil, false
-		}
-		m.key = src[i : i+eq]
-		i += eq + 1
-		m.valueOff = base + i
-		if i < len(src) && src[i] == '"' {
-			val, n, ok := unquoteMarker(src[i:])
-			if !ok {
-				c.d.errorAt(c.d.offsetPos(v, m.valueOff), field, "marker %s: the quoted value does not end", m.key)
-				return nil, false
-			}
-			m.value, i = val, i+n
-		} else {
-			end := strings.IndexAny(src[i:], " \t")
-			if end < 0 {
-				end = len(src) - i
-			}
-			m.value, i = src[i:i+end], i+end
-		}
-		out = append(out, m)
-	}
-	return out, true
-}
-
-// unquoteMarker reads a double-quoted value at the start of s and returns
-// it and how many bytes it took.
-func unquoteMarker(s string) (string, int, bool) {
-	var b strings.Builder
-	for i := 1; i < len(s); i++ {
-		switch s[i] {
-		case '\\':
-			if i+1 < len(s) {
-				i++
-				b.WriteByte(s[i])
-			}
-		case '"':
-			return b.String(), i + 1, true
-		default:
-			b.WriteByte(s[i])
-		}
-	}
-	return "", 0, false
-}
-
-// markers applies the markers of src (at byte base of v's value) to s,
-// and reports whether one made the field required.
-func (c *schemaCompiler) markers(v *yaml.Node, field string, s *spec.Schema, src string, base int) (*spec.Schema, bool) {
-	ms, ok := c.parseMarkers(v, field, src, base)
-	if !ok {
-		return nil, false
-	}
-	byKey := map[string]marker{}
-	for _, m := range ms {
-		switch {
-		case !slices.Contains(schemaMarkers, m.key):
-			c.d.errorAt(c.d.offsetPos(v, m.keyOff), field, "unknown marker %q (markers: %s)", m.key, strings.Join(schemaMarkers, ", "))
-			return nil, false
-		case byKey[m.key].key != "":
-			c.d.errorAt(c.d.offsetPos(v, m.keyOff), field, "marker %s given twice", m.key)
-			return nil, false
-		}
-		byKey[m.key] = m
-	}
-	fail := func(m marker, format string, args ...any) (*spec.Schema, bool) {
-		c.d.errorAt(c.d.offsetPos(v, m.valueOff), field, "marker %s: "+format, append([]any{m.key}, args...)...)
-		return nil, false
-	}
-	required := false
-	// In this order: the default is checked against the others.
-	for _, key := range []string{"required", "description", "immutable", "enum", "minimum", "maximum", "minLength", "maxLength", "pattern", "default"} {
-		m, ok := byKey[key]
-		if !ok {
-			continue
-		}
-		var err error
-		switch key {
-		case "required":
-			var v any
-			v, err = scalarValue("boolean", m.value)
-			required = err == nil && v.(bool)
-		case "description":
-			s.Description = m.value
-		case "immutable":
-			var v any
-			if v, err = scalarValue("boolean", m.value); err == nil && v.(bool) {
-				addValidation(s, "self == oldSelf", "is immutable")
-			}
-		default:
-			err = constrain(s, key, m.value)
-		}
-		if err != nil {
-			return fail(m, "%v", err)
-		}
-	}
-	if lo, hi := byKey["minimum"], byKey["maximum"]; s.Minimum != nil && s.Maximum != nil && *s.Minimum > *s.Maximum {
-		return fail(hi, "%s is less than the minimum %s", hi.value, lo.value)
-	}
-	if lo, hi := byKey["minLength"], byKey["maxLength"]; s.MinLength != nil && s.MaxLength != nil && *s.MinLength > *s.MaxLength {
-		return fail(hi, "%s is less than minLength %s", hi.value, lo.value)
-	}
-	return s, required
-}
-
-// addValidation adds a CEL rule (x-kubernetes-validations) to s, without
-// changing the extensions s may share with a named type.
-func addValidation(s *spec.Schema, rule, message string) {
-	ext := spec.Extensions{}
-	for k, v := range s.Extensions {
-		ext[k] = v
-	}
-	rules, _ := ext["x-kubernetes-validations"].([]any)
-	ext["x-kubernetes-validations"] = append(slices.Clone(rules), map[string]any{"rule": rule, "message": message})
-	s.Extensions = ext
-}
-
-// constrain applies one value marker (enum, a bound, a pattern, default)
-// to s, checking it fits s's type.
-func constrain(s *spec.Schema, key, value string) error {
-	typ := s.Type[0]
-	numeric := typ == "integer" || typ == "number"
-	switch key {
-	case "enum":
-		if typ != "string" && !numeric {
-			return fmt.Errorf("only strings and numbers take an enum, this is %s", describeType(s))
-		}
-		for _, e := range strings.Split(value, ",") {
-			v, err := scalarValue(typ, strings.TrimSpace(e))
-			if err != nil {
-				return err
-			}
-			if slices.Contains(s.Enum, v) {
-				return fmt.Errorf("%v is listed twice", v)
-			}
-			s.Enum = append(s.Enum, v)
-		}
-	case "minimum", "maximum":
-		if !numeric {
-			return fmt.Errorf("only numbers take a %s, this is %s", key, describeType(s))
-		}
-		v, err := scalarValue(typ, value)
-		if err != nil {
-			return err
-		}
-		f := toFloat(v)
-		if key == "minimum" {
-			s.Minimum = &f
-		} else {
-			s.Maximum = &f
-		}
-	case "minLength", "maxLength":
-		if typ != "string" {
-			return fmt.Errorf("only strings take a %s, this is %s", key, describeType(s))
-		}
-		n, err := strconv.ParseInt(value, 10, 64)
-		if err != nil || n < 0 {
-			return fmt.Errorf("%q is not a length (an integer, 0 or more)", value)
-		}
-		if key == "minLength" {
-			s.MinLength = &n
-		} else {
-			s.MaxLength = &n
-		}
-	case "pattern":
-		if typ != "string" {
-			return fmt.Errorf("only strings take a pattern, this is %s", describeType(s))
-		}
-		if _, err := regexp.Compile(value); err != nil {
-			return fmt.Errorf("%q is not a regular expression: %v", value, err)
-		}
-		s.Pattern = value
-	case "default":
-		v, err := defaultValue(s, value)
-		if err != nil {
-			return err
-		}
-		s.Default = v
-	}
-	return nil
-}
-
-// scalarValue parses a marker's value as a value of scalar type typ.
-func scalarValue(typ, value string) (any, error) {
-	switch typ {
-	case "string":
-		return value, nil
-	case "integer":
-		v, err := strconv.ParseInt(value, 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("%q is not an integer", value)
-		}
-		return v, nil
-	case "number":
-		v, err := strconv.ParseFloat(value, 64)
-		if err != nil {
-			return nil, fmt.Errorf("%q is not a number", value)
-		}
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			// ParseFloat reads NaN, Inf and Infinity; JSON, and so a
-			// CRD, cannot hold them.
-			return nil, fmt.Errorf("%q is not a finite number", value)
-		}
-		return v, nil
-	case "boolean":
-		v, err := strconv.ParseBool(value)
-		if err != nil {
-			return nil, fmt.Errorf("%q is not true or false", value)
-		}
-		return v, nil
-	}
-	return nil, fmt.Errorf("internal: %s is not a scalar type", typ)
-}
-
-// defaultValue parses a default for s: a scalar as its type reads it, an
-// array, map or object in JSON; it must fit s's type and constraints.
-func defaultValue(s *spec.Schema, value string) (any, error) {
-	var v any
-	if typ := s.Type[0]; typ == "array" || typ == "object" {
-		if err := json.Unmarshal([]byte(value), &v); err != nil {
-			return nil, fmt.Errorf("the default of %s is JSON: %q is not", describeType(s), value)
-		}
-	} else {
-		var err error
-		if v, err = scalarValue(typ, value); err != nil {
-			return nil, err
-		}
-	}
-	if err := conforms(s, v, ""); err != nil {
-		return nil, fmt.Errorf("default %s: %v", value, err)
-	}
-	return v, nil
-}
-
-// conforms reports why v does not fit s (at path, for the message).
-func conforms(s *spec.Schema, v any, path string) error {
-	at := func(format string, args ...any) error {
-		if path != "" {
-			format = path + ": " + format
-		}
-		return fmt.Errorf(format, args...)
-	}
-	switch typ := s.Type[0]; typ {
-	case "object":
-		m, ok := v.(map[string]any)
-		if !ok {
-			return at("want an object, not %s", jsonKind(v))
-		}
-		for k, e := range m {
-			fs, known := s.Properties[k]
-			switch {
-			case known:
-			case s.AdditionalProperties != nil && s.AdditionalProperties.Schema != nil:
-				fs = *s.AdditionalProperties.Schema
-			case s.Extensions["x-kubernetes-preserve-unknown-fields"] == true:
-				continue
-			default:
-				return at("unknown field %q", k)
-			}
-			if err := conforms(&fs, e, JoinField(path, k)); err != nil {
-				return err
-			}
-		}
-	case "array":
-		l, ok := v.([]any)
-		if !ok {
-			return at("want a list, not %s", jsonKind(v))
-		}
-		for i, e := range l {
-			if err := conforms(s.Items.Schema, e, fmt.Sprintf("%s[%d]", path, i)); err != nil {
-				return err
-			}
-		}
-	default:
-		return conformsScalar(s, typ, v, at)
-	}
-	return nil
-}
-
-// conformsScalar is conforms for a string, number or boolean.
-func conformsScalar(s *spec.Schema, typ string, v any, at func(string, ...any) error) error {
-	switch x := v.(type) {
-	case string:
-		if typ != "string" {
-			return at("want %s, not a string", typ)
-		}
-		if (s.MinLength != nil && int64(len(x)) < *s.MinLength) || (s.MaxLength != nil && int64(len(x)) > *s.MaxLength) {
-			return at("%q is not of the length allowed", x)
-		}
-		if s.Pattern != "" && !regexp.MustCompile(s.Pattern).MatchString(x) {
-			return at("%q does not match the pattern %q", x, s.Pattern)
-		}
-	case bool:
-		if typ != "boolean" {
-			return at("want %s, not a boolean", typ)
-		}
-	case int64, float64:
-		f := toFloat(x)
-		switch {
-		case typ == "integer" && f != float64(int64(f)):
-			return at("want an integer, not %v", x)
-		case typ != "integer" && typ != "number":
-			return at("want %s, not a number", typ)
-		case s.Minimum != nil && f < *s.Minimum, s.Maximum != nil && f > *s.Maximum:
-			return at("%v is out of the range allowed", x)
-		}
-	default:
-		return at("want %s, not %s", typ, jsonKind(v))
-	}
-	if len(s.Enum) > 0 && !slices.ContainsFunc(s.Enum, func(e any) bool { return fmt.Sprint(e) == fmt.Sprint(v) }) {
-		return at("%v is not one of the enum (%v)", v, s.Enum)
-	}
-	return nil
-}
-
-func toFloat(v any) float64 {
-	switch x := v.(type) {
-	case int64:
-		return float64(x)
-	case float64:
-		return x
-	}
-	return 0
-}
-
-// describeType names s's type for messages.
-func describeType(s *spec.Schema) string {
-	switch {
-	case s.Type[0] == "array":
-		return "a list"
-	case s.AdditionalProperties != nil:
-		return "a map"
-	case s.Type[0] == "object":
-		return "an object"
-	}
-	return "a " + s.Type[0]
-}
-
-// jsonKind names the JSON kind of v for messages.
-func jsonKind(v any) string {
-	switch v.(type) {
-	case nil:
-		return "null"
-	case map[string]any:
-		return "an object"
-	case []any:
-		return "a list"
-	case string:
-		return "a string"
-	case bool:
-		return "a boolean"
-	}
-	return "a number"
 }

@@ -4,10 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
-	"regexp"
-	"slices"
-	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -15,14 +11,12 @@ import (
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
 	apicel "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel"
-	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel/model"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/defaulting"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
-	"k8s.io/apiserver/pkg/cel/environment"
 	"k8s.io/kube-openapi/pkg/validation/spec"
 
 	"github.com/syncloop/syncloop/rules/expr"
@@ -31,10 +25,6 @@ import (
 // FieldManagerCRD is the field manager syncloop applies the CRDs of API
 // rules with.
 const FieldManagerCRD = FieldManagerPrefix + "crds"
-
-// staticCostLimit is the estimated cost the API server allows one
-// x-kubernetes-validations rule (apiextensions' StaticEstimatedCostLimit).
-const staticCostLimit = 10_000_000
 
 // CRD is the CustomResourceDefinition of the kind the rule defines
 // (spec.api), as syncloop applies it: one version, served and stored, the
@@ -289,95 +279,46 @@ func (d *decoder) checkAPI(a *API, validations []*yaml.Node) {
 	a.defaults = func(obj map[string]any) { defaulting.Default(obj, st) }
 	spec := st.Properties["spec"]
 	errsBefore := len(d.errs)
-	d.compileValidations(a, &spec, "spec", validations)
-	if a.specDefault != nil && len(d.errs) == errsBefore {
-		d.checkSpecDefault(a, &spec)
+	d.checkValidations(a, &spec, validations)
+	if len(d.errs) == errsBefore {
+		d.checkDefaults(a, &spec, "spec")
 	}
 }
 
-// checkSpecDefault checks the default of a spec with no required field
-// (its fields' defaults) against its validations, as the API server does
-// when the CRD is applied: an object written without a spec must pass.
-func (d *decoder) checkSpecDefault(a *API, spec *structuralschema.Structural) {
-	v := apicel.NewValidator(spec, false, celconfig.PerCallLimit)
-	if v == nil {
-		return
+// checkDefaults checks each default in s (at path) against the
+// validations of its schema, as the API server does when the CRD is
+// applied (each default as it is, not defaulted further): the spec's
+// default is what an object written without a spec gets.
+func (d *decoder) checkDefaults(a *API, s *structuralschema.Structural, path string) {
+	def := s.Default.Object
+	if path == "spec" {
+		def = nil // spec's own is root's, and nil: a spec is required
+		if a.specDefault != nil {
+			def = a.specDefault
+		}
 	}
-	errs, _ := v.Validate(context.Background(), field.NewPath("spec"), spec, runtime.DeepCopyJSON(a.specDefault), nil, celconfig.RuntimeCELCostBudget)
-	for _, e := range errs {
-		d.errorAt(a.FieldPos("spec"), "spec.api.spec", "an object written without a spec gets %s, its fields' defaults, which the API server refuses: %s: %s (give the fields defaults that pass, or make one required)",
-			jsonOf(a.specDefault), e.Field, e.Detail)
+	if def != nil {
+		if v := apicel.NewValidator(s, false, celconfig.PerCallLimit); v != nil {
+			errs, _ := v.Validate(context.Background(), field.NewPath(path), s, runtime.DeepCopyJSONValue(def), nil, celconfig.RuntimeCELCostBudget)
+			for _, e := range errs {
+				if path == "spec" {
+					d.errorAt(a.FieldPos("spec"), "spec.api.spec", "an object written without a spec gets %s, its fields' defaults, which the API server refuses: %s: %s (give the fields defaults that pass, or make one required)",
+						jsonOf(def), e.Field, e.Detail)
+				} else {
+					d.errorAt(a.FieldPos(path), "spec.api."+path, "the default %s, which the API server refuses: %s: %s (give the fields defaults that pass, or another default)", jsonOf(def), e.Field, e.Detail)
+				}
+			}
+			if len(errs) > 0 {
+				return
+			}
+		}
 	}
+	eachChild(s, path, func(c *structuralschema.Structural, at string) { d.checkDefaults(a, c, at) })
 }
 
 func jsonOf(v any) string {
 	data, _ := json.Marshal(v)
 	return string(data)
-}
-
-var celLocation = regexp.MustCompile(`<input>:(\d+):(\d+): `)
-
-// compileValidations compiles the x-kubernetes-validations of s, at path
-// in the object, and of its fields.
-func (d *decoder) compileValidations(a *API, s *structuralschema.Structural, path string, validations []*yaml.Node) {
-	if len(s.XValidations) > 0 {
-		results, err := apicel.Compile(s, model.SchemaDeclType(s, false), celconfig.PerCallLimit,
-			environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()), apicel.NewExpressionsEnvLoader())
-		if err != nil {
-			d.errorAt(a.FieldPos(path), "spec.api", "%s: the validations do not compile: %v", path, err)
-			return
-		}
-		for i, res := range results {
-			// The spec's own are spec.api.validations; others are markers.
-			var node *yaml.Node
-			field := "spec.api." + path
-			if path == "spec" && i < len(validations) {
-				node, field = validations[i], fmt.Sprintf("spec.api.validations[%d].rule", i)
-			}
-			at := func(detail string) Pos {
-				if node == nil {
-					return a.FieldPos(path)
-				}
-				p := d.pos(node)
-				if m := celLocation.FindStringSubmatch(detail); m != nil {
-					line, _ := strconv.Atoi(m[1])
-					col, _ := strconv.Atoi(m[2])
-					if line == 1 {
-						p = d.offsetPos(node, col)
-					}
-				}
-				return p
-			}
-			switch {
-			case res.Error != nil:
-				d.errorAt(at(res.Error.Detail), field, "%s", celDetail(res.Error.Detail))
-			case res.MessageExpressionError != nil:
-				d.errorAt(at(""), strings.TrimSuffix(field, ".rule")+".messageExpression", "%s", celDetail(res.MessageExpressionError.Detail))
-			case res.MaxCost > 0 && res.MaxCardinality > 0 && res.MaxCost > staticCostLimit/res.MaxCardinality:
-				d.errorAt(at(""), field, "the rule may cost more than the API server allows one rule (%d): bound the lists and strings it reads with maxItems or maxLength", staticCostLimit)
-			}
-		}
-	}
-	for _, name := range slices.Sorted(maps.Keys(s.Properties)) {
-		p := s.Properties[name]
-		d.compileValidations(a, &p, path+"."+name, nil)
-	}
-	if s.Items != nil {
-		d.compileValidations(a, s.Items, path, nil)
-	}
-	if s.AdditionalProperties != nil && s.AdditionalProperties.Structural != nil {
-		d.compileValidations(a, s.AdditionalProperties.Structural, path, nil)
-	}
-}
-
-// celDetail is the API server's compile error, its "<input>:1:5:" and
-// source excerpt dropped: the error's position says where.
-func celDetail(detail string) string {
-	detail = celLocation.ReplaceAllString(detail, "")
-	if i := strings.Index(detail, "\n"); i >= 0 {
-		detail = detail[:i]
-	}
-	return strings.TrimPrefix(strings.TrimPrefix(detail, "compilation failed: "), "ERROR: ")
 }
 
 // Defines reports whether a and b define the same kind (group and kind)
