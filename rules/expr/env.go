@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -69,7 +70,7 @@ func NewCompiler(opts Options) (*Compiler, error) {
 		c.costLimit = DefaultCostLimit
 	}
 	var err error
-	if c.lib, err = cel.NewEnv(append(libraries(), guardedCalls(c.costLimit)...)...); err != nil {
+	if c.lib, err = cel.NewEnv(slices.Concat(libraries(), guardedCalls(c.costLimit), kroLibrary(c.costLimit))...); err != nil {
 		return nil, fmt.Errorf("building CEL environment: %w", err)
 	}
 	base, err := c.lib.Extend(
@@ -322,6 +323,7 @@ func (c *Compiler) Compile(src string, scope Scope, want Result) (*Program, erro
 	prog, err := env.Program(checked,
 		// The Kubernetes functions' runtime costs, as the API server counts them.
 		cel.CostTracking(&library.CostEstimator{}),
+		kroCosts(), // kro's functions', by the work they do
 		cel.CostLimit(c.costLimit),
 		cel.InterruptCheckFrequency(100),
 	)
