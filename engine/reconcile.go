@@ -104,7 +104,7 @@ func (rc *reconciler) sync(ctx context.Context, key cache.ObjectName) (rd *rende
 	defer rc.out.reconciled(trigger, ch)
 
 	lk := &cacheLookuper{rc: rc, trigger: key}
-	ap := &applier{rc: rc, ch: ch, trigger: trigger, key: key,
+	ap := &applier{rc: rc, ch: ch, trigger: trigger, key: key, owner: owner,
 		desired: map[childRef]bool{}, patched: map[childRef]bool{}, patchKeys: map[depKey]bool{}}
 	rd, err = render.Rule(ctx, rc.rule, trigger, rc.mapper, lk, ap)
 	// What the render read, even when it failed: a source created or
@@ -172,6 +172,7 @@ type applier struct {
 	ch        *changes
 	trigger   *unstructured.Unstructured
 	key       cache.ObjectName
+	owner     string            // the trigger, as its children's owner annotation says
 	desired   map[childRef]bool // owned children rendered
 	patched   map[childRef]bool // objects patched
 	patchKeys map[depKey]bool
@@ -209,6 +210,25 @@ func (a *applier) Apply(ctx context.Context, child render.Child) (map[string]any
 		a.errs = append(a.errs, err)
 	}
 	return out, err
+}
+
+// Observed implements render.Observer: the child as the caches hold it,
+// if it is this trigger's child of this rule.
+func (a *applier) Observed(child render.Child) map[string]any {
+	ref := refOf(child.Object)
+	ck := a.rc.w.children[ref.gvk]
+	if ck.sub == nil {
+		return nil
+	}
+	obj, ok, _ := ck.sub.Indexer().GetByKey(cacheKey(ref))
+	if !ok {
+		return nil
+	}
+	live := wholeOf(obj)
+	if rules.Label(live, rules.LabelRule) != a.rc.rule.Name || rules.Annotation(live, rules.AnnotationOwner) != a.owner {
+		return nil
+	}
+	return live.Object
 }
 
 // conflicts reports each of the render's conflicts through the writer — a

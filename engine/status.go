@@ -17,7 +17,9 @@ import (
 // condition to the trigger's status subresource, unless the trigger's
 // status already holds them. rd is nil when rendering failed, failure the
 // error of a reconcile that failed: the condition then says
-// ReconcileFailed and the rule's status fields keep the values they have.
+// ReconcileFailed. The rule's status fields are rendered from rd — a
+// child whose apply failed read as it is (render.Observer) — and keep
+// the values they have when there is no rd or they do not render.
 func (rc *reconciler) writeStatus(ctx context.Context, trigger *unstructured.Unstructured, rd *render.Rendered, failure error) error {
 	var rendered map[string]any
 	var cond render.Condition

@@ -97,6 +97,17 @@ type Applier interface {
 	Apply(ctx context.Context, c Child) (map[string]any, error)
 }
 
+// Observer is an Applier that can tell how a child is in the cluster
+// without writing it: the render reads a child whose apply failed as it
+// is, so that the status follows what is there (a collection's size, a
+// field of the child applied before), as kro's does, while the resource
+// is not ready and the resources that read it wait.
+type Observer interface {
+	// Observed is c's object as it is, the trigger's child of this rule,
+	// or nil when there is none.
+	Observed(c Child) map[string]any
+}
+
 // DryRunner is an Applier that may only pretend: in a dry run, children
 // that were not created have none of the fields the server sets, and a
 // template string reading one renders as expr.Unknown, as offline.
@@ -366,6 +377,9 @@ func (w *graphWalk) child(ctx context.Context, res *rules.Resource, st *Resource
 			st.Err = err
 		}
 		w.notReady(st, fmt.Sprintf("%s %s: %v", res.Kind, namespacedName(obj), err))
+		if o, ok := w.ap.(Observer); ok && !c.Patch && !errors.As(err, new(*ConflictError)) {
+			return o.Observed(c), nil // as it is: for the status, not for dependents (they wait)
+		}
 		return nil, nil
 	case live == nil:
 		w.notReady(st, fmt.Sprintf("%s %s does not exist", res.Kind, namespacedName(obj)))
