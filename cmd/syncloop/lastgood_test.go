@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/syncloop/syncloop/rules"
+	"github.com/syncloop/syncloop/rules/expr"
 )
 
 // TestBrokenFileAfterRestart: a syncloop started while a rule file does
@@ -29,22 +31,7 @@ func TestBrokenFileAfterRestart(t *testing.T) {
 	ctx := t.Context()
 	ns := newNamespace(t, cs, "lastgood")
 	dir := t.TempDir()
-	rule := func(suffix string) string {
-		return fmt.Sprintf(`apiVersion: syncloop.dev/v1alpha1
-kind: Rule
-metadata: {name: keep}
-spec:
-  watch: {apiVersion: v1, kind: ConfigMap, namespace: %s, labelSelector: keep}
-  resources:
-    - id: copy
-      template:
-        apiVersion: v1
-        kind: ConfigMap
-        metadata: {name: "${object.metadata.name}-copy"}
-        data: {v: "${object.data.v}%s"}
-  rollout: {strategy: Immediate}
-`, ns, suffix)
-	}
+	rule := func(suffix string) string { return copyRule("keep", ns, "${object.data.v}"+suffix) }
 	gone := fmt.Sprintf(`---
 apiVersion: syncloop.dev/v1alpha1
 kind: Rule
@@ -123,4 +110,93 @@ spec:
 
 	writeFile(t, dir, "keep.yaml", rule("-fixed"))
 	poll("the fixed file's version", copyHolds("2-fixed"))
+}
+
+// TestBrokenFileTakesNewerRevision: a replica that loaded a version of a
+// file, missed the next one another replica loaded and recorded (it was
+// paused, slow to start, or its ConfigMap volume late), and then reads
+// the file broken, runs the newer version the revisions hold — not its
+// own older one — and records nothing: replicas of a sharded group run
+// one version of a rule, and none makes its own the newest over the
+// others' (the fault campaign caught a restarted replica doing so three
+// times a second, its triggers kept at the old version).
+func TestBrokenFileTakesNewerRevision(t *testing.T) {
+	env, cs, _ := clients(t)
+	ctx := t.Context()
+	ns := newNamespace(t, cs, "newer")
+	dir := t.TempDir()
+	rule := func(v string) string { return copyRule("newer", ns, v) }
+	file := writeFile(t, dir, "newer.yaml", rule("old"))
+	_, probes := runInProcess(t, "-f", dir, "--kubeconfig", env.Kubeconfig(), "--leader-elect-namespace", ns)
+	readyz, poll := probing(t, probes, 30*time.Second)
+	if _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "t", Labels: map[string]string{"newer": "yes"}}},
+		metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	copyHolds := func(v string) func() bool {
+		return func() bool {
+			cm, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, "t-copy", metav1.GetOptions{})
+			return err == nil && cm.Data["v"] == v
+		}
+	}
+	poll("the old version's copy", copyHolds("old"))
+	list := func() string {
+		revs, err := cs.AppsV1().ControllerRevisions(ns).List(ctx, metav1.ListOptions{LabelSelector: rules.LabelRule + "=newer"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, cr := range revs.Items {
+			out = append(out, fmt.Sprintf("%s=%d", cr.Annotations[rules.AnnotationRuleHash][:10], cr.Revision))
+		}
+		sort.Strings(out)
+		return strings.Join(out, " ")
+	}
+	poll("the old version's revision", func() bool { return strings.Count(list(), "=") == 1 })
+
+	// The next version, as another replica that loaded it recorded it.
+	l, err := rules.NewLoader(expr.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	newer, err := l.Parse(file, []byte(rule("new")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newer.Rules[0]
+	if _, err := cs.AppsV1().ControllerRevisions(ns).Create(ctx, &appsv1.ControllerRevision{ObjectMeta: metav1.ObjectMeta{Name: "newer-" + r.Hash[:10],
+		Labels:      map[string]string{rules.LabelManagedBy: rules.ManagedByValue, rules.LabelRule: "newer"},
+		Annotations: map[string]string{rules.AnnotationSourceFile: file, rules.AnnotationRuleHash: r.Hash}},
+		Data: runtime.RawExtension{Raw: r.Source}, Revision: 2}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want := list()
+
+	writeFile(t, dir, "newer.yaml", "apiVersion: syncloop.dev/v1alpha1\nkind: Rule\nmetadata: {name: newer\n")
+	poll("/readyz to say the newer version was recovered", func() bool {
+		return strings.Contains(readyz(), "recovered from the rules' revisions")
+	})
+	poll("the newer version's copy", copyHolds("new"))
+	if got := list(); got != want {
+		t.Errorf("revisions %s, want %s: a replica whose file broke records nothing", got, want)
+	}
+}
+
+// copyRule is a rule named name that copies each ConfigMap of ns labelled
+// name to <its name>-copy, with data v: the template v.
+func copyRule(name, ns, v string) string {
+	return fmt.Sprintf(`apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: %[1]s}
+spec:
+  watch: {apiVersion: v1, kind: ConfigMap, namespace: %[2]s, labelSelector: %[1]s}
+  resources:
+    - id: copy
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "${object.metadata.name}-copy"}
+        data: {v: "%[3]s"}
+  rollout: {strategy: Immediate}
+`, name, ns, v)
 }

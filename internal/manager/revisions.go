@@ -83,10 +83,16 @@ func (k *revisionKeeper) name(r *rules.Rule) string {
 
 // keep records the revision of every rule of set and prunes each rule's
 // history to its limit: one LIST, and a write only for a rule whose
-// version in force is not the newest revision already. It then keeps the
-// newest revisions' source files true (sources): unloaded are the files
-// with no version in force. It reports whether a write failed.
-func (k *revisionKeeper) keep(ctx context.Context, set *rules.Set, unloaded map[string]bool) (failed bool) {
+// version in force is not the newest revision already. A rule of a file
+// that does not load (broken: true when its last good version is in
+// force) is not recorded: its version was when it was loaded, and if it
+// is not the newest any more another replica loaded the file's next
+// version (lastGood puts that in force here) — recording it again would
+// make it the newest over theirs, and replicas would take turns at it.
+// Nor is a rule put in force from a revision. It then keeps the newest
+// revisions' source files true (sources). It reports whether a write
+// failed.
+func (k *revisionKeeper) keep(ctx context.Context, set *rules.Set, broken map[string]bool) (failed bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	logger := klog.FromContext(ctx)
@@ -105,11 +111,14 @@ func (k *revisionKeeper) keep(ctx context.Context, set *rules.Set, unloaded map[
 		return failed
 	}
 	for _, r := range set.Rules() {
+		if _, ok := broken[r.Pos.File]; ok || strings.HasPrefix(r.Pos.File, revisionSource) {
+			continue
+		}
 		if err := containRule(logger, k.panicked, r.Name, panicRevisions, func() error { return k.keepOne(ctx, r, byRule[r.Name]) }); err != nil {
 			fail(r, err)
 		}
 	}
-	if err := k.sources(ctx, set, byRule, unloaded); err != nil {
+	if err := k.sources(ctx, set, byRule, broken); err != nil {
 		logger.Error(err, "Recording where the rules in force come from", "namespace", k.store.Namespace())
 	}
 	return failed

@@ -60,19 +60,18 @@ func (f *ruleFiles) inForce(ctx context.Context, set *rules.Set) {
 	}
 	f.keepCRDs(ctx, set)
 	if f.crds.dryRun == nil {
-		f.revisions.keep(ctx, set, unloaded(f.files.get()))
+		f.revisions.keep(ctx, set, broken(f.files.get()))
 		f.announcer.announce(ctx, platformErrors(f.files.get()), set.Len())
 		f.tenants.announce(f.files.get())
 	}
 }
 
-// unloaded are the files among errs with no version in force.
-func unloaded(errs []reload.FileError) map[string]bool {
+// broken are the files among errs, true for those whose last good version
+// is in force.
+func broken(errs []reload.FileError) map[string]bool {
 	out := map[string]bool{}
 	for _, e := range errs {
-		if !e.LastGood {
-			out[e.Path] = true
-		}
+		out[e.Path] = e.LastGood
 	}
 	return out
 }

@@ -593,14 +593,18 @@ func TestLastGoodFromEarlier(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	asked, fail := 0, true
-	src.UseLastGood(func(path string) (*rules.File, error) {
-		asked++
+	asked, fail, keepOwn := 0, true, false
+	var current *rules.File // what the last ask said was in force
+	src.UseLastGood(func(path string, c *rules.File) (*rules.File, error) {
+		asked, current = asked+1, c
 		if path != f {
 			t.Errorf("asked for %s", path)
 		}
 		if fail {
 			return nil, &rules.Retryable{Err: errors.New("the API server is down")}
+		}
+		if c != nil && keepOwn {
+			return c, nil // the revisions know no newer version than this process's
 		}
 		return &rules.File{Path: path, Rules: earlier.Rules}, nil
 	})
@@ -613,15 +617,36 @@ func TestLastGoodFromEarlier(t *testing.T) {
 		t.Fatalf("recovered: %s, retry %v, errors %v; want r=7 from the revisions", workers(st.Set), st.Retry, st.Errors)
 	}
 	src.Load()
-	if asked != 2 {
-		t.Errorf("asked %d times, want twice: once refused, once answered", asked)
+	if asked != 2 || current != nil {
+		t.Errorf("asked %d times (the last with %v in force), want twice with nothing in force: once refused, once answered", asked, current)
 	}
 	write(t, f, doc("r", 8))
 	if st := src.Load(); workers(st.Set) != "r=8" || len(st.Errors) != 0 {
 		t.Errorf("fixed: %s, errors %v", workers(st.Set), st.Errors)
 	}
 	write(t, f, broken)
+	keepOwn = true
 	if st := src.Load(); workers(st.Set) != "r=8" || len(st.Errors) != 1 || st.Errors[0].Recovered || !st.Errors[0].LastGood {
 		t.Errorf("broken again: %s, errors %v; want this process's last good version", workers(st.Set), st.Errors)
 	}
+	if asked != 3 || current == nil || workers(mustSet(t, current)) != "r=8" {
+		t.Errorf("asked %d times, the last with %v in force; want a third ask, with r=8", asked, current)
+	}
+	// Broken otherwise, when the revisions hold a version newer than this
+	// process's (another replica loaded it): theirs runs.
+	write(t, f, broken+"\n# still broken")
+	keepOwn = false
+	if st := src.Load(); workers(st.Set) != "r=7" || len(st.Errors) != 1 || !st.Errors[0].Recovered {
+		t.Errorf("broken, a newer version recorded: %s, errors %v; want r=7 from the revisions", workers(st.Set), st.Errors)
+	}
+}
+
+// mustSet is the set of f's rules.
+func mustSet(t *testing.T, f *rules.File) *rules.Set {
+	t.Helper()
+	set, err := rules.NewSet(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
 }

@@ -31,18 +31,23 @@ type Source struct {
 	held   bool   // this load held an emptied file back (Status.Unsettled)
 
 	tenantFiles func() []TenantFile // UseTenantFiles; nil: none
-	// lastGood recovers the version of a file last in force in an
-	// earlier process (UseLastGood); nil: none.
-	lastGood func(path string) (*rules.File, error)
+	// lastGood is the version of a broken file the rules' revisions say
+	// was last in force (UseLastGood); nil: none.
+	lastGood func(path string, current *rules.File) (*rules.File, error)
 }
 
-// UseLastGood makes fn what a load asks for the last good version of a
-// file that does not load and has none in this process: a syncloop
-// restarted while a file is broken runs what it ran before (the manager
-// recovers it from the rules' revisions) instead of nothing. fn returns
-// nil when it knows of none; an error (the cluster unreadable) is tried
-// again at the next load. Set it before the first Load.
-func (s *Source) UseLastGood(fn func(path string) (*rules.File, error)) { s.lastGood = fn }
+// UseLastGood makes fn what a load asks, once for each broken content of
+// a file, for the file's last good version; current is the version this
+// process has in force (nil: none). A syncloop restarted while a file is
+// broken so runs what ran before instead of nothing, and a replica that
+// loaded an older version than the others did before the file broke
+// runs theirs, not its own (the manager answers from the rules'
+// revisions, which every replica records). fn returns current to keep
+// it, nil when it knows of none; an error (the cluster unreadable) is
+// tried again at the next load. Set it before the first Load.
+func (s *Source) UseLastGood(fn func(path string, current *rules.File) (*rules.File, error)) {
+	s.lastGood = fn
+}
 
 // TenantFile is a rule file a team keeps in its namespace (a key of a
 // ConfigMap there): its rules are the tenant rules of Namespace
@@ -71,10 +76,11 @@ type fileState struct {
 	// write, and a reload that caught that instant would otherwise make
 	// "no rules" the file's last good version.
 	held bool
-	// recovered is true once the last good version of an earlier process
+	// asked is true once the last good version of the broken content
 	// was asked for (UseLastGood), found or not; fromEarlier is what was
-	// found, and recoverErr why it could not be asked (tried again).
-	recovered   bool
+	// put in force from the answer, and recoverErr why it could not be
+	// asked (tried again).
+	asked       bool
 	fromEarlier *rules.File
 	recoverErr  error
 }
@@ -189,21 +195,24 @@ func (s *Source) Load() Status {
 	return st
 }
 
-// recover gives each file that does not load, and has had no version in
-// force in this process, the version an earlier process last ran, once.
+// recover asks, once for each broken content of a file, for the file's
+// last good version (UseLastGood), and puts the answer in force.
 func (s *Source) recover() {
 	if s.lastGood == nil {
 		return
 	}
 	for path, fs := range s.files {
-		if fs.recovered || fs.parsed != nil || fs.inForce != nil || fs.err == nil {
+		if fs.asked || fs.parsed != nil || fs.err == nil {
 			continue
 		}
-		f, err := s.lastGood(path)
+		f, err := s.lastGood(path, fs.inForce)
 		if fs.recoverErr = err; err != nil {
 			continue
 		}
-		fs.recovered, fs.fromEarlier, fs.inForce = true, f, f
+		fs.asked = true
+		if f != nil && f != fs.inForce {
+			fs.fromEarlier, fs.inForce = f, f
+		}
 	}
 }
 
@@ -227,7 +236,7 @@ func (s *Source) read(path string) bool {
 		return true
 	case err != nil:
 		fs := s.state(path)
-		fs.parsed, fs.err, fs.gen = nil, err, s.gen
+		fs.parsed, fs.err, fs.gen, fs.asked = nil, err, s.gen, false
 		return true
 	}
 	if fs := s.files[path]; fs != nil {
@@ -276,7 +285,7 @@ func (s *Source) parse(path string, data []byte, parse func(string, []byte) (*ru
 	if sum == fs.sum && fs.gen != 0 && !rules.IsRetryable(fs.err) {
 		return false
 	}
-	fs.sum, fs.gen = sum, s.gen
+	fs.sum, fs.gen, fs.asked = sum, s.gen, false
 	if fs.parsed, fs.err = parse(path, data); fs.err != nil {
 		fs.parsed = nil
 	}
