@@ -105,7 +105,8 @@ func (rc *reconciler) sync(ctx context.Context, key cache.ObjectName) (rd *rende
 
 	lk := &cacheLookuper{rc: rc, trigger: key}
 	ap := &applier{rc: rc, ch: ch, trigger: trigger, key: key, owner: owner,
-		desired: map[childRef]bool{}, patched: map[childRef]bool{}, patchKeys: map[depKey]bool{}}
+		desired: map[childRef]bool{}, patched: map[childRef]bool{}, patchKeys: map[depKey]bool{},
+		remembered: rememberedOf(trigger, rc.rule.Name), made: createdOnce{}}
 	rd, err = render.Rule(ctx, rc.rule, trigger, rc.mapper, lk, ap)
 	// What the render read, even when it failed: a source created or
 	// fixed later queues the trigger again.
@@ -120,7 +121,7 @@ func (rc *reconciler) sync(ctx context.Context, key cache.ObjectName) (rd *rende
 		return nil, err
 	}
 	if rd.Skipped {
-		return rd, rc.release(ctx, ch, ref, key, owner, existing)
+		return rd, errors.Join(rc.release(ctx, ch, ref, key, owner, existing), rc.remember(ctx, trigger, nil))
 	}
 	errs := rc.conflicts(trigger, rd, ap.errs)
 	for _, ce := range rd.Conflicts { // wanted, though not applied: not pruned either
@@ -143,7 +144,7 @@ func (rc *reconciler) sync(ctx context.Context, key cache.ObjectName) (rd *rende
 	if err := rc.prune(ctx, ch, ref, owner, existing, ap.desired, waiting); err != nil {
 		errs = append(errs, err)
 	}
-	if err := rc.releasePatches(ctx, ch, ref, key, ap.patched, waitingKinds); err != nil {
+	if err := errors.Join(rc.releasePatches(ctx, ch, ref, key, ap.patched, waitingKinds), rc.remember(ctx, trigger, ap.createdNow(waiting))); err != nil {
 		errs = append(errs, err)
 	}
 	if rc.rule.Status != nil {
@@ -176,7 +177,10 @@ type applier struct {
 	desired   map[childRef]bool // owned children rendered
 	patched   map[childRef]bool // objects patched
 	patchKeys map[depKey]bool
-	errs      []error
+	// remembered are the children of createOnce resources the trigger
+	// remembers were made; made those made or found by this reconcile.
+	remembered, made createdOnce
+	errs             []error
 	// contended are children left as another writer keeps them: the
 	// trigger's Ready condition says so, the reconcile does not fail.
 	contended []error
@@ -197,7 +201,14 @@ func (a *applier) Apply(ctx context.Context, child render.Child) (map[string]any
 		out, err = rc.applyPatch(ctx, a.ch, a.trigger, a.key, child)
 	} else {
 		a.desired[ref] = true
-		out, err = rc.applyChild(ctx, a.ch, a.trigger, child)
+		if child.Resource.CreateOnce {
+			out, err = a.createOnce(ctx, child)
+		} else {
+			out, err = rc.applyChild(ctx, a.ch, a.trigger, child)
+		}
+	}
+	if errors.Is(err, render.ErrNotRecreated) {
+		return nil, err
 	}
 	if ce, ok := errors.AsType[*render.ContendedError](err); ok {
 		a.contended = append(a.contended, ce) // said when its cooling began; no failure

@@ -33,6 +33,9 @@ type writer interface {
 	delete(ctx context.Context, m *meta.RESTMapping, trigger rules.ObjectRef, child object, ch *changes) error
 	// status applies patch to trigger's status subresource.
 	status(ctx context.Context, m *meta.RESTMapping, trigger, patch *unstructured.Unstructured, manager string) error
+	// remember applies patch, the memory of a createOnce resource's
+	// children, to the trigger; a dry run, which created none, writes none.
+	remember(ctx context.Context, m *meta.RESTMapping, patch *unstructured.Unstructured, manager string) error
 	// wait notes a resource left unapplied until one it reads is ready.
 	wait(trigger *unstructured.Unstructured, st *render.ResourceState)
 	// conflict notes a child left unapplied: an object syncloop may not
@@ -186,6 +189,11 @@ func (lw *liveWriter) status(ctx context.Context, m *meta.RESTMapping, _, patch 
 	return nil
 }
 
+func (lw *liveWriter) remember(ctx context.Context, m *meta.RESTMapping, patch *unstructured.Unstructured, manager string) error {
+	_, err := lw.client.Apply(ctx, m, patch, manager, true)
+	return err
+}
+
 func (lw *liveWriter) wait(*unstructured.Unstructured, *render.ResourceState) {
 	lw.metrics.Write(lw.rule, ActionWait)
 }
@@ -306,6 +314,10 @@ func (pw *planWriter) status(ctx context.Context, m *meta.RESTMapping, trigger, 
 		ref := rules.RefOf(trigger)
 		pw.plan.Plan(Action{Action: ActionStatus, Rule: pw.rule, Trigger: ref, Object: ref, Diff: diff})
 	}
+	return nil
+}
+
+func (pw *planWriter) remember(context.Context, *meta.RESTMapping, *unstructured.Unstructured, string) error {
 	return nil
 }
 

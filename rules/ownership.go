@@ -24,13 +24,24 @@ const AnnotationRuleHash = Group + "/rule-hash"
 // puts the file's newest revisions in force, its last good version.
 const AnnotationSourceFile = Group + "/source-file"
 
+// createdOncePrefix begins the annotation of a trigger that remembers the
+// children a rule's createOnce resources made for it.
+const createdOncePrefix = "created-once." + Group + "/"
+
+// CreatedOnceKey is the annotation of a trigger that lists the children
+// rule's createOnce resources made for it (one "<resource id>/<namespace>/
+// <name>" a line): a child deleted while listed is not created again.
+// Its name part is the rule's name, a DNS-1123 label.
+func CreatedOnceKey(rule string) string { return createdOncePrefix + rule }
+
 // IsReservedKey reports whether a label or annotation key is syncloop's
 // to set: its managed-by label and every key of its group (the ownership
-// marks, the installation, adopt, the applied hash). A template may not
-// write one literally (a load error), and the render drops those a
-// template computes (a trigger's labels copied whole, say).
+// marks, the installation, adopt, the applied hash) or of created-once
+// under it. A template may not write one literally (a load error), and
+// the render drops those a template computes (a trigger's labels copied
+// whole, say).
 func IsReservedKey(key string) bool {
-	return key == LabelManagedBy || strings.HasPrefix(key, Group+"/")
+	return key == LabelManagedBy || strings.HasPrefix(key, Group+"/") || strings.HasPrefix(key, createdOncePrefix)
 }
 
 // ValidPathName checks that name can be an object's name in a request

@@ -400,9 +400,12 @@ func (d *decoder) decodeRuleOptions(r *Rule, f map[string]*yaml.Node) {
 			r.DeletionPolicy = DeletionPolicy(v)
 		}
 	}
-	adopt := false
+	adopt, createOnce := false, false
 	if n, ok := f["adopt"]; ok {
 		adopt, _ = d.boolean(n, "spec.adopt")
+	}
+	if n, ok := f["createOnce"]; ok {
+		createOnce, _ = d.boolean(n, "spec.createOnce")
 	}
 	for _, res := range r.Resources {
 		if res.DeletionPolicy == "" {
@@ -410,6 +413,9 @@ func (d *decoder) decodeRuleOptions(r *Rule, f map[string]*yaml.Node) {
 		}
 		if !res.adoptSet && res.Mode == ModeOwn {
 			res.Adopt = adopt
+		}
+		if !res.createOnceSet && res.Mode == ModeOwn {
+			res.CreateOnce = createOnce
 		}
 	}
 	r.ForceConflicts = true
@@ -652,6 +658,14 @@ func (d *decoder) decodeResource(i int, n *yaml.Node, docVal any, pos positions,
 			res.Adopt, res.adoptSet = v, true
 			if res.Mode == ModePatch {
 				d.errorf(nn, field+".adopt", "a mode: patch resource writes onto objects it does not own without adopting them: leave adopt out")
+			}
+		}
+	}
+	if nn, ok := f["createOnce"]; ok {
+		if v, ok := d.boolean(nn, field+".createOnce"); ok {
+			res.CreateOnce, res.createOnceSet = v, true
+			if res.Mode == ModePatch && v {
+				d.errorf(nn, field+".createOnce", "a mode: patch resource creates nothing: leave createOnce out")
 			}
 		}
 	}

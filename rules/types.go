@@ -195,6 +195,16 @@ type Resource struct {
 	// ReadyWhen must all hold on a live child for it to be ready; none:
 	// ready once it exists.
 	ReadyWhen []*Expression
+	Lifecycle
+	ResourceGraph
+	// Index is the resource's position in spec.resources; Pos is where it
+	// was written.
+	Index int
+	Pos   Pos
+}
+
+// Lifecycle is how a resource's children are taken, written and let go.
+type Lifecycle struct {
 	// DeletionPolicy is the resource's own, or else the rule's.
 	DeletionPolicy DeletionPolicy
 	// Adopt, the resource's own or else the rule's, lets syncloop take
@@ -202,11 +212,13 @@ type Resource struct {
 	// ownership (render.Takeover).
 	Adopt    bool
 	adoptSet bool
-	ResourceGraph
-	// Index is the resource's position in spec.resources; Pos is where it
-	// was written.
-	Index int
-	Pos   Pos
+	// CreateOnce, the resource's own or else the rule's, makes each child
+	// once: created when absent, never updated, and not created again
+	// once deleted while the trigger still renders it (Kyverno's
+	// synchronize: false). The trigger remembers the children made in
+	// an annotation (CreatedOnceKey).
+	CreateOnce    bool
+	createOnceSet bool
 }
 
 // ResourceGraph is where a resource sits in its rule's graph.
@@ -295,5 +307,5 @@ type RateLimit struct {
 // ReadsLive reports whether rendering reads res's live children: for the
 // status, a readyWhen, or resources that depend on it.
 func (r *Rule) ReadsLive(res *Resource) bool {
-	return r.Status != nil || len(res.ReadyWhen) > 0 || len(res.Dependents) > 0
+	return r.Status != nil || len(res.ReadyWhen) > 0 || len(res.Dependents) > 0 || res.CreateOnce
 }

@@ -211,6 +211,10 @@ func TestValidationErrors(t *testing.T) {
 			`r.yaml:13:65: rule "r": spec.resources[0].template.metadata.name: resource "copy" writes Secret regcred, the object lookup "src" reads`},
 		{"adopt on a patch", head + watchNS + "  resources:\n    - id: a\n      mode: patch\n      adopt: true\n      template: {apiVersion: v1, kind: Namespace, metadata: {name: a}}\n",
 			`r.yaml:12:14: rule "r": spec.resources[0].adopt: a mode: patch resource writes onto objects it does not own without adopting them`},
+		{"createOnce on a patch", head + watchNS + "  resources:\n    - id: a\n      mode: patch\n      createOnce: true\n      template: {apiVersion: v1, kind: Namespace, metadata: {name: a}}\n",
+			`r.yaml:12:19: rule "r": spec.resources[0].createOnce: a mode: patch resource creates nothing: leave createOnce out`},
+		{"createOnce not a boolean", head + watchNS + "  createOnce: sometimes\n" + cm,
+			`r.yaml:9:15: rule "r": spec.createOnce: must be true or false, not "sometimes"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { wantLoadError(t, tt.yaml, tt.want) })
@@ -269,6 +273,18 @@ func TestDefaults(t *testing.T) {
 	}
 	if r.Watch.GVK.Kind != "Namespace" || r.Resources[0].GVK.Kind != "ConfigMap" || r.Resources[0].GVK.Version != "v1" {
 		t.Errorf("GVKs = %v, %v", r.Watch.GVK, r.Resources[0].GVK)
+	}
+	if r.Resources[0].CreateOnce || r.ReadsLive(r.Resources[0]) {
+		t.Errorf("a resource is made once, or read live, by default")
+	}
+	// The rule's createOnce is its resources' default; a resource's own wins.
+	two := strings.Replace(cm, "  resources:\n", "  resources:\n    - id: own\n      createOnce: false\n      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: own, namespace: default}}\n", 1)
+	f, err = newLoader(t).Parse("r.yaml", []byte(head+watchNS+"  createOnce: true\n"+two))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := f.Rules[0].Resources; len(res) != 2 || res[0].CreateOnce || !res[1].CreateOnce || !f.Rules[0].ReadsLive(res[1]) {
+		t.Errorf("createOnce of the resources: %v, %v; want false (its own), true (the rule's), read live", res[0].CreateOnce, res[len(res)-1].CreateOnce)
 	}
 }
 

@@ -648,6 +648,12 @@ func TestChartInstall(t *testing.T) {
 				return err
 			})
 	})
+	// The settings, made once: the Namespace remembers them (a patch the
+	// trigger's rules grant).
+	poll("the settings made once, and remembered on the Namespace", func() bool {
+		ns, err := cs.CoreV1().Namespaces().Get(ctx, "restricted-team", metav1.GetOptions{})
+		return err == nil && ns.Annotations[rules.CreatedOnceKey("tenant-defaults")] == "settings/ConfigMap./restricted-team/tenant-settings"
+	})
 	stop()
 
 	// identity.defaultServiceAccount: the rules act as the chart's "rules"

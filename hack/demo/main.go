@@ -205,6 +205,14 @@ func demo(ctx context.Context, bin, examples string) error {
 	q, _ := cs.CoreV1().ResourceQuotas("sandbox").Get(ctx, "tenant-quota", metav1.GetOptions{})
 	fmt.Printf("   ResourceQuota sandbox/tenant-quota created: pods=%s, requests.cpu=%s\n",
 		q.Spec.Hard.Pods().String(), q.Spec.Hard.Name("requests.cpu", "").String())
+	settings, err := cs.CoreV1().ConfigMaps("sandbox").Get(ctx, "tenant-settings", metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if settings.Data["tier"] != "free" {
+		return fmt.Errorf("ConfigMap sandbox/tenant-settings, made once, was updated: tier=%s", settings.Data["tier"])
+	}
+	fmt.Printf("   ConfigMap sandbox/tenant-settings (createOnce) left as it was made: tier=%s\n", settings.Data["tier"])
 
 	step("Deleting a trigger: the Secret platform/registry-pull")
 	if err := cs.CoreV1().Secrets("platform").Delete(ctx, "registry-pull", metav1.DeleteOptions{}); err != nil {

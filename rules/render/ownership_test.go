@@ -83,7 +83,7 @@ spec:
 // — the default one included — is never taken over, adopt or not; field
 // managers name the installation.
 func TestInstallations(t *testing.T) {
-	res := &rules.Resource{ID: "c", Adopt: true}
+	res := &rules.Resource{ID: "c", Lifecycle: rules.Lifecycle{Adopt: true}}
 	trigger := rules.Trigger{APIVersion: "v1", Kind: "Namespace", Name: "ns"}
 	child := func(installation string) *unstructured.Unstructured {
 		o := obj("v1", "ConfigMap", "ns", "c", nil)

@@ -108,6 +108,12 @@ type Observer interface {
 	Observed(c Child) map[string]any
 }
 
+// ErrNotRecreated is what an Applier returns for a child of a createOnce
+// resource (rules.Resource.CreateOnce) that was made for the trigger and
+// deleted since: it is not created again. The resource is not ready (it
+// has no object) and the resources that read it wait.
+var ErrNotRecreated = errors.New("created once and deleted since; createOnce: not created again")
+
 // DryRunner is an Applier that may only pretend: in a dry run, children
 // that were not created have none of the fields the server sets, and a
 // template string reading one renders as expr.Unknown, as offline.
@@ -370,8 +376,14 @@ func (w *graphWalk) child(ctx context.Context, res *rules.Resource, st *Resource
 	c := Child{ResourceID: res.ID, Index: index, Object: obj, Resource: res, Patch: res.Mode == rules.ModePatch}
 	w.rd.Children = append(w.rd.Children, c)
 
+	if res.CreateOnce && w.offline && index <= 0 {
+		w.rd.note(res, "createOnce: created when absent, then left as it is (never updated, not created again once deleted)")
+	}
 	live, err := w.apply(ctx, c)
 	switch {
+	case errors.Is(err, ErrNotRecreated):
+		w.notReady(st, fmt.Sprintf("%s %s was %v", res.Kind, namespacedName(obj), err))
+		return nil, nil
 	case err != nil:
 		if st.Err == nil {
 			st.Err = err
