@@ -418,6 +418,7 @@ func (d *decoder) decodeRuleOptions(r *Rule, f map[string]*yaml.Node) {
 			res.CreateOnce = createOnce
 		}
 	}
+	d.noteCreateOnce(r)
 	r.ForceConflicts = true
 	if n, ok := f["forceConflicts"]; ok {
 		r.ForceConflicts, _ = d.boolean(n, "spec.forceConflicts")
@@ -514,6 +515,19 @@ func (d *decoder) types(c *expr.Compiler, r *Rule, docVal any) *expr.Types {
 		}
 	}
 	return ts
+}
+
+// noteCreateOnce notes, once per rule, that createOnce resources have the
+// rule write its triggers: its identity needs patch on their kind.
+func (d *decoder) noteCreateOnce(r *Rule) {
+	for _, res := range r.Resources {
+		if res.CreateOnce {
+			d.notes = append(d.notes, &Error{Pos: res.Pos, Rule: d.rule, Field: fmt.Sprintf("spec.resources[%d].createOnce", res.Index),
+				Msg: fmt.Sprintf("note: resource %q is made once: the rule remembers its children in each trigger's annotation %s, so it needs patch on %s %s",
+					res.ID, CreatedOnceKey(r.Name), r.Watch.APIVersion, r.Watch.Kind)})
+			return
+		}
+	}
 }
 
 // noteUntyped notes a kind with no schema, once per rule.

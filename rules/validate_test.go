@@ -286,6 +286,10 @@ func TestDefaults(t *testing.T) {
 	if res := f.Rules[0].Resources; len(res) != 2 || res[0].CreateOnce || !res[1].CreateOnce || !f.Rules[0].ReadsLive(res[1]) {
 		t.Errorf("createOnce of the resources: %v, %v; want false (its own), true (the rule's), read live", res[0].CreateOnce, res[len(res)-1].CreateOnce)
 	}
+	want := `r.yaml:14:7: rule "r": spec.resources[1].createOnce: note: resource "cm" is made once: the rule remembers its children in each trigger's annotation created-once.syncloop.dev/r, so it needs patch on v1 Namespace`
+	if len(f.Notes) != 1 || f.Notes[0].Error() != want {
+		t.Errorf("notes %v, want\n%s", f.Notes, want)
+	}
 }
 
 // TestBrokenLookupStillDeclared: a lookup with an error of its own is
