@@ -66,7 +66,7 @@ func (a *applier) createOnce(ctx context.Context, child render.Child) (map[strin
 			return nil, fmt.Errorf("resource %q: reading %s %s: %w", child.ResourceID, ref.gvk.Kind, cacheKey(ref), err)
 		}
 		switch {
-		case existing != nil && rules.Label(existing, rules.LabelRule) == rc.rule.Name && rules.Annotation(existing, rules.AnnotationOwner) == a.owner:
+		case existing != nil && childOf(rc.rule.Name, a.owner, existing):
 			a.made[entry] = true
 			rc.metrics.Write(rc.rule.Name, "unchanged")
 			return wholeOf(existing).Object, nil

@@ -112,10 +112,15 @@ func (rc *reconciler) deletionPolicy(id string) rules.DeletionPolicy {
 func mayPrune(rule, owner string, child object, desired map[childRef]bool) bool {
 	return child.GetUID() != "" && // the delete's precondition
 		rules.Label(child, rules.LabelManagedBy) == rules.ManagedByValue &&
-		rules.Label(child, rules.LabelRule) == rule &&
+		childOf(rule, owner, child) &&
 		rules.Label(child, rules.LabelOwnerUID) != "" &&
-		rules.Annotation(child, rules.AnnotationOwner) == owner &&
 		!desired[refOf(child)]
+}
+
+// childOf reports whether obj is marked as the child of rule for the
+// trigger owner (its rule label and owner annotation).
+func childOf(rule, owner string, obj object) bool {
+	return rules.Label(obj, rules.LabelRule) == rule && rules.Annotation(obj, rules.AnnotationOwner) == owner
 }
 
 // cached reports whether child is still in its kind's cache, as the same

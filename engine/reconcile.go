@@ -236,7 +236,7 @@ func (a *applier) Observed(child render.Child) map[string]any {
 		return nil
 	}
 	live := wholeOf(obj)
-	if rules.Label(live, rules.LabelRule) != a.rc.rule.Name || rules.Annotation(live, rules.AnnotationOwner) != a.owner {
+	if !childOf(a.rc.rule.Name, a.owner, live) {
 		return nil
 	}
 	return live.Object
