@@ -381,13 +381,14 @@ func (w *Writer) ApplyStatus(ctx context.Context, m *meta.RESTMapping, obj *unst
 	return w.apply(ctx, m, obj, fieldManager, force, "status")
 }
 
-// Delete deletes namespace/name if — and only if — its UID is still uid,
-// letting the garbage collector remove its dependents in the background.
-func (w *Writer) Delete(ctx context.Context, m *meta.RESTMapping, namespace, name string, uid types.UID) error {
-	background := metav1.DeletePropagationBackground
+// Delete deletes namespace/name if — and only if — its UID is still uid.
+// propagation says how the garbage collector removes the object's own
+// dependents: Background (after the object is gone) or Foreground (the
+// object stays, being deleted, until they are gone).
+func (w *Writer) Delete(ctx context.Context, m *meta.RESTMapping, namespace, name string, uid types.UID, propagation metav1.DeletionPropagation) error {
 	return w.resource(m, namespace).Delete(ctx, name, metav1.DeleteOptions{
 		Preconditions:     &metav1.Preconditions{UID: &uid},
-		PropagationPolicy: &background,
+		PropagationPolicy: &propagation,
 		DryRun:            w.dryRun(),
 	})
 }

@@ -435,7 +435,7 @@ func TestWriterNamesOneSegment(t *testing.T) {
 		if _, err := w.ApplyStatus(ctx, m, obj, "test", true); err == nil {
 			t.Errorf("ApplyStatus of %s/%s went through", tt.ns, tt.name)
 		}
-		if err := w.Delete(ctx, m, tt.ns, tt.name, "uid"); err == nil {
+		if err := w.Delete(ctx, m, tt.ns, tt.name, "uid", metav1.DeletePropagationBackground); err == nil {
 			t.Errorf("Delete of %s/%s went through", tt.ns, tt.name)
 		}
 	}

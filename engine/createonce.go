@@ -104,17 +104,24 @@ func (rc *reconciler) remember(ctx context.Context, trigger *unstructured.Unstru
 	if v := now.String(); v == was && (had || v == "") {
 		return nil
 	}
-	metadata := map[string]any{"name": trigger.GetName()}
-	if ns := trigger.GetNamespace(); ns != "" {
-		metadata["namespace"] = ns
-	}
+	patch := markOf(trigger)
 	if len(now) > 0 {
-		metadata["annotations"] = map[string]any{key: now.String()}
+		patch.SetAnnotations(map[string]string{key: now.String()})
 	}
-	patch := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": trigger.GetAPIVersion(), "kind": trigger.GetKind(), "metadata": metadata}}
-	if err := rc.out.remember(ctx, rc.w.triggerMapping, patch, rc.rule.FieldManager()+"/created-once"); err != nil {
+	if err := rc.out.mark(ctx, rc.w.triggerMapping, patch, rc.rule.FieldManager()+"/created-once"); err != nil {
 		return fmt.Errorf("remembering the children created once (annotation %s): %w", key, err)
 	}
 	return nil
+}
+
+// markOf is the start of an apply of syncloop's marks on trigger: its
+// kind, name and UID. The UID makes the apply fail (a Conflict) when the
+// trigger is gone meanwhile, where an apply would create it.
+func markOf(trigger *unstructured.Unstructured) *unstructured.Unstructured {
+	metadata := map[string]any{"name": trigger.GetName(), "uid": string(trigger.GetUID())}
+	if ns := trigger.GetNamespace(); ns != "" {
+		metadata["namespace"] = ns
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": trigger.GetAPIVersion(), "kind": trigger.GetKind(), "metadata": metadata}}
 }

@@ -332,7 +332,11 @@ func (e *Engine) Apply(ctx context.Context, set *rules.Set) {
 	}
 	var wg sync.WaitGroup
 	for _, l := range stopping {
-		wg.Go(l.stop)
+		var why error
+		if r, kept := want[l.rule.Name]; set != nil && (!kept || !r.OrdersTeardown()) {
+			why = errRuleRemoved
+		}
+		wg.Go(func() { l.stop(why) })
 	}
 	wg.Wait()
 	for _, l := range stopping {

@@ -3,6 +3,7 @@ package engine
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -55,7 +56,7 @@ type ruleLoop struct {
 	rule   *rules.Rule
 	bad    error // the rule cannot run at all: its identity cannot be had
 	queue  workqueue.TypedRateLimitingInterface[cache.ObjectName]
-	cancel context.CancelFunc
+	cancel context.CancelCauseFunc
 	done   chan struct{} // closed when run has returned
 
 	watches *watches    // resolved and subscribed by run before any worker starts
@@ -198,7 +199,7 @@ func newRuleLoop(e *Engine, r *rules.Rule, retired []schema.GroupVersionKind, re
 }
 
 func (l *ruleLoop) start(ctx context.Context) {
-	ctx, l.cancel = context.WithCancel(ctx)
+	ctx, l.cancel = context.WithCancelCause(ctx)
 	go func() {
 		defer close(l.done)
 		defer func() {
@@ -214,8 +215,11 @@ func (l *ruleLoop) start(ctx context.Context) {
 }
 
 // stop cancels the loop and waits until it has drained and stopped.
-func (l *ruleLoop) stop() {
-	l.cancel()
+// why is errRuleRemoved when the rule is gone from the set, or replaced
+// by a version that does not order its teardown: the loop then takes its
+// teardown finalizer off the triggers it holds before it stops.
+func (l *ruleLoop) stop(why error) {
+	l.cancel(why)
 	<-l.done
 }
 
@@ -311,6 +315,9 @@ func (l *ruleLoop) run(ctx context.Context) {
 	defer timer.Stop()
 	l.queue.ShutDownWithDrain()
 	wg.Wait()
+	if errors.Is(context.Cause(ctx), errRuleRemoved) {
+		l.unholdAll(context.WithoutCancel(ctx))
+	}
 }
 
 // prepare resolves the rule's kinds, checks them against the engine's

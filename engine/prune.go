@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/syncloop/syncloop/rules"
@@ -43,7 +44,7 @@ func (rc *reconciler) prune(ctx context.Context, ch *changes, triggerRef rules.O
 		if !ok || rc.writes.deletedAlready(ref, child.GetUID()) || !cached(ck, child) {
 			continue
 		}
-		if err := rc.out.delete(ctx, ck.mapping, triggerRef, child, ch); err != nil {
+		if err := rc.out.delete(ctx, ck.mapping, triggerRef, child, ch, metav1.DeletePropagationBackground); err != nil {
 			errs = append(errs, fmt.Errorf("pruning %s %s: %w", ref.gvk.Kind, cacheKey(ref), err))
 		}
 	}

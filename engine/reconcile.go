@@ -98,8 +98,11 @@ func (rc *reconciler) sync(ctx context.Context, key cache.ObjectName) (rd *rende
 		return nil, nil
 	}
 	ch := &changes{}
-	if trigger == nil || trigger.GetDeletionTimestamp() != nil {
-		return nil, rc.release(ctx, ch, ref, key, owner, existing)
+	switch {
+	case trigger == nil:
+		return nil, errors.Join(rc.release(ctx, ch, ref, key, owner, existing), rc.released(ctx, key))
+	case trigger.GetDeletionTimestamp() != nil:
+		return nil, rc.letGo(ctx, ch, ref, key, owner, existing, trigger)
 	}
 	defer rc.out.reconciled(trigger, ch)
 
@@ -121,30 +124,19 @@ func (rc *reconciler) sync(ctx context.Context, key cache.ObjectName) (rd *rende
 		return nil, err
 	}
 	if rd.Skipped {
-		return rd, errors.Join(rc.release(ctx, ch, ref, key, owner, existing), rc.remember(ctx, trigger, nil))
+		return rd, errors.Join(rc.release(ctx, ch, ref, key, owner, existing), rc.remember(ctx, trigger, nil), rc.hold(ctx, key, trigger, false))
 	}
 	errs := rc.conflicts(trigger, rd, ap.errs)
 	for _, ce := range rd.Conflicts { // wanted, though not applied: not pruned either
 		ap.desired[conflictRef(ce)] = true
 	}
 
-	// A resource that waits for its dependencies keeps its children as they
-	// are: neither changed nor pruned nor released.
-	waiting := map[string]bool{}
-	var waitingKinds []schema.GroupVersionKind
-	for _, st := range rd.Waiting() {
-		waiting[st.Resource.ID] = true
-		if st.Resource.Mode == rules.ModePatch {
-			waitingKinds = append(waitingKinds, st.Resource.GVK)
-			rc.patches.keysOf(key, st.Resource.Index, ap.patchKeys)
-		}
-		rc.out.wait(trigger, st)
-	}
-	rc.patches.setKeys(key, ap.patchKeys)
+	waiting, waitingKinds := rc.waiting(rd, ap)
 	if err := rc.prune(ctx, ch, ref, owner, existing, ap.desired, waiting); err != nil {
 		errs = append(errs, err)
 	}
-	if err := errors.Join(rc.releasePatches(ctx, ch, ref, key, ap.patched, waitingKinds), rc.remember(ctx, trigger, ap.createdNow(waiting))); err != nil {
+	if err := errors.Join(rc.releasePatches(ctx, ch, ref, key, ap.patched, waitingKinds), rc.remember(ctx, trigger, ap.createdNow(waiting)),
+		rc.hold(ctx, key, trigger, len(ap.desired) > 0 || len(existing) > 0)); err != nil {
 		errs = append(errs, err)
 	}
 	if rc.rule.Status != nil {
@@ -154,6 +146,25 @@ func (rc *reconciler) sync(ctx context.Context, key cache.ObjectName) (rd *rende
 		}
 	}
 	return rd, errors.Join(errs...)
+}
+
+// waiting notes the resources of rd that wait for their dependencies —
+// their ids, and the kinds of the patches among them — and sets the
+// trigger's patch keys: a resource that waits keeps its children as they
+// are, neither changed nor pruned nor released.
+func (rc *reconciler) waiting(rd *render.Rendered, ap *applier) (map[string]bool, []schema.GroupVersionKind) {
+	waiting := map[string]bool{}
+	var kinds []schema.GroupVersionKind
+	for _, st := range rd.Waiting() {
+		waiting[st.Resource.ID] = true
+		if st.Resource.Mode == rules.ModePatch {
+			kinds = append(kinds, st.Resource.GVK)
+			rc.patches.keysOf(ap.key, st.Resource.Index, ap.patchKeys)
+		}
+		rc.out.wait(ap.trigger, st)
+	}
+	rc.patches.setKeys(ap.key, ap.patchKeys)
+	return waiting, kinds
 }
 
 // release lets go of a trigger that wants no children — gone, being

@@ -36,6 +36,14 @@ func (rc *reconciler) writeStatus(ctx context.Context, trigger *unstructured.Uns
 	if failure != nil {
 		cond = render.Failed(failure)
 	}
+	return rc.applyStatus(ctx, trigger, rendered, cond, statusErr)
+}
+
+// applyStatus applies rendered, the rule's status fields (nil: keep
+// those the trigger has), and cond as the Ready condition to trigger's
+// status, unless it holds them already, and returns statusErr, the
+// failure of the status's render.
+func (rc *reconciler) applyStatus(ctx context.Context, trigger *unstructured.Unstructured, rendered map[string]any, cond render.Condition, statusErr error) error {
 	// desired is the status to write over current.
 	desired := func(current map[string]any) map[string]any {
 		status := maps.Clone(rendered)

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -29,13 +30,21 @@ type writer interface {
 	// (w.readsLive), otherwise what it applied.
 	apply(ctx context.Context, w *write) (map[string]any, error)
 	// delete deletes child, with its UID as the precondition; a child
-	// gone or replaced meanwhile is not an error.
-	delete(ctx context.Context, m *meta.RESTMapping, trigger rules.ObjectRef, child object, ch *changes) error
+	// gone or replaced meanwhile is not an error. propagation is how its
+	// own dependents go (an ordered teardown waits for them).
+	delete(ctx context.Context, m *meta.RESTMapping, trigger rules.ObjectRef, child object, ch *changes, propagation metav1.DeletionPropagation) error
 	// status applies patch to trigger's status subresource.
 	status(ctx context.Context, m *meta.RESTMapping, trigger, patch *unstructured.Unstructured, manager string) error
-	// remember applies patch, the memory of a createOnce resource's
-	// children, to the trigger; a dry run, which created none, writes none.
-	remember(ctx context.Context, m *meta.RESTMapping, patch *unstructured.Unstructured, manager string) error
+	// mark applies patch, syncloop's marks on a trigger (the memory of a
+	// createOnce resource's children, the teardown finalizer), to the
+	// trigger; a dry run, which made no child, writes none.
+	mark(ctx context.Context, m *meta.RESTMapping, patch *unstructured.Unstructured, manager string) error
+	// unfinalize takes the finalizer off trigger; a dry run, which tears
+	// nothing down, leaves it.
+	unfinalize(ctx context.Context, m *meta.RESTMapping, trigger *unstructured.Unstructured, finalizer string) error
+	// tearingDown notes a wave of an ordered teardown begun: msg says
+	// which and its children.
+	tearingDown(trigger *unstructured.Unstructured, msg string)
 	// wait notes a resource left unapplied until one it reads is ready.
 	wait(trigger *unstructured.Unstructured, st *render.ResourceState)
 	// conflict notes a child left unapplied: an object syncloop may not
@@ -142,12 +151,12 @@ func (lw *liveWriter) apply(ctx context.Context, w *write) (map[string]any, erro
 	return live, nil
 }
 
-func (lw *liveWriter) delete(ctx context.Context, m *meta.RESTMapping, _ rules.ObjectRef, child object, ch *changes) error {
+func (lw *liveWriter) delete(ctx context.Context, m *meta.RESTMapping, _ rules.ObjectRef, child object, ch *changes, propagation metav1.DeletionPropagation) error {
 	ref := refOf(child)
 	if !lw.writes.deleting(ref, child.GetUID()) {
 		return nil // deleted already; the cache has not shown it
 	}
-	if err := lw.client.Delete(ctx, m, ref.namespace, ref.name, child.GetUID()); err != nil {
+	if err := lw.client.Delete(ctx, m, ref.namespace, ref.name, child.GetUID(), propagation); err != nil {
 		if goneAlready(err) {
 			// Someone else deleted it (the garbage collector, following
 			// the trigger's ownerReference): as good as our own delete,
@@ -189,9 +198,20 @@ func (lw *liveWriter) status(ctx context.Context, m *meta.RESTMapping, _, patch 
 	return nil
 }
 
-func (lw *liveWriter) remember(ctx context.Context, m *meta.RESTMapping, patch *unstructured.Unstructured, manager string) error {
+func (lw *liveWriter) mark(ctx context.Context, m *meta.RESTMapping, patch *unstructured.Unstructured, manager string) error {
 	_, err := lw.client.Apply(ctx, m, patch, manager, true)
 	return err
+}
+
+func (lw *liveWriter) unfinalize(ctx context.Context, m *meta.RESTMapping, trigger *unstructured.Unstructured, finalizer string) error {
+	_, err := lw.client.RemoveFinalizers(ctx, m, trigger, func(f string) bool { return f == finalizer })
+	return err
+}
+
+// tearingDown emits a TearingDown Event, whatever the Events setting: a
+// deletion held by syncloop says why, once per wave.
+func (lw *liveWriter) tearingDown(trigger *unstructured.Unstructured, msg string) {
+	lw.event(trigger, corev1.EventTypeNormal, render.ReasonTearingDown, msg)
 }
 
 func (lw *liveWriter) wait(*unstructured.Unstructured, *render.ResourceState) {
@@ -289,8 +309,8 @@ func (pw *planWriter) apply(ctx context.Context, w *write) (map[string]any, erro
 	return out.Object, nil
 }
 
-func (pw *planWriter) delete(ctx context.Context, m *meta.RESTMapping, trigger rules.ObjectRef, child object, _ *changes) error {
-	err := pw.client.Delete(ctx, m, child.GetNamespace(), child.GetName(), child.GetUID())
+func (pw *planWriter) delete(ctx context.Context, m *meta.RESTMapping, trigger rules.ObjectRef, child object, _ *changes, propagation metav1.DeletionPropagation) error {
+	err := pw.client.Delete(ctx, m, child.GetNamespace(), child.GetName(), child.GetUID(), propagation)
 	switch {
 	case goneAlready(err):
 		return nil
@@ -317,7 +337,11 @@ func (pw *planWriter) status(ctx context.Context, m *meta.RESTMapping, trigger, 
 	return nil
 }
 
-func (pw *planWriter) remember(context.Context, *meta.RESTMapping, *unstructured.Unstructured, string) error {
+func (pw *planWriter) mark(context.Context, *meta.RESTMapping, *unstructured.Unstructured, string) error {
+	return nil
+}
+
+func (pw *planWriter) unfinalize(context.Context, *meta.RESTMapping, *unstructured.Unstructured, string) error {
 	return nil
 }
 
@@ -335,6 +359,7 @@ func (pw *planWriter) conflict(trigger *unstructured.Unstructured, ce *render.Co
 		Resource: ce.Resource, Reason: ce.Error()})
 }
 
+func (pw *planWriter) tearingDown(*unstructured.Unstructured, string)               {}
 func (pw *planWriter) failed(*unstructured.Unstructured, error)                     {}
 func (pw *planWriter) contended(*unstructured.Unstructured, *render.ContendedError) {}
 func (pw *planWriter) reconciled(*unstructured.Unstructured, *changes)              {}

@@ -32,11 +32,14 @@ type ownWrites struct {
 	// object syncloop may not write under their name: the next one reads
 	// first. A trigger's entry goes when it wants no children.
 	conflicted map[cache.ObjectName]map[childRef]bool
+	// unheldKeys are the triggers syncloop took the teardown finalizer
+	// off, until the cache no longer holds them.
+	unheldKeys map[cache.ObjectName]bool
 }
 
 func newOwnWrites() *ownWrites {
 	return &ownWrites{applied: map[childRef]string{}, replaced: map[childRef]replacement{}, inflight: map[childRef]string{},
-		deleted: map[childRef]types.UID{}, conflicted: map[cache.ObjectName]map[childRef]bool{}}
+		deleted: map[childRef]types.UID{}, conflicted: map[cache.ObjectName]map[childRef]bool{}, unheldKeys: map[cache.ObjectName]bool{}}
 }
 
 // echo reports whether an event carrying ref at version rv needs no
@@ -194,6 +197,23 @@ func (w *ownWrites) forgetConflicts(key cache.ObjectName) {
 	w.mu.Lock()
 	delete(w.conflicted, key)
 	w.mu.Unlock()
+}
+
+// unheld notes that syncloop took the teardown finalizer off trigger key.
+func (w *ownWrites) unheld(key cache.ObjectName) {
+	w.mu.Lock()
+	w.unheldKeys[key] = true
+	w.mu.Unlock()
+}
+
+// wasUnheld reports, once, whether syncloop took the teardown finalizer
+// off trigger key: it is gone from the cache now.
+func (w *ownWrites) wasUnheld(key cache.ObjectName) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	was := w.unheldKeys[key]
+	delete(w.unheldKeys, key)
+	return was
 }
 
 // remembered is how many children's applies, deletes and in-flight

@@ -101,6 +101,8 @@ var RuleFormat = fieldObj("", "A syncloop rule: what to watch, and the objects a
 			Desc: "The default of the resources' deletionPolicy."},
 		&Field{Name: "adopt", Type: "boolean", Desc: "The default of the resources' adopt (default false: an existing object syncloop does not own is a conflict, never written)."},
 		&Field{Name: "createOnce", Type: "boolean", Desc: "The default of the resources' createOnce (default false: children are kept as the template says)."},
+		&Field{Name: "teardown", Type: "string", Enum: []string{string(TeardownOrdered), string(TeardownUnordered)},
+			Desc: "How a deleted trigger's children go. Ordered: a finalizer holds the trigger while its children are deleted dependents first, in waves (the default with api). Unordered: the garbage collector deletes them at once (the default otherwise)."},
 		&Field{Name: "forceConflicts", Type: "boolean", Desc: "Take over fields another manager owns when applying (default true)."},
 		&Field{Name: "workers", Type: "integer", Desc: "Reconcile workers of the rule (default 64)."},
 		fieldStr("resyncPeriod", "How often every trigger is reconciled again, a Go duration (default 10m; 0 turns it off)."),

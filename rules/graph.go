@@ -92,6 +92,7 @@ func (d *decoder) graph(r *Rule) {
 	for i, res := range r.Order {
 		res.Rank = i
 	}
+	r.setWaves()
 	r.byID = byID
 }
 

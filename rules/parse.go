@@ -287,6 +287,7 @@ func (d *decoder) decodeSpec(r *Rule, spec *yaml.Node, docVal any, pos positions
 		r.resolveLookupReads()
 	}
 	d.decodeRuleOptions(r, f)
+	d.decodeTeardown(r, spec, f)
 	d.decodeIdentity(r, f)
 	d.checkTenant(r, docVal)
 }

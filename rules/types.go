@@ -104,6 +104,8 @@ type RunOptions struct {
 	RevisionHistoryLimit int
 	// Rollout says how a change of the rule reaches its triggers.
 	Rollout Rollout
+	// Teardown says how the children of a deleted trigger go.
+	Teardown Teardown
 }
 
 // KindRef is a kind as a rule names it: apiVersion and kind as written,
@@ -234,6 +236,10 @@ type ResourceGraph struct {
 	Lookups []string
 	// Rank is the resource's position in Rule.Order.
 	Rank int
+	// Wave is when an ordered teardown deletes the resource's children: 0
+	// when no resource reads them, otherwise one after the latest wave of
+	// the resources that do (Rule.OrdersTeardown).
+	Wave int
 }
 
 // Resource returns the rule's resource with this id, or nil (a child whose

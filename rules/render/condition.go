@@ -27,6 +27,9 @@ const (
 	// ReasonWaitingForLookup is followed by the id of a required lookup
 	// whose object is absent: WaitingForLookupDatabase.
 	ReasonWaitingForLookup = "WaitingForLookup"
+	// ReasonTearingDown: the trigger is being deleted, and an ordered
+	// teardown deletes its children wave by wave.
+	ReasonTearingDown = "TearingDown"
 
 	// maxConditionMessage keeps a condition's message readable; the API
 	// allows 32 KiB.
@@ -112,6 +115,12 @@ func Failed(err error) Condition {
 		return Condition{Status: false, Reason: ReasonContended, Message: err.Error()}
 	}
 	return Condition{Status: false, Reason: ReasonReconcileFailed, Message: err.Error()}
+}
+
+// TearingDown is the Ready condition of a trigger whose children an
+// ordered teardown is deleting; msg says which wave.
+func TearingDown(msg string) Condition {
+	return Condition{Status: false, Reason: ReasonTearingDown, Message: msg}
 }
 
 // camel turns a resource id (a DNS-1123 label) into the CamelCase a

@@ -237,6 +237,9 @@ func Rule(ctx context.Context, r *rules.Rule, trigger *unstructured.Unstructured
 			return nil, err
 		}
 	}
+	if offline && r.OrdersTeardown() && len(out.Children) > 0 {
+		out.Notes = append(out.Notes, "teardown: Ordered: "+r.TeardownOrder())
+	}
 	return out, nil
 }
 

@@ -1,0 +1,136 @@
+package rules
+
+import (
+	"fmt"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Teardown says how a rule's children go when their trigger is deleted.
+type Teardown string
+
+const (
+	// TeardownOrdered: the trigger carries the rule's finalizer
+	// (TeardownFinalizer) while it has children, and syncloop deletes them
+	// in waves, dependents first (Resource.Wave): a child is deleted only
+	// once every child that reads it is gone. The finalizer goes last.
+	TeardownOrdered Teardown = "Ordered"
+	// TeardownUnordered: the garbage collector deletes every child at
+	// once, following its ownerReference to the trigger.
+	TeardownUnordered Teardown = "Unordered"
+)
+
+// teardownDomain is the domain of the teardown finalizers: the prefix of
+// the default installation's, the suffix of a named one's.
+const teardownDomain = "teardown." + Group
+
+// TeardownFinalizer is the finalizer that holds a trigger of the rule
+// until its children are torn down: teardown.syncloop.dev/<rule>, or
+// <installation>.teardown.syncloop.dev/<rule> in a named installation.
+// A rule's name, a DNS-1123 label (a tenant rule's holds a dot), fits the
+// name part of a finalizer; an installation's, a DNS-1123 label too, makes
+// its prefix a DNS subdomain.
+func (r *Rule) TeardownFinalizer() string {
+	if r.Installation == "" {
+		return teardownDomain + "/" + r.Name
+	}
+	return r.Installation + "." + teardownDomain + "/" + r.Name
+}
+
+// IsTeardownFinalizer reports whether f is the teardown finalizer of some
+// rule of installation ("": the default one).
+func IsTeardownFinalizer(f, installation string) bool {
+	prefix, _, ok := strings.Cut(f, "/")
+	if !ok {
+		return false
+	}
+	if installation == "" {
+		return prefix == teardownDomain
+	}
+	return prefix == installation+"."+teardownDomain
+}
+
+// OrdersTeardown reports whether the rule tears its triggers' children
+// down in waves: teardown is Ordered and some resource reads another's
+// children (otherwise every child is in the first wave, and the garbage
+// collector deletes them as well, with no finalizer to hold the trigger).
+func (r *Rule) OrdersTeardown() bool {
+	return r.Teardown == TeardownOrdered && r.Waves() > 1
+}
+
+// Waves is how many waves the rule's teardown has: one more than the
+// highest Resource.Wave; 0 without resources.
+func (r *Rule) Waves() int {
+	n := 0
+	for _, res := range r.Resources {
+		n = max(n, res.Wave+1)
+	}
+	return n
+}
+
+// TeardownOrder says how the rule's ordered teardown goes, for render's
+// notes: "finalizer <f>; deleted, its children go in 2 waves: deployment,
+// endpoint, then service".
+func (r *Rule) TeardownOrder() string {
+	waves := make([][]string, r.Waves())
+	for _, res := range r.Resources {
+		if res.Mode == ModeOwn {
+			waves[res.Wave] = append(waves[res.Wave], res.ID)
+		}
+	}
+	parts := make([]string, 0, len(waves))
+	for _, ids := range waves {
+		if len(ids) > 0 {
+			parts = append(parts, strings.Join(ids, ", "))
+		}
+	}
+	return fmt.Sprintf("held by the finalizer %s; once it is deleted, its children go in %d waves, dependents first: %s",
+		r.TeardownFinalizer(), len(waves), strings.Join(parts, "; then "))
+}
+
+// setWaves gives each resource its teardown wave: 0 when no resource
+// reads it, otherwise one after the latest of those that do. Order holds
+// every resource after those it reads, so going through it backwards
+// meets a resource's dependents before the resource.
+func (r *Rule) setWaves() {
+	for i := len(r.Order) - 1; i >= 0; i-- {
+		res := r.Order[i]
+		res.Wave = 0
+		for _, dep := range res.Dependents {
+			res.Wave = max(res.Wave, dep.Wave+1)
+		}
+	}
+}
+
+// decodeTeardown decodes spec.teardown: Ordered by default for a rule that
+// defines its kind (spec.api, as kro tears its instances down), Unordered
+// otherwise. validate -v=2 notes what an ordered teardown needs (patch on
+// the triggers' kind, for the finalizer), or that it has nothing to order.
+func (d *decoder) decodeTeardown(r *Rule, spec *yaml.Node, f map[string]*yaml.Node) {
+	r.Teardown = TeardownUnordered
+	if r.API != nil {
+		r.Teardown = TeardownOrdered
+	}
+	n, set := f["teardown"]
+	if set {
+		if v, ok := d.oneOf(n, "spec.teardown", string(TeardownOrdered), string(TeardownUnordered)); ok {
+			r.Teardown = Teardown(v)
+		}
+	} else {
+		n = spec
+	}
+	switch {
+	case len(r.Order) != len(r.Resources): // a cycle, reported already
+	case r.OrdersTeardown():
+		d.noteAt(d.pos(n), "spec.teardown", fmt.Sprintf("its triggers carry the finalizer %s while they have children, deleted dependents first in %d waves: the rule needs patch on %s %s",
+			r.TeardownFinalizer(), r.Waves(), r.Watch.APIVersion, r.Watch.Kind))
+	case set && r.Teardown == TeardownOrdered:
+		d.noteAt(d.pos(n), "spec.teardown", "Ordered has nothing to order: no resource reads another's children, so the garbage collector deletes them all at once and no finalizer is put on the triggers")
+	}
+}
+
+// noteAt adds a note (validate -v=2) of the rule at p.
+func (d *decoder) noteAt(p Pos, field, msg string) {
+	d.notes = append(d.notes, &Error{Pos: p, Rule: d.rule, Field: field, Msg: "note: " + msg})
+}
