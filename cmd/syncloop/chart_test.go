@@ -484,7 +484,8 @@ func TestChartInstall(t *testing.T) {
 	}
 	exists := func(get func() error) bool { return get() == nil }
 
-	stop := runAs("syncloop", "syncloop-system", "--leader-elect", "--events=all")
+	// As the chart's Deployment runs it: the release's installation.
+	stop := runAs("syncloop", "syncloop-system", "--leader-elect", "--events=all", "--installation=syncloop")
 	// The app example defines its kind: syncloop creates its CRD with the
 	// chart's RBAC, and the App samples can be applied once it is served.
 	crdClient, err := k8sdynamic.NewForConfig(env.Config())
@@ -609,6 +610,27 @@ func TestChartInstall(t *testing.T) {
 		return false
 	})
 	stop()
+
+	// The app rule orders its teardown (its endpoint reads its Service):
+	// the App is held by its finalizer, which the uninstall hook takes off
+	// once syncloop is gone, with the hook's own rights.
+	heldApp := func() *unstructured.Unstructured {
+		a, err := dc.Resource(schema.GroupVersionResource{Group: "example.syncloop.dev", Version: "v1", Resource: "apps"}).
+			Namespace("shop").Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	if f := heldApp().GetFinalizers(); !slices.Contains(f, "syncloop.teardown.syncloop.dev/app") {
+		t.Errorf("the App's finalizers %v lack the app rule's teardown finalizer", f)
+	}
+	if out := runUninstallHook(t, env, "syncloop", "syncloop-system"); !strings.Contains(out, "from apps.example.syncloop.dev shop/web") {
+		t.Errorf("the uninstall hook did not release the App:\n%s", out)
+	}
+	if f := heldApp().GetFinalizers(); len(f) > 0 {
+		t.Errorf("the App holds %v after the uninstall hook", f)
+	}
 
 	// restricted: exactly what the tenant example needs.
 	newNS("syncloop-restricted")
@@ -987,5 +1009,6 @@ func TestChartInstallationUpgrade(t *testing.T) {
 	if a := args(); !strings.Contains(a, "--installation=platform") {
 		t.Errorf("args %q lack the installation set", a)
 	}
-	helm("uninstall", "legacy")
+	// No kubelet runs the post-delete Job here: TestChartInstall runs it.
+	helm("uninstall", "legacy", "--no-hooks")
 }
