@@ -63,7 +63,7 @@ spec:
 // fields) on the test's control plane.
 func (h *harness) installWidgets() {
 	h.t.Helper()
-	if _, err := testenv.Get(h.t).InstallCRDs(h.t.Context(), filepath.Join("testdata", "widgets-crd.yaml")); err != nil {
+	if _, err := h.env.InstallCRDs(h.t.Context(), filepath.Join("testdata", "widgets-crd.yaml")); err != nil {
 		h.t.Fatal(err)
 	}
 }

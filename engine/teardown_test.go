@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/syncloop/syncloop/internal/testenv"
 	"github.com/syncloop/syncloop/rules/render"
 )
 
@@ -58,7 +59,20 @@ const testHold = "test.syncloop.dev/hold"
 // say which wave it waits on. The finalizer goes last, and the Widget
 // with it.
 func TestOrderedTeardown(t *testing.T) {
-	h := newHarness(t)
+	if testing.Short() {
+		t.Skip("starts a control plane of its own")
+	}
+	// A control plane of its own: a child deleted in the foreground goes
+	// once the garbage collector has seen it has no dependents, and the
+	// package's shared one, where other tests come and go with their
+	// CRDs, may hold its garbage collector back for minutes (it waits for
+	// every kind's informer to sync after a CRD change).
+	env, err := testenv.Start(t.Context(), testenv.Options{ControllerManager: true, Controllers: []string{"garbagecollector"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(env.Stop)
+	h := newHarnessOn(t, env)
 	h.installWidgets()
 	set := h.loadRules(strings.ReplaceAll(wavesRule, "TEARDOWN", "Ordered"))
 	finalizer := set.Get("waves").TeardownFinalizer()
@@ -174,12 +188,11 @@ func (h *harness) letGoChild(name string) {
 // waitForWave waits until the Widget's Ready condition says its teardown
 // deletes wave (1-based), and the child named is being deleted. A wave
 // follows the one before once the garbage collector has let the children
-// deleted in the foreground go: in this package's shared control plane,
-// busy with every test's objects, it may take a while.
+// deleted in the foreground go.
 func (h *harness) waitForWave(name string, wave int, child string) {
 	h.t.Helper()
 	want := "deleting wave " + string(rune('0'+wave)) + " of 3: ConfigMap " + h.ns + "/" + child
-	if !h.within(90*time.Second, func() bool {
+	if !h.within(30*time.Second, func() bool {
 		cond := readyCondition(h.widget(name))
 		cm, ok := h.configMap(h.ns, child)
 		return cond != nil && cond["reason"] == render.ReasonTearingDown && cond["message"] == want &&
