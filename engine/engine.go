@@ -138,6 +138,7 @@ type Engine struct {
 	drain    time.Duration
 	ns       string // Options.Namespace
 	rollouts RolloutStore
+	removals removals        // of rules removed from the set
 	planned  []RolloutStatus // PlanOnce's rollouts
 	fights   FightPolicy
 
@@ -175,6 +176,7 @@ func New(o Options) *Engine {
 		keepShard: o.Shard,
 		sharded:   o.Shard != nil,
 		loops:     map[string]*ruleLoop{},
+		removals:  removals{running: map[string]context.CancelFunc{}},
 	}
 	if e.metrics == nil {
 		e.metrics = noMetrics{}
@@ -228,6 +230,7 @@ func (e *Engine) PlanOnce(ctx context.Context, set *rules.Set) error {
 	}
 	e.writers = e.planWriters(true)
 	e.Apply(ctx, set)
+	e.removals.wg.Wait() // the removals of rules no longer in set: planned in full
 	defer func() {
 		e.planned = e.Rollouts()
 		e.Apply(ctx, nil)
@@ -354,6 +357,10 @@ func (e *Engine) Apply(ctx context.Context, set *rules.Set) {
 			e.loops[name] = l
 			l.start(klog.NewContext(ctx, klog.FromContext(ctx).WithValues("rule", name)))
 		}
+	}
+	e.removals.setInForce(want, set)
+	if set != nil {
+		e.startRemovals(ctx, set)
 	}
 	inUse := map[rules.ServiceAccount]bool{}
 	for _, l := range e.loops {

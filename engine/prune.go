@@ -84,13 +84,18 @@ func (rc *reconciler) readByLookup(obj object) *rules.Lookup {
 		if l.List() || l.GVK.GroupKind() != gk {
 			continue
 		}
-		literal := l.Name.IsLiteral() && l.Name.Literal == obj.GetName() &&
-			(!l.Namespace.IsLiteral() || l.Namespace.Literal == "" || l.Namespace.Literal == obj.GetNamespace())
-		if literal || rc.deps.readsNamed(l.Index, obj.GetNamespace(), obj.GetName()) {
+		if readsLiterally(l, obj) || rc.deps.readsNamed(l.Index, obj.GetNamespace(), obj.GetName()) {
 			return l
 		}
 	}
 	return nil
+}
+
+// readsLiterally reports whether lookup l reads obj, of its kind, by its
+// literal name (in any namespace when its namespace is not literal).
+func readsLiterally(l *rules.Lookup, obj object) bool {
+	return l.Name.IsLiteral() && l.Name.Literal == obj.GetName() &&
+		(!l.Namespace.IsLiteral() || l.Namespace.Literal == "" || l.Namespace.Literal == obj.GetNamespace())
 }
 
 // deletionPolicy is the policy of the resource with this id: its own, or

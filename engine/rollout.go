@@ -109,6 +109,13 @@ type RolloutStore interface {
 	// Fetch reads the rollout recorded for r now (nil: none): how the
 	// replicas of a sharded group follow the one that steps the rollout.
 	Fetch(ctx context.Context, r *rules.Rule) (*RolloutRecord, error)
+	// Removed returns the rules set does not hold whose removal is to
+	// do: the version of each that was in force last (its newest
+	// revision), compiled, when it orders its teardown or deletes its
+	// children on removal and its removal is not recorded yet.
+	Removed(ctx context.Context, set *rules.Set) ([]*rules.Rule, error)
+	// RecordRemoval keeps what removing r did, and says so.
+	RecordRemoval(ctx context.Context, r *rules.Rule, rec RemovalRecord, eventType, reason, message string)
 }
 
 // RolloutStatus is one rule's rollout as the engine runs it, for

@@ -24,10 +24,14 @@ type memRollouts struct {
 	current map[string]string        // by rule: the revision of its rollout under way
 	rules   map[string]*rules.Rule   // revisions by hash
 	events  []string
+	// removed are the last versions of rules removed, as their newest
+	// revisions would hold them; removals what removing each did.
+	removed  []*rules.Rule
+	removals map[string]RemovalRecord
 }
 
 func newMemRollouts(revisions ...*rules.Rule) *memRollouts {
-	m := &memRollouts{recs: map[string]RolloutRecord{}, current: map[string]string{}, rules: map[string]*rules.Rule{}}
+	m := &memRollouts{recs: map[string]RolloutRecord{}, current: map[string]string{}, rules: map[string]*rules.Rule{}, removals: map[string]RemovalRecord{}}
 	for _, r := range revisions {
 		m.rules[r.Hash] = r
 	}
@@ -62,6 +66,34 @@ func (m *memRollouts) Fetch(_ context.Context, r *rules.Rule) (*RolloutRecord, e
 		return nil, nil
 	}
 	return &rec, nil
+}
+
+func (m *memRollouts) Removed(_ context.Context, set *rules.Set) ([]*rules.Rule, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []*rules.Rule
+	for _, r := range m.removed {
+		_, recorded := m.removals[r.Name]
+		if set.Get(r.Name) == nil && !recorded && (r.RemovalPolicy == rules.DeletionDelete || r.OrdersTeardown()) {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+func (m *memRollouts) RecordRemoval(_ context.Context, r *rules.Rule, rec RemovalRecord, eventType, reason, msg string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.removals[r.Name] = rec
+	m.events = append(m.events, eventType+" "+reason+": "+msg)
+}
+
+// removal is what removing rule did, if recorded.
+func (m *memRollouts) removal(rule string) (RemovalRecord, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rec, ok := m.removals[rule]
+	return rec, ok
 }
 
 func (m *memRollouts) get(rule string) RolloutRecord {

@@ -103,6 +103,8 @@ var RuleFormat = fieldObj("", "A syncloop rule: what to watch, and the objects a
 		&Field{Name: "createOnce", Type: "boolean", Desc: "The default of the resources' createOnce (default false: children are kept as the template says)."},
 		&Field{Name: "teardown", Type: "string", Enum: []string{string(TeardownOrdered), string(TeardownUnordered)},
 			Desc: "How a deleted trigger's children go. Ordered: a finalizer holds the trigger while its children are deleted dependents first, in waves (the default with api). Unordered: the garbage collector deletes them at once (the default otherwise)."},
+		&Field{Name: "removalPolicy", Type: "string", Enum: []string{string(DeletionOrphan), string(DeletionDelete)},
+			Desc: "What becomes of the rule's children when the rule is removed. Orphan (default): they stay. Delete: they are deleted, dependents first, unless they are more than rollout.maxPrunes of them (the removal then halts and deletes none)."},
 		&Field{Name: "forceConflicts", Type: "boolean", Desc: "Take over fields another manager owns when applying (default true)."},
 		&Field{Name: "workers", Type: "integer", Desc: "Reconcile workers of the rule (default 64)."},
 		fieldStr("resyncPeriod", "How often every trigger is reconciled again, a Go duration (default 10m; 0 turns it off)."),

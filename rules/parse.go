@@ -288,6 +288,7 @@ func (d *decoder) decodeSpec(r *Rule, spec *yaml.Node, docVal any, pos positions
 	}
 	d.decodeRuleOptions(r, f)
 	d.decodeTeardown(r, spec, f)
+	d.decodeRemoval(r, f)
 	d.decodeIdentity(r, f)
 	d.checkTenant(r, docVal)
 }

@@ -130,6 +130,24 @@ func (d *decoder) decodeTeardown(r *Rule, spec *yaml.Node, f map[string]*yaml.No
 	}
 }
 
+// decodeRemoval decodes spec.removalPolicy: Orphan by default (a rule
+// removed leaves its children, as syncloop always did), or Delete
+// (Kyverno's orphanDownstreamOnPolicyDelete: false), which validate -v=2
+// notes with its bound.
+func (d *decoder) decodeRemoval(r *Rule, f map[string]*yaml.Node) {
+	r.RemovalPolicy = DeletionOrphan
+	n, ok := f["removalPolicy"]
+	if !ok {
+		return
+	}
+	if v, ok := d.oneOf(n, "spec.removalPolicy", string(DeletionOrphan), string(DeletionDelete)); ok {
+		r.RemovalPolicy = DeletionPolicy(v)
+	}
+	if r.RemovalPolicy == DeletionDelete {
+		d.noteAt(d.pos(n), "spec.removalPolicy", fmt.Sprintf("removing the rule deletes its children, dependents first — unless they are more than rollout.maxPrunes (%s) of them: then the removal halts and deletes none", r.Rollout.MaxPrunes))
+	}
+}
+
 // noteAt adds a note (validate -v=2) of the rule at p.
 func (d *decoder) noteAt(p Pos, field, msg string) {
 	d.notes = append(d.notes, &Error{Pos: p, Rule: d.rule, Field: field, Msg: "note: " + msg})

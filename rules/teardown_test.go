@@ -82,3 +82,23 @@ func TestTeardownWaves(t *testing.T) {
 		t.Errorf("teardown: Later loaded: %v", err)
 	}
 }
+
+// TestRemovalPolicy: a removed rule orphans its children unless it says
+// removalPolicy: Delete, which validate -v=2 notes with its bound.
+func TestRemovalPolicy(t *testing.T) {
+	if r := parseRule(t, strings.Replace(wavesDoc, "TEARDOWN", "", 1)); r.RemovalPolicy != DeletionOrphan {
+		t.Errorf("removalPolicy %s by default, want Orphan", r.RemovalPolicy)
+	}
+	f, err := newLoader(t).Parse("r.yaml", []byte(strings.Replace(wavesDoc, "TEARDOWN", "  removalPolicy: Delete\n  rollout: {maxPrunes: 3}\n", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `r.yaml:6:18: rule "r": spec.removalPolicy: note: removing the rule deletes its children, dependents first — unless they are more than rollout.maxPrunes (3) of them: then the removal halts and deletes none`
+	if r := f.Rules[0]; r.RemovalPolicy != DeletionDelete || len(f.Notes) != 1 || f.Notes[0].Error() != want {
+		t.Errorf("removalPolicy %s, notes %v, want\n%s", r.RemovalPolicy, f.Notes, want)
+	}
+	if _, err := newLoader(t).Parse("r.yaml", []byte(strings.Replace(wavesDoc, "TEARDOWN", "  removalPolicy: Later\n", 1))); err == nil ||
+		!strings.Contains(err.Error(), "spec.removalPolicy") {
+		t.Errorf("removalPolicy: Later loaded: %v", err)
+	}
+}

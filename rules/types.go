@@ -106,6 +106,10 @@ type RunOptions struct {
 	Rollout Rollout
 	// Teardown says how the children of a deleted trigger go.
 	Teardown Teardown
+	// RemovalPolicy says what becomes of the rule's children when the
+	// rule is removed from the set: DeletionOrphan (the default) leaves
+	// them, DeletionDelete deletes them, within Rollout.MaxPrunes.
+	RemovalPolicy DeletionPolicy
 }
 
 // KindRef is a kind as a rule names it: apiVersion and kind as written,

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"text/tabwriter"
 	"time"
 
@@ -66,34 +67,7 @@ the step, the triggers moved, and why it halted or rolled back.`,
 				fmt.Fprintf(cmd.OutOrStdout(), "no revisions in namespace %s\n", namespace)
 				return nil
 			}
-			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-			fmt.Fprintln(w, "RULE\tREVISION\tNAME\tHASH\tRECORDED\tROLLOUT")
-			var rollouts []string
-			for _, r := range revs {
-				num := fmt.Sprint(r.Revision)
-				if r.Newest {
-					num += " (newest)"
-				}
-				hash := r.Hash
-				if len(hash) > 12 {
-					hash = hash[:12]
-				}
-				state := "-"
-				if ro := r.Rollout; ro != nil {
-					state = ro.State
-					if r.Newest {
-						rollouts = append(rollouts, rolloutSummary(r.Rule, r.Revision, ro))
-					}
-				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s ago\t%s\n", r.Rule, num, r.Name, hash, time.Since(r.Created).Round(time.Second), state)
-			}
-			if err := w.Flush(); err != nil {
-				return err
-			}
-			for _, line := range rollouts {
-				fmt.Fprintln(cmd.OutOrStdout(), line)
-			}
-			return nil
+			return printRevisions(cmd.OutOrStdout(), revs)
 		},
 	}
 	cf.registerKubeconfig(cmd)
@@ -101,6 +75,43 @@ the step, the triggers moved, and why it halted or rolled back.`,
 	cmd.Flags().StringVar(&installation, "installation", "", "the installation of syncloop whose rules to show (default: the default installation)")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
 	return cmd
+}
+
+// printRevisions prints revs as a table, then where the newest revisions'
+// rollouts stand and what removing a rule did.
+func printRevisions(out io.Writer, revs []manager.Revision) error {
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "RULE\tREVISION\tNAME\tHASH\tRECORDED\tROLLOUT")
+	var rollouts []string
+	for _, r := range revs {
+		num := fmt.Sprint(r.Revision)
+		if r.Newest {
+			num += " (newest)"
+		}
+		hash := r.Hash
+		if len(hash) > 12 {
+			hash = hash[:12]
+		}
+		state := "-"
+		if ro := r.Rollout; ro != nil {
+			state = ro.State
+			if r.Newest {
+				rollouts = append(rollouts, rolloutSummary(r.Rule, r.Revision, ro))
+			}
+		}
+		if rm := r.Removal; rm != nil {
+			state = "Removed"
+			rollouts = append(rollouts, removalSummary(r.Rule, rm))
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s ago\t%s\n", r.Rule, num, r.Name, hash, time.Since(r.Created).Round(time.Second), state)
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	for _, line := range rollouts {
+		fmt.Fprintln(out, line)
+	}
+	return nil
 }
 
 // rolloutSummary says where the rollout to a rule's newest revision stands.
@@ -114,6 +125,16 @@ func rolloutSummary(rule string, revision int64, ro *engine.RolloutRecord) strin
 	}
 	if ro.Message != "" {
 		line += fmt.Sprintf("\n  %s: %s", ro.Reason, ro.Message)
+	}
+	return line
+}
+
+// removalSummary says what removing a rule did.
+func removalSummary(rule string, rm *engine.RemovalRecord) string {
+	line := fmt.Sprintf("removal of %s: %s %s ago: %d of %d children deleted, the finalizer taken off %d triggers",
+		rule, rm.State, time.Since(rm.At).Round(time.Second), rm.Deleted, rm.Children, rm.Released)
+	if rm.Message != "" {
+		line += "\n  " + rm.Message
 	}
 	return line
 }

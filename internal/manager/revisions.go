@@ -49,6 +49,10 @@ type revisionKeeper struct {
 	failures atomic.Pointer[[]string]
 	// panicked counts the panics a keep contains; nil: not counted.
 	panicked func(rule, where string)
+	// removing are the revisions of removed rules Removed returned, by
+	// rule; nothingToRemove those with no removal to do.
+	removing        map[string]string
+	nothingToRemove map[string]bool
 }
 
 func newRevisionKeeper(c *Clients, namespace, installation string) *revisionKeeper {
@@ -239,6 +243,8 @@ type Revision struct {
 	Newest bool `json:"newest"`
 	// Rollout is the rollout to this revision, if it had one.
 	Rollout *engine.RolloutRecord `json:"rollout,omitempty"`
+	// Removal is what removing the rule did, on its newest revision.
+	Removal *engine.RemovalRecord `json:"removal,omitempty"`
 }
 
 // Revisions lists the revisions of the rules of installation recorded in
@@ -261,7 +267,7 @@ func Revisions(ctx context.Context, c *Clients, namespace, installation, rule st
 	for _, cr := range list {
 		r := cr.Labels[rules.LabelRule]
 		out = append(out, Revision{Rule: r, Revision: cr.Revision, Name: cr.Name, Hash: cr.Annotations[rules.AnnotationRuleHash],
-			Created: cr.CreationTimestamp.Time, Newest: cr.Revision == newest[r], Rollout: rolloutOf(cr)})
+			Created: cr.CreationTimestamp.Time, Newest: cr.Revision == newest[r], Rollout: rolloutOf(cr), Removal: removalOf(cr)})
 	}
 	sort.SliceStable(out, func(i, j int) bool {
 		if out[i].Rule != out[j].Rule {

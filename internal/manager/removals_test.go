@@ -1,0 +1,94 @@
+package manager
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/syncloop/syncloop/engine"
+	"github.com/syncloop/syncloop/internal/testenv"
+	"github.com/syncloop/syncloop/rules"
+	"github.com/syncloop/syncloop/rules/expr"
+)
+
+// TestRemovedFromRevisions: the rules the revisions know and a set does
+// not hold are removals to do when their last version deletes its
+// children on removal (or orders its teardown), until a removal is
+// recorded on that version's revision; one that orphans is none, and a
+// rule put back is none.
+func TestRemovedFromRevisions(t *testing.T) {
+	env := testenv.Get(t)
+	ctx := t.Context()
+	c, err := NewClients(env.Config(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := c.Core.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "removals-"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := rules.NewLoader(expr.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule := func(name, policy string) string {
+		return fmt.Sprintf(`apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: %s}
+spec:
+  watch: {apiVersion: v1, kind: Namespace}
+  removalPolicy: %s
+  resources:
+    - {id: cm, template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: default}}}
+---
+`, name, policy)
+	}
+	load := func(doc string) *rules.Set {
+		t.Helper()
+		f, err := l.Parse("rules.yaml", []byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		set, err := rules.NewSet(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return set
+	}
+	k := newRevisionKeeper(c, ns.Name, "")
+	k.compile = compileRevision(l)
+	both := load(rule("deletes", "Delete") + rule("orphans", "Orphan"))
+	if k.keep(ctx, both, nil) {
+		t.Fatal("recording the revisions failed")
+	}
+	names := func(set *rules.Set) string {
+		t.Helper()
+		removed, err := k.Removed(ctx, set)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, r := range removed {
+			out = append(out, r.Name)
+		}
+		return strings.Join(out, ",")
+	}
+	if got := names(both); got != "" {
+		t.Errorf("removed with both in force: %q", got)
+	}
+	empty := load("")
+	if got := names(empty); got != "deletes" {
+		t.Errorf("removed with none in force: %q, want deletes", got)
+	}
+	k.RecordRemoval(ctx, both.Get("deletes"), engine.RemovalRecord{State: engine.RemovalDone, Deleted: 1}, corev1.EventTypeNormal, "Removed", "")
+	if got := names(empty); got != "" {
+		t.Errorf("removed once its removal is recorded: %q, want none", got)
+	}
+	revs, err := Revisions(ctx, c, ns.Name, "", "deletes")
+	if err != nil || len(revs) != 1 || revs[0].Removal == nil || revs[0].Removal.Deleted != 1 {
+		t.Errorf("the revision's removal: %+v, %v", revs, err)
+	}
+}
