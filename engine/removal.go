@@ -218,7 +218,11 @@ func (e *Engine) releaseRemoved(ctx context.Context, r *rules.Rule, a *actor, ou
 	if err != nil {
 		return 0, err
 	}
-	list, err := a.client.Client.Dynamic.Resource(m.Resource).Namespace(e.namespaceOf(r, m)).List(ctx, metav1.ListOptions{})
+	ns := e.namespaceOf(r, m)
+	if namespaced(m) && r.Watch.Namespace != "" {
+		ns = r.Watch.Namespace // all a rule confined there may list
+	}
+	list, err := a.client.Client.Dynamic.Resource(m.Resource).Namespace(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return 0, fmt.Errorf("listing the rule's triggers: %w", err)
 	}

@@ -52,6 +52,7 @@ func removedRuleOf(name, label, settings string) string {
 // that orphans its children on removal (the default) leaves them all.
 func TestRuleRemoval(t *testing.T) {
 	h := newHarness(t)
+	h.limitNS = h.ns // a removal lists the rule's kinds where the engine works: here, not the other tests' namespaces
 	store := newMemRollouts()
 	h.rollouts = store
 	doc := removedRuleOf("gone", "gone", "  removalPolicy: Delete\n  rollout: {maxPrunes: 100%}") + "---\n" +

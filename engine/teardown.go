@@ -169,30 +169,22 @@ func (rc *reconciler) released(ctx context.Context, key cache.ObjectName) error 
 // replaced by a version that does not order its teardown.
 var errRuleRemoved = errors.New("the rule is removed")
 
-// unholdAll takes the rule's teardown finalizer off every trigger the
-// loop's cache holds with it, once its workers have stopped (none puts
-// it back): a removed rule never leaves a trigger undeletable. A trigger
-// it fails on keeps the finalizer until `syncloop finalizers remove`.
+// unholdAll takes the rule's teardown finalizer off every trigger that
+// holds it, once the loop's workers have stopped (none puts it back): a
+// removed rule never leaves a trigger undeletable. It reads the triggers
+// from the API server, not the cache, which may not hold the finalizer a
+// reconcile put on a moment ago. A trigger it fails on keeps the
+// finalizer until `syncloop finalizers remove`.
 func (l *ruleLoop) unholdAll(ctx context.Context) {
-	if !l.rule.OrdersTeardown() || l.watches.trigger == nil {
+	if !l.rule.OrdersTeardown() || l.watches.actor == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, unholdTimeout)
 	defer cancel()
 	logger := klog.FromContext(ctx)
-	finalizer := l.rule.TeardownFinalizer()
-	n := 0
-	for _, obj := range l.watches.trigger.Indexer().List() {
-		t := wholeOf(obj)
-		if t == nil || !slices.Contains(t.GetFinalizers(), finalizer) {
-			continue
-		}
-		key := cache.ObjectName{Namespace: t.GetNamespace(), Name: t.GetName()}
-		if err := l.rc.unhold(ctx, key, t); err != nil {
-			logger.Error(err, "Leaving the teardown finalizer on a trigger of a removed rule", "trigger", klog.KObj(t))
-			continue
-		}
-		n++
+	n, err := l.e.releaseRemoved(ctx, l.rule, l.watches.actor, l.rc.out)
+	if err != nil {
+		logger.Error(err, "Leaving the teardown finalizer on triggers of a removed rule")
 	}
 	if n > 0 {
 		logger.Info("Took the teardown finalizer off the triggers of a removed rule", "triggers", n)
