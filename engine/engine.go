@@ -374,13 +374,17 @@ func (e *Engine) Apply(ctx context.Context, set *rules.Set) {
 func retiredKinds(w *watches, r *rules.Rule) []schema.GroupVersionKind {
 	keep := map[schema.GroupVersionKind]bool{}
 	for _, res := range r.Resources {
-		keep[res.GVK] = true
+		for _, k := range res.Kinds {
+			keep[k.GVK] = true
+		}
 	}
 	var out []schema.GroupVersionKind
 	seen := map[schema.GroupVersionKind]bool{}
 	old := append([]schema.GroupVersionKind{}, w.retired...)
 	for _, res := range w.rule.Resources {
-		old = append(old, res.GVK)
+		for _, k := range res.Kinds {
+			old = append(old, k.GVK)
+		}
 	}
 	for _, gvk := range old {
 		if !keep[gvk] && !seen[gvk] {

@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -249,19 +248,14 @@ func (e *Engine) releaseRemoved(ctx context.Context, r *rules.Rule, a *actor, ou
 func (e *Engine) childrenOfRemoved(ctx context.Context, r *rules.Rule, a *actor) ([]removedChild, error) {
 	selector := childrenSelector(r.Installation) + "," + rules.LabelRule + "=" + r.Name
 	var out []removedChild
-	seen := map[schema.GroupVersionKind]bool{}
-	for _, res := range r.Resources {
-		if res.Mode != rules.ModeOwn || seen[res.GVK] {
-			continue
-		}
-		seen[res.GVK] = true
-		m, err := e.mapper.Mapping(ctx, res.GVK)
+	for _, k := range r.ChildKinds() {
+		m, err := e.mapper.Mapping(ctx, k.GVK)
 		if err != nil {
 			return nil, err
 		}
 		list, err := a.client.Client.Dynamic.Resource(m.Resource).Namespace(e.namespaceOf(r, m)).List(ctx, metav1.ListOptions{LabelSelector: selector})
 		if err != nil {
-			return nil, fmt.Errorf("listing the rule's %s children: %w", res.Kind, err)
+			return nil, fmt.Errorf("listing the rule's %s children: %w", k.Kind, err)
 		}
 		for i := range list.Items {
 			c := &list.Items[i]

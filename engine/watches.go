@@ -81,7 +81,9 @@ type patchWatch struct {
 func (w *watches) resolve(ctx context.Context, mapper *dynamic.Mapper, waiting func(error)) bool {
 	kinds := []schema.GroupVersionKind{w.rule.Watch.GVK}
 	for _, r := range w.rule.Resources {
-		kinds = append(kinds, r.GVK)
+		for _, k := range r.Kinds {
+			kinds = append(kinds, k.GVK)
+		}
 	}
 	for _, l := range w.rule.Lookups {
 		kinds = append(kinds, l.GVK)
@@ -123,11 +125,14 @@ func (w *watches) mapped(ctx context.Context, mapper *dynamic.Mapper, mappings m
 	w.children = map[schema.GroupVersionKind]*childKind{}
 	current := map[dynamic.WatchKey]bool{}
 	for _, res := range w.rule.Resources {
-		m := mappings[res.GVK]
 		if res.Mode != rules.ModePatch {
-			w.children[res.GVK] = &childKind{mapping: m, ns: w.childNamespace(res.GVK, m)}
+			for _, k := range res.Kinds {
+				m := mappings[k.GVK]
+				w.children[k.GVK] = &childKind{mapping: m, ns: w.childNamespace(k.GVK, m)}
+			}
 			continue
 		}
+		m := mappings[res.GVK]
 		pw := &patchWatch{res: res, mapping: m, key: w.narrow(m, res.LiteralNamespace, res.LiteralName, "")}
 		current[pw.key] = true
 		w.patches = append(w.patches, pw)
@@ -265,7 +270,7 @@ func (w *watches) childNamespace(gvk schema.GroupVersionKind, m *meta.RESTMappin
 	}
 	ns := ""
 	for _, res := range w.rule.Resources {
-		if res.GVK != gvk || res.Mode == rules.ModePatch {
+		if !res.MayRender(gvk) || res.Mode == rules.ModePatch {
 			continue
 		}
 		at := res.LiteralNamespace

@@ -349,8 +349,12 @@ func (pw *planWriter) unfinalize(context.Context, *meta.RESTMapping, *unstructur
 // template is literal.
 func (pw *planWriter) wait(trigger *unstructured.Unstructured, st *render.ResourceState) {
 	res := st.Resource
+	kind := res.Kind
+	if res.Computed() {
+		kind = "(" + res.KindNames() + ")"
+	}
 	pw.plan.Plan(Action{Action: ActionWait, Rule: pw.rule, Trigger: rules.RefOf(trigger), Resource: res.ID,
-		Object: rules.ObjectRef{APIVersion: res.APIVersion, Kind: res.Kind, Namespace: res.LiteralNamespace, Name: res.LiteralName},
+		Object: rules.ObjectRef{APIVersion: res.APIVersion, Kind: kind, Namespace: res.LiteralNamespace, Name: res.LiteralName},
 		Reason: st.Why})
 }
 

@@ -210,7 +210,9 @@ func (r *Rule) kinds() []schema.GroupVersionKind {
 		gvks = append(gvks, l.GVK)
 	}
 	for _, res := range r.Resources {
-		gvks = append(gvks, res.GVK)
+		for _, k := range res.Kinds {
+			gvks = append(gvks, k.GVK)
+		}
 	}
 	return gvks
 }
@@ -489,8 +491,11 @@ func (d *decoder) types(c *expr.Compiler, r *Rule, docVal any) *expr.Types {
 		id, _ := m["id"].(string)
 		apiVersion, _ := lookup(m, append(path, "apiVersion")).(string)
 		kind, _ := lookup(m, append(path, "kind")).(string)
+		if id != "" && strings.Contains(apiVersion+kind, "${") {
+			return id, nil, true // a computed kind: read as dyn
+		}
 		gv, err := schema.ParseGroupVersion(apiVersion)
-		if id == "" || kind == "" || err != nil || strings.Contains(apiVersion+kind, "${") {
+		if id == "" || kind == "" || err != nil {
 			return "", nil, false
 		}
 		t := d.kindType(c, gv.WithKind(kind))
@@ -702,14 +707,15 @@ func (d *decoder) decodeResource(i int, n *yaml.Node, docVal any, pos positions,
 		d.errorf(n, field+".template", "required")
 		return nil
 	}
+	if t := resolve(tn); t.Kind == yaml.ScalarNode && strings.Contains(t.Value, "${") {
+		d.errorf(tn, field+".template", "must be a mapping of the child's fields, not one ${} expression: compute the fields inside it (a computed apiVersion or kind lists its choices in kinds)")
+		return nil
+	}
 	tf := d.fields(tn, field+".template", templateTopFields(tn)...)
 	if tf == nil {
 		return nil
 	}
-	res.APIVersion, res.Kind = d.apiVersionKind(tn, tf, field+".template")
-	if gv, err := schema.ParseGroupVersion(res.APIVersion); err == nil {
-		res.GVK = gv.WithKind(res.Kind)
-	}
+	d.decodeKind(res, n, tn, f, tf, field)
 	if nn, ok := f["readyWhen"]; ok {
 		d.decodeReadyWhen(res, nn, field, c)
 	}
@@ -743,8 +749,10 @@ func (d *decoder) decodeTemplate(res *Resource, tn *yaml.Node, tf map[string]*ya
 	i := res.Index
 	d.checkMetadata(tn, tf, field+".template")
 	res.Template = d.template(tn, expr.Path{"spec", "resources", i, "template"}, docVal, pos, c, scope)
-	if d.schemas != nil && res.Template != nil && len(d.errs) == errsBefore {
-		d.checkSchema(d.schemas.Schema(res.GVK), expr.Path{"spec", "resources", i, "template"}, docVal, res.Template, res.Kind, res.Mode == ModeOwn)
+	for _, k := range res.Kinds {
+		if d.schemas != nil && res.Template != nil && len(d.errs) == errsBefore {
+			d.checkSchema(d.schemas.Schema(k.GVK), expr.Path{"spec", "resources", i, "template"}, docVal, res.Template, k.Kind, res.Mode == ModeOwn)
+		}
 	}
 	if res.Template != nil {
 		for _, ref := range res.Template.ChildRefs() {

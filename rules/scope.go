@@ -164,18 +164,30 @@ func (d *decoder) checkScopes(r *Rule, docVal any) {
 		d.errorAt(at(expr.Path{"spec", "watch", "namespace"}, r.Pos), "spec.watch.namespace", "%s is cluster-scoped: leave namespace out", r.Watch.Kind)
 	}
 	for _, res := range r.Resources {
-		namespaced, known := d.scopes.Scope(res.GVK)
-		if !known {
-			continue
-		}
 		md := expr.Path{"spec", "resources", res.Index, "template", "metadata"}
 		ns, _ := lookup(docVal, append(md, "namespace")).(string)
 		field := PathField("", append(md, "namespace"))
-		switch {
-		case !namespaced && ns != "":
-			d.errorAt(at(append(md, "namespace"), res.Pos), field, "%s is cluster-scoped: leave metadata.namespace out", res.Kind)
-		case namespaced && ns == "" && clusterTrigger:
-			d.errorAt(at(md, res.Pos), field, "%s is namespaced and the trigger (%s) is cluster-scoped: set metadata.namespace", res.Kind, r.Watch.Kind)
+		var byScope [2][]string // the kinds, cluster-scoped and namespaced
+		for _, k := range res.Kinds {
+			namespaced, known := d.scopes.Scope(k.GVK)
+			switch {
+			case !known:
+				continue
+			case !namespaced && ns != "":
+				d.errorAt(at(append(md, "namespace"), res.Pos), field, "%s is cluster-scoped: leave metadata.namespace out", k.Kind)
+			case namespaced && ns == "" && clusterTrigger:
+				d.errorAt(at(md, res.Pos), field, "%s is namespaced and the trigger (%s) is cluster-scoped: set metadata.namespace", k.Kind, r.Watch.Kind)
+			}
+			if namespaced {
+				byScope[1] = append(byScope[1], k.Kind)
+			} else {
+				byScope[0] = append(byScope[0], k.Kind)
+			}
+		}
+		if len(byScope[0]) > 0 && len(byScope[1]) > 0 {
+			d.errorAt(at(expr.Path{"spec", "resources", res.Index, "kinds"}, res.Pos), fmt.Sprintf("spec.resources[%d].kinds", res.Index),
+				"the kinds of one resource are all namespaced or all cluster-scoped, not %s (namespaced) and %s (cluster-scoped)",
+				strings.Join(byScope[1], ", "), strings.Join(byScope[0], ", "))
 		}
 	}
 	for _, l := range r.Lookups {

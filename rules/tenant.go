@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -89,10 +90,11 @@ func (d *decoder) checkTenant(r *Rule, docVal any) {
 	}
 	for _, res := range r.Resources {
 		p := expr.Path{"spec", "resources", res.Index, "template", "metadata", "namespace"}
+		clusterKind := slices.IndexFunc(res.Kinds, cluster)
 		switch {
-		case cluster(res.KindRef):
+		case clusterKind >= 0:
 			d.errorAt(at(expr.Path{"spec", "resources", res.Index, "template", "kind"}, res.Pos), PathField("", expr.Path{"spec", "resources", res.Index, "template", "kind"}),
-				"%s: it cannot make or patch %s, which is cluster-scoped", confined, res.Kind)
+				"%s: it cannot make or patch %s, which is cluster-scoped", confined, res.Kinds[clusterKind].Kind)
 		case res.LiteralNamespace != "" && res.LiteralNamespace != ns:
 			d.errorAt(at(p, res.Pos), PathField("", p), "%s: it cannot make or patch objects in namespace %q", confined, res.LiteralNamespace)
 		}

@@ -80,6 +80,8 @@ func TestTenantErrors(t *testing.T) {
 			`spec.watch.kind: a tenant rule of namespace "team-a" stays in it: it cannot watch Namespace, which is cluster-scoped`},
 		{"cluster-scoped child", head + "  watch: {apiVersion: v1, kind: ConfigMap}\n  resources:\n    - id: c\n      template: {apiVersion: rbac.authorization.k8s.io/v1, kind: ClusterRoleBinding, metadata: {name: x}, roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}}\n",
 			`spec.resources[0].template.kind: a tenant rule of namespace "team-a" stays in it: it cannot make or patch ClusterRoleBinding, which is cluster-scoped`},
+		{"a cluster-scoped kind among a child's kinds", head + "  watch: {apiVersion: v1, kind: ConfigMap}\n  resources:\n    - id: c\n      kinds: [{apiVersion: rbac.authorization.k8s.io/v1, kind: ClusterRole}]\n      template: {apiVersion: rbac.authorization.k8s.io/v1, kind: \"${'ClusterRole'}\", metadata: {name: x}}\n",
+			`spec.resources[0].template.kind: a tenant rule of namespace "team-a" stays in it: it cannot make or patch ClusterRole, which is cluster-scoped`},
 		{"cluster-scoped lookup", head + "  watch: {apiVersion: v1, kind: ConfigMap}\n  lookups:\n    - {id: n, apiVersion: v1, kind: Node, name: a}\n  resources:\n    - id: c\n" + cm,
 			`spec.lookups[0].kind: a tenant rule of namespace "team-a" stays in it: it cannot read Node, which is cluster-scoped`},
 		{"another namespace's ServiceAccount", head + "  serviceAccountName: admin\n  serviceAccountNamespace: kube-system\n  watch: {apiVersion: v1, kind: ConfigMap}\n  resources:\n    - id: c\n" + cm,

@@ -186,7 +186,12 @@ type Variable struct {
 // Resource is one desired child (or, with ForEach, a list of them).
 type Resource struct {
 	ID string
+	// KindRef is the template's kind; zero when the template computes it
+	// (Computed).
 	KindRef
+	// Kinds are the kinds the resource may render: its KindRef, or those
+	// spec.resources[].kinds lists for a computed one.
+	Kinds    []KindRef
 	When     *Expression // nil: always
 	ForEach  *Expression // nil: one child
 	Template *Template

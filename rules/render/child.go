@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/syncloop/syncloop/rules"
@@ -28,6 +29,9 @@ func renderChild(ctx context.Context, r *rules.Rule, res *rules.Resource, act *e
 		return nil, childError(r, res, "", fmt.Errorf("rendered to %T, want an object", v))
 	}
 	obj := &unstructured.Unstructured{Object: m}
+	if err := checkKind(r, res, obj); err != nil {
+		return nil, err
+	}
 	md, ok := m["metadata"].(map[string]any)
 	if !ok {
 		return nil, childError(r, res, "metadata", errors.New("must render to a mapping"))
@@ -39,6 +43,22 @@ func renderChild(ctx context.Context, r *rules.Rule, res *rules.Resource, act *e
 		return nil, err
 	}
 	return obj, nil
+}
+
+// checkKind checks that the child is of a kind res may render: its
+// template's, or for a computed one one of those its kinds list.
+func checkKind(r *rules.Rule, res *rules.Resource, obj *unstructured.Unstructured) error {
+	if !res.Computed() {
+		return nil
+	}
+	apiVersion, _ := obj.Object["apiVersion"].(string)
+	kind, _ := obj.Object["kind"].(string)
+	gv, err := schema.ParseGroupVersion(apiVersion)
+	if err != nil || kind == "" || !res.MayRender(gv.WithKind(kind)) {
+		return childError(r, res, "kind", fmt.Errorf("rendered apiVersion %s, kind %s: not among the kinds the resource may make (%s)",
+			describe(obj.Object["apiVersion"]), describe(obj.Object["kind"]), res.KindNames()))
+	}
+	return nil
 }
 
 // childError is an error of the child res rendered, at field of its
@@ -71,18 +91,18 @@ func placeChild(r *rules.Rule, res *rules.Resource, obj *unstructured.Unstructur
 	}
 	switch {
 	case namespaced && nsStr == "" && !triggerNamespaced:
-		return childError(r, res, "metadata.namespace", fmt.Errorf("%s is namespaced and the trigger is cluster-scoped: set metadata.namespace", res.Kind))
+		return childError(r, res, "metadata.namespace", fmt.Errorf("%s is namespaced and the trigger is cluster-scoped: set metadata.namespace", obj.GetKind()))
 	case namespaced && nsStr == "":
 		obj.SetNamespace(trigger.GetNamespace())
 	case !namespaced && nsStr != "":
-		return childError(r, res, "metadata.namespace", fmt.Errorf("%s is cluster-scoped: metadata.namespace must be empty, rendered %q", res.Kind, nsStr))
+		return childError(r, res, "metadata.namespace", fmt.Errorf("%s is cluster-scoped: metadata.namespace must be empty, rendered %q", obj.GetKind(), nsStr))
 	case !namespaced && hasNS:
 		delete(md, "namespace")
 	}
 	if r.Tenant != "" {
 		switch {
 		case !namespaced:
-			return childError(r, res, "kind", fmt.Errorf("a tenant rule of namespace %q stays in it: %s is cluster-scoped", r.Tenant, res.Kind))
+			return childError(r, res, "kind", fmt.Errorf("a tenant rule of namespace %q stays in it: %s is cluster-scoped", r.Tenant, obj.GetKind()))
 		case obj.GetNamespace() != r.Tenant:
 			return childError(r, res, "metadata.namespace", fmt.Errorf("a tenant rule of namespace %q stays in it: rendered %q", r.Tenant, obj.GetNamespace()))
 		}

@@ -264,7 +264,9 @@ func (w *graphWalk) resource(ctx context.Context, res *rules.Resource) error {
 	if ok, err := w.proceeds(ctx, res, st); !ok || err != nil {
 		return err
 	}
-	namespaced, err := w.scoper.Namespaced(res.GVK)
+	// The kinds of a computed one share their scope (a load error
+	// otherwise, where the scopes are known).
+	namespaced, err := w.scoper.Namespaced(res.Kinds[0].GVK)
 	if err != nil {
 		return &RenderError{Pos: res.Template.Pos, Rule: w.r.Name, Resource: res.ID, Field: res.Template.Field, Err: err}
 	}
@@ -385,23 +387,23 @@ func (w *graphWalk) child(ctx context.Context, res *rules.Resource, st *Resource
 	live, err := w.apply(ctx, c)
 	switch {
 	case errors.Is(err, ErrNotRecreated):
-		w.notReady(st, fmt.Sprintf("%s %s was %v", res.Kind, namespacedName(obj), err))
+		w.notReady(st, fmt.Sprintf("%s %s was %v", obj.GetKind(), namespacedName(obj), err))
 		return nil, nil
 	case err != nil:
 		if st.Err == nil {
 			st.Err = err
 		}
-		w.notReady(st, fmt.Sprintf("%s %s: %v", res.Kind, namespacedName(obj), err))
+		w.notReady(st, fmt.Sprintf("%s %s: %v", obj.GetKind(), namespacedName(obj), err))
 		if o, ok := w.ap.(Observer); ok && !c.Patch && !errors.As(err, new(*ConflictError)) {
 			return o.Observed(c), nil // as it is: for the status, not for dependents (they wait)
 		}
 		return nil, nil
 	case live == nil:
-		w.notReady(st, fmt.Sprintf("%s %s does not exist", res.Kind, namespacedName(obj)))
+		w.notReady(st, fmt.Sprintf("%s %s does not exist", obj.GetKind(), namespacedName(obj)))
 		return nil, nil
 	}
 	if why := w.readiness(ctx, res, live); why != "" {
-		w.notReady(st, fmt.Sprintf("%s %s: %s", res.Kind, namespacedName(obj), why))
+		w.notReady(st, fmt.Sprintf("%s %s: %s", obj.GetKind(), namespacedName(obj), why))
 	}
 	return live, nil
 }
