@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/syncloop/syncloop/rules/expr"
 	kinds "github.com/syncloop/syncloop/rules/schema"
@@ -410,4 +411,104 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// oneOf decodes a string that must be one of values.
+func (d *decoder) oneOf(n *yaml.Node, field string, values ...string) (string, bool) {
+	v, ok := d.str(n, field)
+	if !ok {
+		return "", false
+	}
+	if contains(values, v) {
+		return v, true
+	}
+	d.errorf(n, field, "must be %s or %s, not %q", strings.Join(values[:len(values)-1], ", "), values[len(values)-1], v)
+	return "", false
+}
+
+// id decodes the required id of a resource or lookup (what): a DNS-1123
+// label not among ids. It returns "" when there is an error.
+func (d *decoder) id(parent *yaml.Node, f map[string]*yaml.Node, field, what string, ids []string) string {
+	nn, ok := f["id"]
+	if !ok {
+		d.errorf(parent, field+".id", "required")
+		return ""
+	}
+	id, ok := d.str(nn, field+".id")
+	switch {
+	case !ok:
+		return ""
+	case len(validation.IsDNS1123Label(id)) > 0:
+		d.errorf(nn, field+".id", "%q is not a valid %s id: %s", id, what, strings.Join(validation.IsDNS1123Label(id), "; "))
+		return ""
+	case contains(ids, id):
+		d.errorf(nn, field+".id", "%s id %q used twice in this rule", what, id)
+		return ""
+	}
+	return id
+}
+
+// expression compiles a CEL expression written as a YAML string.
+func (d *decoder) expression(n *yaml.Node, field string, c *expr.Compiler, scope expr.Scope, want expr.Result) *Expression {
+	src, ok := d.str(n, field)
+	if !ok {
+		return nil
+	}
+	n = resolve(n)
+	prog, err := c.Compile(src, scope, want)
+	if err != nil {
+		ce, _ := err.(*expr.Error)
+		off := -1
+		msg := err.Error()
+		if ce != nil {
+			off, msg = ce.Offset, ce.Msg
+		}
+		d.errorAt(d.offsetPos(n, off), field, "%s", msg)
+		return nil
+	}
+	return &Expression{Program: prog, Pos: d.pos(n), Field: field}
+}
+
+// template compiles the template at prefix in the document. Its strings'
+// positions come from the document-wide positions map.
+func (d *decoder) template(n *yaml.Node, prefix expr.Path, docVal any, pos positions, c *expr.Compiler, scope expr.Scope) *Template {
+	val := lookup(docVal, prefix)
+	t, errs := c.CompileTemplate(val, scope)
+	field := PathField("", prefix)
+	for _, e := range errs {
+		full := append(append(expr.Path(nil), prefix...), e.Path...)
+		p := d.pos(resolve(n))
+		if sp, ok := pos[posKey(full, e.Key)]; ok {
+			p = d.offsetPos(sp.node, e.Offset)
+		}
+		d.errorAt(p, PathField("", full), "%s", e.Msg)
+	}
+	if errs != nil {
+		return nil
+	}
+	kept := make(map[string]Pos)
+	for k, sp := range pos {
+		if strings.HasPrefix(k, field) {
+			kept[k] = sp.pos
+		}
+	}
+	return &Template{Template: t, Pos: d.pos(resolve(n)), Field: field, prefix: prefix, positions: kept}
+}
+
+// lookup walks a decoded document along p.
+func lookup(v any, p expr.Path) any {
+	for _, e := range p {
+		switch e := e.(type) {
+		case string:
+			m, _ := v.(map[string]any)
+			v = m[e]
+		case int:
+			l, _ := v.([]any)
+			if e >= len(l) {
+				return nil
+			}
+			v = l[e]
+		}
+	}
+	return v
 }
