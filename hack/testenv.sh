@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # testenv.sh builds what syncloop's tests and demo run against: the local
 # control plane — etcd, kube-apiserver and kube-controller-manager, compiled
-# from Go modules pinned in hack/controlplane/{etcd,kube} (DESIGN.md §7) — and
+# from Go modules pinned in hack/controlplane/{etcd,kube} (README.md, "Two commands") — and
 # helm 3 and 4, from the modules pinned in hack/helm and hack/helm4, for the
 # chart's tests.
 #

@@ -20,11 +20,16 @@ const AnnotationRemoval = rules.Group + "/removal"
 
 // removalOf is the removal recorded on cr, or nil.
 func removalOf(cr appsv1.ControllerRevision) *engine.RemovalRecord {
-	s, ok := cr.Annotations[AnnotationRemoval]
+	return recordOf[engine.RemovalRecord](cr, AnnotationRemoval)
+}
+
+// recordOf is the JSON record in cr's annotation key, or nil.
+func recordOf[T any](cr appsv1.ControllerRevision, key string) *T {
+	s, ok := cr.Annotations[key]
 	if !ok {
 		return nil
 	}
-	var rec engine.RemovalRecord
+	var rec T
 	if json.Unmarshal([]byte(s), &rec) != nil {
 		return nil
 	}

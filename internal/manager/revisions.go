@@ -284,15 +284,7 @@ const AnnotationRollout = rules.Group + "/rollout"
 
 // rolloutOf is the rollout recorded on cr; nil if none (or unreadable).
 func rolloutOf(cr appsv1.ControllerRevision) *engine.RolloutRecord {
-	s, ok := cr.Annotations[AnnotationRollout]
-	if !ok {
-		return nil
-	}
-	var rec engine.RolloutRecord
-	if json.Unmarshal([]byte(s), &rec) != nil {
-		return nil
-	}
-	return &rec
+	return recordOf[engine.RolloutRecord](cr, AnnotationRollout)
 }
 
 // Resume implements engine.RolloutStore from the revisions the last keep

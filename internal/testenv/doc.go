@@ -9,7 +9,7 @@
 // rights RBAC decides, for tests of least privilege.
 //
 // It does not build the binaries: hack/testenv.sh does, into a cache outside
-// the checkout (DESIGN.md §7). This package finds them there, or in
+// the checkout (the README says where). This package finds them there, or in
 // $KUBEBUILDER_ASSETS, binary by binary.
 //
 // It knows nothing about syncloop's rules or engine. Test packages use it
