@@ -60,8 +60,9 @@ type Planner interface {
 	Failed(rule, trigger string, err error)
 }
 
-// PlanPrinter prints actions as DESIGN §5 shows them: text blocks and a
-// summary line, or one JSON object per line. Safe for concurrent use.
+// PlanPrinter prints actions as README.md's "Dry run and plan" shows
+// them: text blocks and a summary line, or one JSON object per line. Safe
+// for concurrent use.
 type PlanPrinter struct {
 	mu      sync.Mutex
 	w, errW io.Writer

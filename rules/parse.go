@@ -20,8 +20,8 @@ import (
 	kinds "github.com/syncloop/syncloop/rules/schema"
 )
 
-// Labels and annotations syncloop puts on every child (DESIGN §4). A
-// template may not set them.
+// Labels and annotations syncloop puts on every child (docs/safety.md,
+// "Writing only what it owns"). A template may not set them.
 const (
 	LabelManagedBy = "app.kubernetes.io/managed-by"
 	LabelRule      = Group + "/rule"

@@ -136,7 +136,7 @@ func readmeBlock(t *testing.T, path, output string) {
 	}
 }
 
-// checkJSONShape checks render -o json against DESIGN §5:
+// checkJSONShape checks render -o json against the README's shape:
 // {"results":[{"rule","trigger":{apiVersion,kind,namespace,name},"children":[…],"status":{…}}]}.
 func checkJSONShape(t *testing.T, out string) {
 	t.Helper()

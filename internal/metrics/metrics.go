@@ -3,9 +3,9 @@
 // and client-go's workqueue metrics per rule. Everything is registered on a
 // registry the caller owns; nothing here is global.
 //
-// It knows the metric names of DESIGN §6 and nothing of how the engine
-// works: the engine reports through its Metrics interface, which *Metrics
-// implements.
+// It knows the metric names README.md's "Metrics" lists and nothing of
+// how the engine works: the engine reports through its Metrics interface,
+// which *Metrics implements.
 package metrics
 
 import (
