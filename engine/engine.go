@@ -335,11 +335,16 @@ func (e *Engine) Apply(ctx context.Context, set *rules.Set) {
 	}
 	var wg sync.WaitGroup
 	for _, l := range stopping {
-		var why error
-		if r, kept := want[l.rule.Name]; set != nil && (!kept || !r.OrdersTeardown()) {
-			why = errRuleRemoved
-		}
-		wg.Go(func() { l.stop(why) })
+		// A rule removed, or no longer ordering its teardown, lets go of
+		// the triggers it held, once its workers have stopped.
+		r, kept := want[l.rule.Name]
+		release := set != nil && l.mayHold() && (!kept || !r.OrdersTeardown())
+		wg.Go(func() {
+			l.stop()
+			if release {
+				l.unholdAll(klog.NewContext(ctx, klog.FromContext(ctx).WithValues("rule", l.rule.Name)))
+			}
+		})
 	}
 	wg.Wait()
 	for _, l := range stopping {

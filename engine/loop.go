@@ -3,7 +3,6 @@ package engine
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -56,7 +55,7 @@ type ruleLoop struct {
 	rule   *rules.Rule
 	bad    error // the rule cannot run at all: its identity cannot be had
 	queue  workqueue.TypedRateLimitingInterface[cache.ObjectName]
-	cancel context.CancelCauseFunc
+	cancel context.CancelFunc
 	done   chan struct{} // closed when run has returned
 
 	watches *watches    // resolved and subscribed by run before any worker starts
@@ -199,7 +198,7 @@ func newRuleLoop(e *Engine, r *rules.Rule, retired []schema.GroupVersionKind, re
 }
 
 func (l *ruleLoop) start(ctx context.Context) {
-	ctx, l.cancel = context.WithCancelCause(ctx)
+	ctx, l.cancel = context.WithCancel(ctx)
 	go func() {
 		defer close(l.done)
 		defer func() {
@@ -215,11 +214,8 @@ func (l *ruleLoop) start(ctx context.Context) {
 }
 
 // stop cancels the loop and waits until it has drained and stopped.
-// why is errRuleRemoved when the rule is gone from the set, or replaced
-// by a version that does not order its teardown: the loop then takes its
-// teardown finalizer off the triggers it holds before it stops.
-func (l *ruleLoop) stop(why error) {
-	l.cancel(why)
+func (l *ruleLoop) stop() {
+	l.cancel()
 	<-l.done
 }
 
@@ -315,9 +311,6 @@ func (l *ruleLoop) run(ctx context.Context) {
 	defer timer.Stop()
 	l.queue.ShutDownWithDrain()
 	wg.Wait()
-	if errors.Is(context.Cause(ctx), errRuleRemoved) {
-		l.unholdAll(context.WithoutCancel(ctx))
-	}
 }
 
 // prepare resolves the rule's kinds, checks them against the engine's

@@ -165,24 +165,35 @@ func (rc *reconciler) released(ctx context.Context, key cache.ObjectName) error 
 	return rc.unhold(ctx, key, live)
 }
 
-// errRuleRemoved stops a loop whose rule is removed from the set, or
-// replaced by a version that does not order its teardown.
-var errRuleRemoved = errors.New("the rule is removed")
+// mayHold reports whether the loop's triggers may hold the rule's teardown
+// finalizer: its rule orders its teardown, or the revision a rollout
+// under way moves from does (one finalizer serves every revision).
+func (l *ruleLoop) mayHold() bool {
+	if l.rule.OrdersTeardown() {
+		return true
+	}
+	ro := l.ro.Load()
+	return ro != nil && ro.from.rule.OrdersTeardown()
+}
 
 // unholdAll takes the rule's teardown finalizer off every trigger that
-// holds it, once the loop's workers have stopped (none puts it back): a
-// removed rule never leaves a trigger undeletable. It reads the triggers
-// from the API server, not the cache, which may not hold the finalizer a
-// reconcile put on a moment ago. A trigger it fails on keeps the
-// finalizer until `syncloop finalizers remove`.
+// holds it, once the loop has stopped (none of its reconciles puts it
+// back): a removed rule never leaves a trigger undeletable. It reads the
+// triggers from the API server, not the caches — which may not hold the
+// finalizer a reconcile put on a moment ago, or may never have listed, if
+// the loop was stopped while it started — as the rule's identity. A
+// trigger it fails on keeps the finalizer until `syncloop finalizers
+// remove`.
 func (l *ruleLoop) unholdAll(ctx context.Context) {
-	if !l.rule.OrdersTeardown() || l.watches.actor == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, unholdTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unholdTimeout)
 	defer cancel()
 	logger := klog.FromContext(ctx)
-	n, err := l.e.releaseRemoved(ctx, l.rule, l.watches.actor, l.rc.out)
+	a, err := l.e.actors.of(l.rule.Identity)
+	if err != nil {
+		logger.Error(err, "Leaving the teardown finalizer on the triggers of a removed rule")
+		return
+	}
+	n, err := l.e.releaseRemoved(ctx, l.rule, a, l.rc.out)
 	if err != nil {
 		logger.Error(err, "Leaving the teardown finalizer on triggers of a removed rule")
 	}
