@@ -333,20 +333,7 @@ func (e *Engine) Apply(ctx context.Context, set *rules.Set) {
 			}
 		}
 	}
-	var wg sync.WaitGroup
-	for _, l := range stopping {
-		// A rule removed, or no longer ordering its teardown, lets go of
-		// the triggers it held, once its workers have stopped.
-		r, kept := want[l.rule.Name]
-		release := set != nil && l.mayHold() && (!kept || !r.OrdersTeardown())
-		wg.Go(func() {
-			l.stop()
-			if release {
-				l.unholdAll(klog.NewContext(ctx, klog.FromContext(ctx).WithValues("rule", l.rule.Name)))
-			}
-		})
-	}
-	wg.Wait()
+	stopLoops(ctx, stopping, want, set != nil)
 	for _, l := range stopping {
 		if _, kept := want[l.rule.Name]; !kept {
 			e.metrics.RuleRemoved(l.rule.Name)
@@ -372,6 +359,25 @@ func (e *Engine) Apply(ctx context.Context, set *rules.Set) {
 		inUse[l.rule.Identity] = true
 	}
 	e.actors.forget(inUse)
+}
+
+// stopLoops stops the loops stopping, together, and waits. A rule
+// removed from the set in force (applying: not a shutdown), or no longer
+// ordering its teardown, lets go of the triggers it held once its loop
+// has stopped.
+func stopLoops(ctx context.Context, stopping []*ruleLoop, want map[string]*rules.Rule, applying bool) {
+	var wg sync.WaitGroup
+	for _, l := range stopping {
+		r, kept := want[l.rule.Name]
+		release := applying && l.mayHold() && (!kept || !r.OrdersTeardown())
+		wg.Go(func() {
+			l.stop()
+			if release {
+				l.unholdAll(klog.NewContext(ctx, klog.FromContext(ctx).WithValues("rule", l.rule.Name)))
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // retiredKinds are the child kinds that w's rule, or a version before it,
