@@ -77,7 +77,7 @@ the installation, and whether each is being deleted (waiting for it).`,
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
 			fmt.Fprintln(w, "RESOURCE\tOBJECT\tFINALIZERS\tDELETING")
 			for _, h := range held {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%v\n", h.Resource.GroupResource(), objectOf(h), strings.Join(h.Finalizers, ","), h.Deleting)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%v\n", h.Resource.GroupResource(), h.Object(), strings.Join(h.Finalizers, ","), h.Deleting)
 			}
 			return w.Flush()
 		},
@@ -117,7 +117,7 @@ triggers again.`,
 				verb = "would remove"
 			}
 			n, unlisted, err := manager.ReleaseHeld(ctx, cl, f.opts, func(h manager.Held) {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s %s from %s %s\n", verb, strings.Join(h.Finalizers, ","), h.Resource.GroupResource(), objectOf(h))
+				fmt.Fprintf(cmd.OutOrStdout(), "%s %s from %s %s\n", verb, strings.Join(h.Finalizers, ","), h.Resource.GroupResource(), h.Object())
 			})
 			sayUnlisted(cmd, unlisted)
 			fmt.Fprintf(cmd.OutOrStdout(), "%d objects released\n", n)
@@ -136,11 +136,4 @@ func sayUnlisted(cmd *cobra.Command, unlisted []string) {
 	if len(unlisted) > 0 {
 		fmt.Fprintf(cmd.ErrOrStderr(), "not allowed to list (skipped): %s\n", strings.Join(unlisted, ", "))
 	}
-}
-
-func objectOf(h manager.Held) string {
-	if h.Namespace == "" {
-		return h.Name
-	}
-	return h.Namespace + "/" + h.Name
 }

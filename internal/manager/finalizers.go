@@ -140,7 +140,7 @@ func ReleaseHeld(ctx context.Context, cl *Clients, o HeldOptions, each func(Held
 				continue
 			}
 			if err != nil {
-				errs = append(errs, fmt.Errorf("%s %s: %w", h.Resource.GroupResource(), objectName(h), err))
+				errs = append(errs, fmt.Errorf("%s %s: %w", h.Resource.GroupResource(), h.Object(), err))
 				continue
 			}
 			n++
@@ -190,7 +190,8 @@ func release(ctx context.Context, cl *Clients, h Held, o HeldOptions) error {
 	return err
 }
 
-func objectName(h Held) string {
+// Object is the held object's namespace/name, or name when cluster-scoped.
+func (h Held) Object() string {
 	if h.Namespace == "" {
 		return h.Name
 	}
