@@ -147,7 +147,7 @@ func TestAnswerVersionProtobuf(t *testing.T) {
 	meta := metav1.ObjectMeta{Name: "tenant-t-00001", Namespace: "ns", UID: "6d1d3b0e", ResourceVersion: "48213",
 		Labels: map[string]string{"resourceVersion": "no"}, Annotations: map[string]string{"a": strings.Repeat("x", 300)},
 		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "syncloop/tenant-config", Operation: metav1.ManagedFieldsOperationApply,
-			FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:data":{"f:tier":{}}}`)}}}}
+			FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:data":{"f:tier":{}}}`)}}}
 	objects := []runtime.Object{
 		&corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}, ObjectMeta: meta, Data: map[string]string{"tier": "bronze"}},
 		&corev1.Secret{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"}, ObjectMeta: meta, Data: map[string][]byte{"k": {0, 1, 2}}},

@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
-	validpath "k8s.io/apimachinery/pkg/api/validation/path"
+	"k8s.io/apimachinery/pkg/api/validate/content"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -95,7 +95,7 @@ func objectPath(m *meta.RESTMapping, namespace, name string) ([]string, error) {
 		return nil, errors.New("an object's name is required")
 	}
 	for what, v := range map[string]string{"name": name, "namespace": namespace} {
-		if msgs := validpath.IsValidPathSegmentName(v); v != "" && len(msgs) > 0 {
+		if msgs := content.IsPathSegmentName(v); v != "" && len(msgs) > 0 {
 			return nil, fmt.Errorf("invalid %s %q: %s", what, v, strings.Join(msgs, "; "))
 		}
 	}

@@ -87,6 +87,7 @@ func objectMetaContent(m *metav1.ObjectMeta) map[string]any {
 	str("name", m.Name)
 	str("generateName", m.GenerateName)
 	str("namespace", m.Namespace)
+	//lint:ignore SA1019 an object that still carries one keeps it, as the API server sent it
 	str("selfLink", m.SelfLink)
 	str("uid", string(m.UID))
 	str("resourceVersion", m.ResourceVersion)

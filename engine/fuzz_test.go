@@ -79,8 +79,9 @@ func applyDiff(a []string, diff string) ([]string, error) {
 // hunkHeader parses "@@ -start,len +start,len @@"; a range of one line may
 // leave its length out ("-3"), as the unified format allows.
 func hunkHeader(h string) (as, al, bs, bl int, err error) {
-	ranges, ok := strings.CutPrefix(h, "@@ -")
-	if ranges, ok = strings.CutSuffix(ranges, " @@"); !ok {
+	ranges, prefixed := strings.CutPrefix(h, "@@ -")
+	ranges, suffixed := strings.CutSuffix(ranges, " @@")
+	if !prefixed || !suffixed {
 		return 0, 0, 0, 0, fmt.Errorf("bad hunk header %q", h)
 	}
 	a, b, ok := strings.Cut(ranges, " +")
@@ -154,8 +155,11 @@ func TestUnifiedDiffLarge(t *testing.T) {
 }
 
 // structure is every rune of a redacted Secret diff's skeleton: a value
-// made only of these could appear in the output by coincidence.
-const structure = "-+@, \n0123456789abcdef:()apiVersion: v1kind: Secretdata:stringData:k(redacted, sha256:)livedesired"
+// made only of these could appear in the output by coincidence. Past the
+// digits and punctuation, the letters of "apiVersion: v1", "kind: Secret",
+// "data", "stringData", "(redacted, sha256:…)", "live" and "desired", each
+// once.
+const structure = "-+@, \n0123456789abcdef:()piVrsonvkStgDhl"
 
 // FuzzPlanDiff: a plan's diff of two arbitrary objects applies, a JSON plan
 // line is valid JSON that round-trips, and no Secret value reaches a diff.

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/api/validation/path"
+	"k8s.io/apimachinery/pkg/api/validate/content"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -48,7 +48,7 @@ func IsReservedKey(key string) bool {
 // path, as client-go checks it before any request: not "." or "..", and
 // no "/" or "%". The API server checks the rest of what the kind allows.
 func ValidPathName(name string) error {
-	if errs := path.IsValidPathSegmentName(name); len(errs) > 0 {
+	if errs := content.IsPathSegmentName(name); len(errs) > 0 {
 		return fmt.Errorf("%q cannot be an object's name: %s", name, strings.Join(errs, "; "))
 	}
 	return nil

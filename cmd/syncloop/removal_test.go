@@ -75,7 +75,7 @@ spec:
 		!strings.Contains(plan.String(), "3 to delete") || copies() != 3 {
 		t.Errorf("plan exited %d with %d copies left:\n%s", code, copies(), plan.String())
 	}
-	_, _, stop = startInProcess(t, args...)
+	startInProcess(t, args...)
 	pollUntil(t, 30*time.Second, "the copies deleted on the rule's removal", func() bool { return copies() == 0 })
 	var out bytes.Buffer
 	pollUntil(t, 30*time.Second, "the removal in rollout status", func() bool {

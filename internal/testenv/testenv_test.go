@@ -132,8 +132,8 @@ func TestServerSideApplyFieldManager(t *testing.T) {
 		managers = append(managers, fmt.Sprintf("%s/%s", mf.Manager, mf.Operation))
 		if mf.Manager == "syncloop/smoke" && mf.Operation == metav1.ManagedFieldsOperationApply {
 			found = true
-			if !strings.Contains(string(mf.FieldsV1.Raw), `"f:k"`) {
-				t.Errorf("manager syncloop/smoke does not own data.k: %s", mf.FieldsV1.Raw)
+			if !strings.Contains(mf.FieldsV1.GetRawString(), `"f:k"`) {
+				t.Errorf("manager syncloop/smoke does not own data.k: %s", mf.FieldsV1.GetRawString())
 			}
 		}
 	}

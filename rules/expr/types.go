@@ -385,7 +385,7 @@ func (t *Type) Value(v any) ref.Val {
 	switch t.kind {
 	case kObject:
 		if m, ok := v.(map[string]any); ok {
-			return &object{Mapper: types.NewStringInterfaceMap(types.DefaultTypeAdapter, m).(traits.Mapper), m: m, t: t}
+			return &object{Mapper: types.NewStringInterfaceMap(types.DefaultTypeAdapter, m), m: m, t: t}
 		}
 	case kMap:
 		if m, ok := v.(map[string]any); ok && t.Elem() != nil {

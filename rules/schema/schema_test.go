@@ -171,7 +171,7 @@ func TestServed(t *testing.T) {
 	if s.Schema(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}) == nil || len(fetched) != 0 {
 		t.Fatalf("a built-in kind was fetched (%v) or not found", fetched)
 	}
-	if s.Schema(w) != nil || s.Schema(w) != nil || len(fetched) != 1 {
+	if first, again := s.Schema(w), s.Schema(w); first != nil || again != nil || len(fetched) != 1 {
 		t.Fatalf("failed fetch: fetched %v, want one fetch and no schema", fetched)
 	}
 	if !s.Missing("g.io") || !s.Stale("g.io", map[schema.GroupVersion]string{w.GroupVersion(): "tag1"}) {
