@@ -15,7 +15,6 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
-	"github.com/syncloop/syncloop/dynamic"
 	"github.com/syncloop/syncloop/rules"
 	"github.com/syncloop/syncloop/rules/render"
 )
@@ -134,7 +133,7 @@ type loopCounters struct {
 	reconciles atomic.Int64 // reconciles finished
 	inFlight   atomic.Int64 // reconciles under way
 	// triggerSub is the trigger informer once subscribed, for Owned.
-	triggerSub atomic.Pointer[dynamic.Subscription]
+	triggerSub atomic.Pointer[store]
 	refreshes  atomic.Int64 // filtered informers listed again (refresh)
 	drops      atomic.Int64 // filtered informers dropped from in place (refresh)
 	holds      atomic.Int64 // reconciles put off: the caches may be incomplete
@@ -165,25 +164,7 @@ func newRuleLoop(e *Engine, r *rules.Rule, retired []schema.GroupVersionKind, re
 		reshard: make(chan struct{}, 1),
 		state:   StateWaiting,
 	}
-	writes := newOwnWrites()
-	l.rc = &reconciler{
-		rule:    r,
-		w:       l.watches,
-		mapper:  e.mapper,
-		client:  a.client,
-		out:     e.writers(r, a.client, writes, l.add),
-		writes:  writes,
-		deps:    newLookupIndex(),
-		patches: newLookupIndex(),
-		metrics: e.metrics,
-		mayLag:  l.mayLag,
-		fights:  newFights(e.fights),
-		later: func(key cache.ObjectName, d time.Duration) {
-			if l.e.owns(r.Name, key) {
-				l.queue.AddAfter(key, d)
-			}
-		},
-	}
+	l.rc = l.reconcilerOf(r, l.watches)
 	l.own = []*reconciler{l.rc}
 	if plan != nil {
 		ro := newRollout(l, plan)
@@ -195,6 +176,23 @@ func newRuleLoop(e *Engine, r *rules.Rule, retired []schema.GroupVersionKind, re
 		}
 	}
 	return l
+}
+
+// reconcilerOf is the reconciler of rule r, the loop's or the one a
+// rollout moves from, reading w's caches: it acts as the rule's identity
+// and queues its triggers on the loop's queue.
+func (l *ruleLoop) reconcilerOf(r *rules.Rule, w *watches) *reconciler {
+	e, client := l.e, w.actor.client
+	rc := newReconciler(r, w, e.mapper, client, e.metrics, e.fights, func(writes *ownWrites) writer {
+		return e.writers(r, client, writes, l.add)
+	})
+	rc.mayLag = l.mayLag
+	rc.later = func(key cache.ObjectName, d time.Duration) {
+		if e.owns(l.rule.Name, key) {
+			l.queue.AddAfter(key, d)
+		}
+	}
+	return rc
 }
 
 func (l *ruleLoop) start(ctx context.Context) {
@@ -275,7 +273,7 @@ func (l *ruleLoop) run(ctx context.Context) {
 		})
 	}
 	go l.step(ctx, l.afterRetiredPatches)
-	if l.waitForSync(ctx, []*dynamic.Subscription{l.watches.trigger}) {
+	if l.waitForSync(ctx, []informer{l.watches.trigger}) {
 		l.step(ctx, l.sweep) // children whose trigger went away while syncloop was down
 		l.setState(StateRunning, "")
 		logger.Info("Rule running", "workers", l.rule.Workers)
@@ -341,7 +339,8 @@ func (l *ruleLoop) prepare(ctx context.Context) bool {
 		l.setState(StateWaiting, err.Error())
 		return false
 	}
-	l.triggerSub.Store(l.watches.trigger)
+	triggers := store(l.watches.trigger)
+	l.triggerSub.Store(&triggers)
 	return true
 }
 
@@ -395,7 +394,7 @@ func (l *ruleLoop) giveUpRollout(ctx context.Context, why error) {
 
 // needed are the informers the workers need synced: the rule's, and
 // during a rollout those of the revision it moves from.
-func (l *ruleLoop) needed() []*dynamic.Subscription {
+func (l *ruleLoop) needed() []informer {
 	subs := l.watches.needed()
 	if ro := l.ro.Load(); ro != nil {
 		subs = append(subs, ro.from.w.needed()...)
@@ -408,7 +407,7 @@ func (l *ruleLoop) needed() []*dynamic.Subscription {
 // a list or watch the API server refused (missing RBAC) or could not
 // answer — and each new reason is logged once; the informers retry with
 // backoff meanwhile.
-func (l *ruleLoop) waitForSync(ctx context.Context, subs []*dynamic.Subscription) bool {
+func (l *ruleLoop) waitForSync(ctx context.Context, subs []informer) bool {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	logged := ""
@@ -437,7 +436,7 @@ const cannotSync = "cannot list and watch "
 
 // syncDetail says why subs have not all synced, and whether because a
 // list or watch fails.
-func syncDetail(subs []*dynamic.Subscription) (detail string, failing bool) {
+func syncDetail(subs []informer) (detail string, failing bool) {
 	for _, s := range subs {
 		if s.HasSynced() {
 			continue
@@ -540,13 +539,13 @@ func (l *ruleLoop) afterRetiredPatches(ctx context.Context) {
 	n := 0
 	for _, pw := range l.watches.patches {
 		if pw.res == nil && pw.sub != nil {
-			if !pw.sub.WaitForSync(ctx) {
+			if !synced(ctx, pw.sub) {
 				return
 			}
 			n++
 		}
 	}
-	if n > 0 && l.watches.trigger.WaitForSync(ctx) {
+	if n > 0 && synced(ctx, l.watches.trigger) {
 		l.addAll()
 	}
 }

@@ -84,14 +84,10 @@ func TestPruneProperty(t *testing.T) {
 
 		client := dynamicfake.NewSimpleDynamicClient(runtime.NewScheme(), objs...)
 		// The reconciler needs no informer: the children are given.
-		writes := newOwnWrites()
-		rc := &reconciler{
-			rule:   &rules.Rule{Name: rule},
-			w:      &watches{children: map[schema.GroupVersionKind]*childKind{gvk: {mapping: mapping}}},
-			out:    &liveWriter{rule: rule, client: &dynamic.Writer{Client: &dynamic.Client{Dynamic: client}}, writes: writes, metrics: noMetrics{}},
-			writes: writes,
-			deps:   newLookupIndex(),
-		}
+		w := &watches{children: map[schema.GroupVersionKind]*childKind{gvk: {mapping: mapping}}}
+		rc := newReconciler(&rules.Rule{Name: rule}, w, staticMapper{}, nil, noMetrics{}, DefaultFightPolicy, func(writes *ownWrites) writer {
+			return &liveWriter{rule: rule, client: &dynamic.Writer{Client: &dynamic.Client{Dynamic: client}}, writes: writes, metrics: noMetrics{}}
+		})
 		if err := rc.prune(t.Context(), &changes{}, rules.ObjectRef{}, owner, existing, desired, nil); err != nil {
 			t.Fatalf("seed %d: %v", seed, err)
 		}

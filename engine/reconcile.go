@@ -8,12 +8,12 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
-	"github.com/syncloop/syncloop/dynamic"
 	"github.com/syncloop/syncloop/rules"
 	"github.com/syncloop/syncloop/rules/render"
 )
@@ -32,10 +32,10 @@ const AnnotationAppliedHash = rules.Group + "/applied-hash"
 // when to reconcile which trigger is the loop's.
 type reconciler struct {
 	rule   *rules.Rule
-	w      *watches        // the rule's mappings and caches
-	mapper *dynamic.Mapper // scopes, for the render
-	client *dynamic.Writer // reads the API server where the cache may not know
-	out    writer          // live, or a plan
+	w      *watches      // the rule's mappings and caches
+	mapper render.Scoper // scopes, for the render
+	client liveReader    // reads the API server where the cache may not know
+	out    writer        // live, or a plan
 	writes *ownWrites
 
 	deps    *lookupIndex // which triggers read which looked-up objects
@@ -52,6 +52,25 @@ type reconciler struct {
 	// queues a trigger again after a while (when a cooling ends).
 	fights *fights
 	later  func(cache.ObjectName, time.Duration)
+}
+
+// liveReader reads one object from the API server, for the few decisions
+// the caches cannot make (dynamic.Writer).
+type liveReader interface {
+	Get(ctx context.Context, m *meta.RESTMapping, namespace, name string) (*unstructured.Unstructured, error)
+}
+
+// newReconciler is rule r's reconciler: it reads w's caches, and the API
+// server through live only where they cannot tell; it writes through the
+// writer out makes, which shares its memory of its own writes. It never
+// thinks the caches lag, and a child's fight cooled down is not queued
+// again until its loop says how (mayLag, later).
+func newReconciler(r *rules.Rule, w *watches, scoper render.Scoper, live liveReader, m Metrics, fp FightPolicy, out func(*ownWrites) writer) *reconciler {
+	writes := newOwnWrites()
+	return &reconciler{rule: r, w: w, mapper: scoper, client: live, out: out(writes), writes: writes,
+		deps: newLookupIndex(), patches: newLookupIndex(), metrics: m, fights: newFights(fp),
+		mayLag: func(cache.ObjectName) bool { return false },
+		later:  func(cache.ObjectName, time.Duration) {}}
 }
 
 // reconcile brings one trigger's children and status to what the rule

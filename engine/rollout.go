@@ -252,25 +252,13 @@ func (ro *rollout) settle() {
 func newRollout(l *ruleLoop, p *rolloutPlan) *rollout {
 	e := l.e
 	from := p.from
-	writes := newOwnWrites()
 	w := &watches{rule: from, ns: l.watches.ns, actor: l.watches.actor, retired: retiredKinds(l.watches, from), filter: l.watches.filter}
 	ro := &rollout{l: l, store: e.rollouts, poke: make(chan struct{}, 1), rec: p.rec, sharded: e.currentShard() != nil,
 		step: map[cache.ObjectName]bool{}, health: map[cache.ObjectName]health{}}
 	ro.rec.From, ro.rec.To = from.Hash, l.rule.Hash
 	s := l.rule.Rollout
 	ro.settings.Store(&s)
-	ro.from = &reconciler{
-		rule:    from,
-		w:       w,
-		mapper:  e.mapper,
-		client:  w.actor.client,
-		out:     e.writers(from, w.actor.client, writes, l.add),
-		writes:  writes,
-		deps:    newLookupIndex(),
-		patches: newLookupIndex(),
-		metrics: e.metrics,
-		mayLag:  l.mayLag,
-	}
+	ro.from = l.reconcilerOf(from, w)
 	ro.both = []*reconciler{l.rc, ro.from}
 	ro.settled.Store(ro.rec.State == RolloutComplete)
 	return ro

@@ -147,7 +147,7 @@ func (e *Engine) Owned() map[string]int {
 			out[name] = 0
 			continue
 		}
-		keys := sub.Indexer().ListKeys()
+		keys := (*sub).Indexer().ListKeys()
 		if s == nil {
 			out[name] = len(keys)
 			continue

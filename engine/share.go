@@ -224,11 +224,11 @@ func (e *Engine) Cached() map[string]int {
 // filtered are the informers of the loop that filter: its triggers' and
 // its children's (those of the revision a rollout moves from are the
 // same).
-func (l *ruleLoop) filtered() []*dynamic.Subscription {
+func (l *ruleLoop) filtered() []informer {
 	if !l.watches.filter {
 		return nil
 	}
-	subs := []*dynamic.Subscription{l.watches.trigger}
+	subs := []informer{l.watches.trigger}
 	for _, ck := range l.watches.children {
 		if ck.sub != nil {
 			subs = append(subs, ck.sub)

@@ -45,7 +45,7 @@ func newShareHarness(t *testing.T, n int) *shareHarness {
 		return true
 	})
 	h.eventually("the engine to be idle", c.idle)
-	children := c.watches.children[schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}].sub
+	children := c.watches.children[schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}].sub.(*dynamic.Subscription)
 	if !strings.Contains(c.watches.trigger.Key().Filter, "copy") || !strings.Contains(children.Key().Filter, "copy") {
 		t.Fatalf("the rule's informers do not filter: %v, %v", c.watches.trigger.Key(), children.Key())
 	}
@@ -138,7 +138,7 @@ func TestShardFilters(t *testing.T) {
 	h.updateCM(changed, func(cm *corev1.ConfigMap) { cm.Data["k"] = "changed" })
 	h.updateCM(orphan, func(cm *corev1.ConfigMap) { cm.Labels["copy"] = "no" })
 	tr, _ := h.configMap(h.ns, orphan)
-	h.watchedPast("the trigger watch past the changes", c.watches.trigger, tr.ResourceVersion)
+	h.watchedPast("the trigger watch past the changes", c.watches.trigger.(*dynamic.Subscription), tr.ResourceVersion)
 	if err := h.cs.CoreV1().ConfigMaps(h.ns).Delete(t.Context(), deleted+"-copy", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}

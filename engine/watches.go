@@ -16,6 +16,46 @@ import (
 	"github.com/syncloop/syncloop/rules"
 )
 
+// store is what a reconcile reads of one informer: its objects, indexed,
+// and whether its first list has been delivered. The reconciler reads
+// nothing else of its informers, so a table of objects stands in for them
+// in the decision tests.
+type store interface {
+	Indexer() cache.Indexer
+	HasSynced() bool
+}
+
+// informer is a rule's subscription to a shared informer as its loop uses
+// it: a store, and what starting, sharding and stopping need
+// (dynamic.Subscription).
+type informer interface {
+	store
+	// Synced is closed once HasSynced.
+	Synced() <-chan struct{}
+	// LastError says why it has not synced: a list or watch refused.
+	LastError() error
+	Key() dynamic.WatchKey
+	// Refresh lists again; Drop lets go of what a filter keeps no more.
+	Refresh(ctx context.Context) error
+	Drop(gone func(obj any)) int
+	Stop()
+}
+
+// synced waits until s has synced or ctx ends, and reports which.
+func synced(ctx context.Context, s informer) bool {
+	select {
+	case <-s.Synced():
+		return true
+	case <-ctx.Done():
+		return s.HasSynced()
+	}
+}
+
+// kindMapper maps a kind to its resource (dynamic.Mapper).
+type kindMapper interface {
+	Mapping(ctx context.Context, gvk schema.GroupVersionKind) (*meta.RESTMapping, error)
+}
+
 // watches are one rule's kinds as the API server serves them and the
 // shared informers its reconciles read: the trigger's, one per child kind,
 // one per lookup, one per patch resource. The rule's loop resolves and
@@ -32,7 +72,7 @@ type watches struct {
 	filter bool
 
 	triggerMapping *meta.RESTMapping
-	trigger        *dynamic.Subscription
+	trigger        informer
 	children       map[schema.GroupVersionKind]*childKind
 	lookups        []*lookupWatch // one per rule lookup
 	patches        []*patchWatch  // one per mode: patch resource, then the retired
@@ -46,7 +86,7 @@ type watches struct {
 // childKind is one kind of child: how to reach it and its shared informer.
 type childKind struct {
 	mapping *meta.RESTMapping
-	sub     *dynamic.Subscription
+	sub     informer
 	// ns is the namespace its informer lists in ("" every one): the
 	// engine's, or, for a rule acting as an identity of its own, the one
 	// namespace the rule puts every child of the kind in (childNamespace).
@@ -62,7 +102,7 @@ type childKind struct {
 type lookupWatch struct {
 	index   int // in rule.Lookups
 	mapping *meta.RESTMapping
-	sub     *dynamic.Subscription
+	sub     informer
 }
 
 // patchWatch is the informer of a mode: patch resource: the objects it may
@@ -72,13 +112,13 @@ type patchWatch struct {
 	res     *rules.Resource
 	key     dynamic.WatchKey
 	mapping *meta.RESTMapping
-	sub     *dynamic.Subscription
+	sub     informer
 }
 
 // resolve maps the trigger kind and every child, lookup and patch kind,
 // retrying with backoff while one is not served (a CRD not installed yet);
 // waiting is told why each time. It returns false when ctx ends first.
-func (w *watches) resolve(ctx context.Context, mapper *dynamic.Mapper, waiting func(error)) bool {
+func (w *watches) resolve(ctx context.Context, mapper kindMapper, waiting func(error)) bool {
 	kinds := []schema.GroupVersionKind{w.rule.Watch.GVK}
 	for _, r := range w.rule.Resources {
 		for _, k := range r.Kinds {
@@ -120,7 +160,7 @@ func (w *watches) resolve(ctx context.Context, mapper *dynamic.Mapper, waiting f
 }
 
 // mapped sets the watches from the mappings of every kind of the rule.
-func (w *watches) mapped(ctx context.Context, mapper *dynamic.Mapper, mappings map[schema.GroupVersionKind]*meta.RESTMapping) {
+func (w *watches) mapped(ctx context.Context, mapper kindMapper, mappings map[schema.GroupVersionKind]*meta.RESTMapping) {
 	w.triggerMapping = mappings[w.rule.Watch.GVK]
 	w.children = map[schema.GroupVersionKind]*childKind{}
 	current := map[dynamic.WatchKey]bool{}
@@ -374,8 +414,8 @@ func (w *watches) subscribe(ctx context.Context, h handlers) error {
 // listing would find nothing, and a rule's children could be pruned for
 // it) and the patch resources'. Not the trigger's: a cold start does not
 // wait for the whole list; nor the retired ones, whose kind may be gone.
-func (w *watches) needed() []*dynamic.Subscription {
-	var out []*dynamic.Subscription
+func (w *watches) needed() []informer {
+	var out []informer
 	for _, ck := range w.children {
 		if !ck.retired {
 			out = append(out, ck.sub)
@@ -394,7 +434,7 @@ func (w *watches) needed() []*dynamic.Subscription {
 
 // unsubscribe stops sharing every informer subscribed.
 func (w *watches) unsubscribe() {
-	var subs []*dynamic.Subscription
+	var subs []informer
 	if w.trigger != nil {
 		subs = append(subs, w.trigger)
 	}
