@@ -5,13 +5,19 @@ BIN      := bin/syncloop
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
 # Flags for `go test`; CI and `make test` run everything, including the
-# integration tests against the local control plane.
-TESTFLAGS ?= -race -count=1 -timeout=30m
+# integration tests against the local control plane. The integration tests
+# mostly wait on the API server: four run at once on two cores.
+TESTFLAGS ?= -race -count=1 -timeout=30m -parallel=4
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+FUZZTIME ?= 3s
+# The tests `make robustness` runs before its campaigns: leaks measured on
+# the heap, which no other test may share, and outages of the API server.
+ROBUSTNESS_TESTS := TestTriggerChurnDoesNotLeak|TestReloadCyclesDoNotLeak|TestAPIServerRestart|TestWatchExpiry
 
 IMAGE    ?= ghcr.io/syncloop/syncloop:$(VERSION)
 PLATFORMS ?= linux/amd64,linux/arm64
 
-.PHONY: help build build-static image image-push test test-short testenv openapi-snapshot demo cluster bench bench-full soak robustness lint clean
+.PHONY: help check fuzz-smoke test-robustness build build-static image image-push test test-short testenv openapi-snapshot demo cluster bench bench-full soak robustness lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -40,6 +46,22 @@ test: testenv ## run every test, integration tests against the local control pla
 test-short: ## run the unit tests only (no control plane)
 	$(GO) test -short -count=1 ./...
 
+check: lint ## gofmt, go vet, staticcheck and the unit tests, in about a minute: run first by CI
+	$(GO) vet -tags robustness ./engine/
+	$(GO) run $(STATICCHECK) ./...
+	$(GO) test -short -count=1 ./...
+
+fuzz-smoke: ## run each fuzz target for FUZZTIME (default 3s)
+	@for f in $$(grep -rl --include='*_test.go' '^func Fuzz' .); do \
+		for t in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
+			echo "fuzz $$t ($$(dirname $$f))"; \
+			$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./$$(dirname $$f) || exit 1; \
+		done; \
+	done
+
+test-robustness: testenv ## the leak and outage tests, alone (CI runs them once, without the race detector)
+	$(GO) test -tags robustness -count=1 -timeout=20m -run '^($(ROBUSTNESS_TESTS))$$' ./engine/
+
 demo: testenv build ## syncloop reconciling the examples on a local control plane it starts (and stops)
 	$(GO) run ./hack/demo --syncloop $(BIN) --examples examples
 
@@ -55,7 +77,7 @@ bench-full: testenv build ## the same with 10,000 triggers in process
 soak: testenv ## churn triggers and rules for DURATION (default 10m), printing memory and goroutines; not in CI
 	$(GO) run ./hack/soak -duration $(or $(DURATION),10m)
 
-robustness: testenv ## randomized fault campaigns judged by the API server's audit log, for DURATION (default 30m); SEED replays one
+robustness: test-robustness ## the leak and outage tests, then randomized fault campaigns judged by the API server's audit log, for DURATION (default 30m); SEED replays one
 	$(GO) run ./hack/robustness -duration $(or $(DURATION),30m) $(if $(SEED),-seed $(SEED))
 
 lint: ## gofmt check and go vet

@@ -302,6 +302,7 @@ spec:
 // its informers or its workqueues runs.
 func TestShutdownLeavesNoGoroutines(t *testing.T) {
 	h := newHarness(t)
+	h.alone = true
 	h.start(h.loadRules(copyRule))
 	h.createCM("src", map[string]string{"copy": "yes"}, map[string]string{"teams": "a"})
 	h.eventually("children", func() bool { _, ok := h.configMap(h.ns, "src-team-a"); return ok })

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -44,6 +45,9 @@ type harness struct {
 	rollouts  RolloutStore    // Options.Rollouts, set before start
 	fights    FightPolicy     // Options.Fights, set before start
 	eventLRU  int             // entries of each of the recorder's Event caches, set before start; 0: client-go's 4,096
+	// alone: the test looks at the whole process (its goroutines) and
+	// shares it with no other test; set before start.
+	alone bool
 	// installation the rules loadRules loads act for; "": the default.
 	installation string
 	stop         func()
@@ -90,6 +94,31 @@ func (h *harness) loadRules(yaml string) *rules.Set {
 	return set
 }
 
+// parallelTests are the tests running in parallel already.
+var parallelTests sync.Map
+
+// parallel lets the test run beside others on the shared control plane
+// when each rule of set is confined to the test's namespace — it watches
+// only there, or the engine is limited to it — so that no engine reads or
+// writes another test's objects. A rule that watches the whole cluster
+// keeps its test to itself.
+func (h *harness) parallel(set *rules.Set) {
+	if h.alone || h.env != sharedEnv(h.t) {
+		return
+	}
+	for _, r := range set.Rules() {
+		if h.limitNS != h.ns && r.Watch.Namespace != h.ns {
+			return
+		}
+	}
+	if _, already := parallelTests.LoadOrStore(h.t, true); !already {
+		h.t.Parallel()
+	}
+}
+
+// sharedEnv is the package's control plane, which the tests share.
+func sharedEnv(t *testing.T) *testenv.Env { return testenv.Get(t) }
+
 // start runs an engine with set until the test ends (or h.stop), and
 // waits until it is ready.
 func (h *harness) start(set *rules.Set) {
@@ -99,6 +128,7 @@ func (h *harness) start(set *rules.Set) {
 
 func (h *harness) startWith(set *rules.Set, waitReady bool) {
 	h.t.Helper()
+	h.parallel(set)
 	cfg := h.env.Config()
 	if h.config != nil {
 		cfg = h.config

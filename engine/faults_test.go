@@ -1,3 +1,8 @@
+//go:build robustness
+
+// The outage tests stop API servers for seconds: they run in
+// `make robustness`, not in the default suite.
+
 package engine
 
 import (

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -464,4 +465,47 @@ spec:
 	if host, _, _ := unstructured.NestedString(h.widget("w").Object, "status", "host"); host != "db.example" {
 		t.Errorf("the status field that reads the lookup is %q; want it kept while it waits", host)
 	}
+}
+
+// parallel runs f for every name, twenty at a time.
+func parallel(t *testing.T, names []string, f func(context.Context, string) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	work := make(chan string)
+	errs := make(chan error, len(names))
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for name := range work {
+				if err := f(t.Context(), name); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	for _, n := range names {
+		work <- n
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// cachedChildren lists the rule's children in namespace ns in its cache
+// (other tests leave children of same-named rules elsewhere).
+func (c *ruleLoop) cachedChildren(ns string) []any {
+	var out []any
+	for _, ck := range c.watches.children {
+		objs, _ := ck.sub.Indexer().ByIndex(cache.NamespaceIndex, ns)
+		for _, o := range objs {
+			if o.(object).GetLabels()[rules.LabelRule] == c.rule.Name {
+				out = append(out, o)
+			}
+		}
+	}
+	return out
 }

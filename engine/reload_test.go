@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -135,50 +134,6 @@ func TestHotReload(t *testing.T) {
 	if h.loop("steady") != steadyCtl {
 		t.Error("the unchanged rule was restarted when another rule was removed")
 	}
-}
-
-// TestReloadCyclesDoNotLeak: 200 cycles of adding and removing a rule bring
-// informers, goroutines and the heap (+5% at most) back to where they were
-// after 20 warm-up cycles.
-func TestReloadCyclesDoNotLeak(t *testing.T) {
-	h := newHarness(t)
-	base := h.loadRules(labelRule("base", "base", "x"))
-	both := h.loadRules(labelRule("base", "base", "x") + "---\n" + labelRule("extra", "extra", "y"))
-	h.start(base)
-	informers := h.engine.Informers()
-	cycle := func(n int) {
-		for range n {
-			h.engine.Apply(t.Context(), both)
-			h.eventually("the added rule running", func() bool { return h.engine.Ready() })
-			// The extra rule's own trigger and child informers.
-			if n := h.engine.Informers(); n != informers+2 {
-				t.Fatalf("with the extra rule running: %d informers, want %d", n, informers+2)
-			}
-			h.engine.Apply(t.Context(), base)
-		}
-		h.counter.Reset() // the test's request log is not the engine's memory
-	}
-	cycle(20)
-	goroutines := runtime.NumGoroutine()
-	h.eventually("goroutines to settle", func() bool {
-		n := runtime.NumGoroutine()
-		defer func() { goroutines = n }()
-		return n == goroutines
-	})
-	heap := heapAfterGC()
-	cycle(200)
-	if n := h.engine.Informers(); n != informers {
-		t.Errorf("after 200 reload cycles: %d informers, want %d", n, informers)
-	}
-	h.eventually(fmt.Sprintf("goroutines back to %d", goroutines), func() bool {
-		return runtime.NumGoroutine() <= goroutines
-	})
-	var after uint64
-	h.eventually("the heap back to the baseline (+5% at most)", func() bool {
-		after = heapAfterGC()
-		return backToBaseline(after, heap, 0)
-	})
-	t.Logf("heap %d → %d bytes (%+.1f%%) over 200 rule cycles", heap, after, 100*(float64(after)/float64(heap)-1))
 }
 
 // TestRemovedRuleMetrics: the metrics of a removed rule are dropped; those
