@@ -94,15 +94,21 @@ func (h *harness) loadRules(yaml string) *rules.Set {
 	return set
 }
 
-// parallelTests are the tests running in parallel already.
+// parallelTests are the tests that have decided, at their first start,
+// whether they run in parallel.
 var parallelTests sync.Map
 
 // parallel lets the test run beside others on the shared control plane
 // when each rule of set is confined to the test's namespace — it watches
 // only there, or the engine is limited to it — so that no engine reads or
 // writes another test's objects. A rule that watches the whole cluster
-// keeps its test to itself.
+// keeps its test to itself. The test decides at its first start, before
+// any engine of it runs: one running while the test waits to go parallel
+// would share the process with the serial tests.
 func (h *harness) parallel(set *rules.Set) {
+	if _, decided := parallelTests.LoadOrStore(h.t, true); decided {
+		return
+	}
 	if h.alone || h.env != sharedEnv(h.t) {
 		return
 	}
@@ -111,9 +117,7 @@ func (h *harness) parallel(set *rules.Set) {
 			return
 		}
 	}
-	if _, already := parallelTests.LoadOrStore(h.t, true); !already {
-		h.t.Parallel()
-	}
+	h.t.Parallel()
 }
 
 // sharedEnv is the package's control plane, which the tests share.
