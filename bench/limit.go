@@ -17,7 +17,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/syncloop/syncloop/dynamic"
-	"github.com/syncloop/syncloop/engine"
 	"github.com/syncloop/syncloop/internal/testenv"
 	"github.com/syncloop/syncloop/rules"
 	"github.com/syncloop/syncloop/rules/expr"
@@ -192,7 +191,7 @@ func renderChildren(ctx context.Context, rule *rules.Rule, triggers []unstructur
 			}
 			sum := sha256.Sum256(data)
 			ann := obj.GetAnnotations()
-			ann[engine.AnnotationAppliedHash] = hex.EncodeToString(sum[:8])
+			ann[rules.AnnotationAppliedHash] = hex.EncodeToString(sum[:8])
 			obj.SetAnnotations(ann)
 			m, err := mapper.Mapping(ctx, obj.GroupVersionKind())
 			if err != nil {

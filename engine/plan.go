@@ -268,7 +268,7 @@ func forDiff(gk string, v any) string {
 	if m, ok := v.(map[string]any); ok {
 		m = runtimeDeepCopy(m)
 		if ann, ok, _ := unstructured.NestedStringMap(m, "metadata", "annotations"); ok {
-			delete(ann, AnnotationAppliedHash)
+			delete(ann, rules.AnnotationAppliedHash)
 			if len(ann) == 0 {
 				unstructured.RemoveNestedField(m, "metadata", "annotations")
 			} else {

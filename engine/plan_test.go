@@ -70,11 +70,11 @@ func TestUnifiedDiff(t *testing.T) {
 
 func TestDiffObjectsManagedFieldsOnly(t *testing.T) {
 	desired := map[string]any{
-		"metadata": map[string]any{"name": "x", "annotations": map[string]any{AnnotationAppliedHash: "new", "keep": "v"}},
+		"metadata": map[string]any{"name": "x", "annotations": map[string]any{rules.AnnotationAppliedHash: "new", "keep": "v"}},
 		"data":     map[string]any{"k": "new"},
 	}
 	live := map[string]any{
-		"metadata": map[string]any{"name": "x", "resourceVersion": "7", "annotations": map[string]any{AnnotationAppliedHash: "old", "keep": "v", "theirs": "z"}},
+		"metadata": map[string]any{"name": "x", "resourceVersion": "7", "annotations": map[string]any{rules.AnnotationAppliedHash: "old", "keep": "v", "theirs": "z"}},
 		"data":     map[string]any{"k": "old", "other": "unmanaged"},
 	}
 	d := diffObjects("ConfigMap.", live, desired, desired)

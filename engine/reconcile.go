@@ -18,13 +18,6 @@ import (
 	"github.com/syncloop/syncloop/rules/render"
 )
 
-// AnnotationAppliedHash holds a hash of the child as syncloop last applied
-// it. A child whose hash matches and whose fields hold what the rule wants
-// is not applied again: no write in steady state. A changed template —
-// including a removed field, which comparing fields cannot see — changes
-// the hash.
-const AnnotationAppliedHash = rules.Group + "/applied-hash"
-
 // reconciler does what one trigger's reconcile does — render, apply,
 // prune, release, write status — from the rule's informer caches, and
 // writes through its writer only what differs. It holds what a reconcile
@@ -334,7 +327,7 @@ func (rc *reconciler) applyChild(ctx context.Context, ch *changes, trigger *unst
 	}
 	hash := contentHash(obj.Object)
 	// In place: GetAnnotations and SetAnnotations copy the map twice.
-	if err := unstructured.SetNestedField(obj.Object, hash, "metadata", "annotations", AnnotationAppliedHash); err != nil {
+	if err := unstructured.SetNestedField(obj.Object, hash, "metadata", "annotations", rules.AnnotationAppliedHash); err != nil {
 		return nil, fmt.Errorf("resource %q: %w", child.ResourceID, err)
 	}
 	key := cache.ObjectName{Namespace: trigger.GetNamespace(), Name: trigger.GetName()}
@@ -362,7 +355,7 @@ func (rc *reconciler) applyChild(ctx context.Context, ch *changes, trigger *unst
 				}
 				return wholeOf(existing).Object, nil
 			}
-			if !adopt && rules.Annotation(existing, AnnotationAppliedHash) == hash {
+			if !adopt && rules.Annotation(existing, rules.AnnotationAppliedHash) == hash {
 				// Drift: the rule wants what it applied, the object changed.
 				if ce := rc.repairDrift(ctx, trigger, key, child, ck.mapping); ce != nil {
 					return nil, ce
@@ -436,7 +429,7 @@ func (rc *reconciler) upToDate(ref childRef, cached object, desired *unstructure
 	if rc.writes.lags(ref, cached.GetResourceVersion(), hash) {
 		return true
 	}
-	if rules.Annotation(cached, AnnotationAppliedHash) != hash {
+	if rules.Annotation(cached, rules.AnnotationAppliedHash) != hash {
 		return false
 	}
 	return rc.writes.isOwnVersion(ref, cached.GetResourceVersion()) || holds(wholeOf(cached).Object, desired.Object)

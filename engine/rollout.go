@@ -834,7 +834,7 @@ func (a cachedChildren) Apply(_ context.Context, c render.Child) (map[string]any
 		return nil, fmt.Errorf("%s %s is not there yet", ref.gvk.Kind, cacheKey(ref))
 	}
 	cached := obj.(object)
-	if rules.Annotation(cached, AnnotationAppliedHash) != contentHash(c.Object.Object) {
+	if rules.Annotation(cached, rules.AnnotationAppliedHash) != contentHash(c.Object.Object) {
 		return nil, fmt.Errorf("%s %s is not applied by this revision yet", ref.gvk.Kind, cacheKey(ref))
 	}
 	return wholeOf(cached).Object, nil

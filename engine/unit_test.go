@@ -305,7 +305,7 @@ func (r *recorder) apply(_ context.Context, w *write) (map[string]any, error) {
 	r.writes.applying(ref)
 	r.writes.applyDone(ref, out.GetResourceVersion())
 	if w.before != nil {
-		r.writes.replacedWith(ref, w.before.GetResourceVersion(), rules.Annotation(w.obj, AnnotationAppliedHash))
+		r.writes.replacedWith(ref, w.before.GetResourceVersion(), rules.Annotation(w.obj, rules.AnnotationAppliedHash))
 	}
 	r.u.children(ref.gvk.Kind).put(out)
 	return out.Object, nil

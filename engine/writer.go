@@ -130,7 +130,7 @@ func (lw *liveWriter) apply(ctx context.Context, w *write) (map[string]any, erro
 	if w.kind != writeChild {
 		lw.writes.remember(ref, rv)
 	} else if w.before != nil {
-		lw.writes.replacedWith(ref, w.before.GetResourceVersion(), rules.Annotation(w.obj, AnnotationAppliedHash))
+		lw.writes.replacedWith(ref, w.before.GetResourceVersion(), rules.Annotation(w.obj, rules.AnnotationAppliedHash))
 	}
 	lw.metrics.Write(lw.rule, w.action)
 	logger := klog.FromContext(ctx)

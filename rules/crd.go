@@ -22,10 +22,6 @@ import (
 	"github.com/syncloop/syncloop/rules/expr"
 )
 
-// FieldManagerCRD is the field manager syncloop applies the CRDs of API
-// rules with.
-const FieldManagerCRD = FieldManagerPrefix + "crds"
-
 // CRD is the CustomResourceDefinition of the kind the rule defines
 // (spec.api), as syncloop applies it: one version, served and stored, the
 // status subresource, the printer columns, and the labels that name the

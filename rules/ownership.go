@@ -10,30 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 )
 
-// AnnotationAdopt, put on an object by its owner with a rule's name as the
-// value, lets that rule take the object over although the rule does not
-// say adopt: true.
-const AnnotationAdopt = Group + "/adopt"
-
-// AnnotationRuleHash, on a revision of a rule, is the rule's Hash: the
-// revision's identity.
-const AnnotationRuleHash = Group + "/rule-hash"
-
-// AnnotationSourceFile, on a revision of a rule, is the rule file the
-// version came from: a syncloop started while that file does not load
-// puts the file's newest revisions in force, its last good version.
-const AnnotationSourceFile = Group + "/source-file"
-
-// createdOncePrefix begins the annotation of a trigger that remembers the
-// children a rule's createOnce resources made for it.
-const createdOncePrefix = "created-once." + Group + "/"
-
-// CreatedOnceKey is the annotation of a trigger that lists the children
-// rule's createOnce resources made for it (one "<resource id>/<namespace>/
-// <name>" a line): a child deleted while listed is not created again.
-// Its name part is the rule's name, a DNS-1123 label.
-func CreatedOnceKey(rule string) string { return createdOncePrefix + rule }
-
 // IsReservedKey reports whether a label or annotation key is syncloop's
 // to set: its managed-by label and every key of its group (the ownership
 // marks, the installation, adopt, the applied hash) or of created-once
@@ -152,30 +128,4 @@ func ParseTrigger(s string) (Trigger, bool) {
 		return Trigger{APIVersion: parts[0] + "/" + parts[1], Kind: parts[2], Namespace: parts[3], Name: parts[4]}, true
 	}
 	return Trigger{}, false
-}
-
-// FieldManager is the field manager of the rule's applies and status:
-// syncloop/<rule>, or syncloop@<installation>/<rule> in a named
-// installation. Its patches' managers add /<trigger digest>.
-func (r *Rule) FieldManager() string {
-	if r.Installation == "" {
-		return FieldManagerPrefix + r.Name
-	}
-	return "syncloop@" + r.Installation + "/" + r.Name
-}
-
-// IsPatchManager reports whether manager names the patches of some rule
-// of some installation: syncloop[@<installation>]/<rule>/<trigger digest>.
-func IsPatchManager(manager string) bool {
-	rest, ok := strings.CutPrefix(manager, FieldManagerPrefix)
-	if !ok {
-		var named bool
-		if rest, named = strings.CutPrefix(manager, "syncloop@"); !named {
-			return false
-		}
-		if _, rest, ok = strings.Cut(rest, "/"); !ok {
-			return false
-		}
-	}
-	return strings.Count(rest, "/") == 1
 }

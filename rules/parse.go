@@ -20,19 +20,7 @@ import (
 	kinds "github.com/syncloop/syncloop/rules/schema"
 )
 
-// Labels and annotations syncloop puts on every child (docs/safety.md,
-// "Writing only what it owns"). A template may not set them.
 const (
-	LabelManagedBy = "app.kubernetes.io/managed-by"
-	LabelRule      = Group + "/rule"
-	LabelOwnerUID  = Group + "/owner-uid"
-	// LabelInstallation names the installation of syncloop a child
-	// belongs to; the default installation's children carry none.
-	LabelInstallation     = Group + "/installation"
-	AnnotationOwner       = Group + "/owner"
-	AnnotationResourceID  = Group + "/resource-id"
-	ManagedByValue        = "syncloop"
-	FieldManagerPrefix    = "syncloop/"
 	minResyncPeriod       = time.Second
 	maxWorkers            = 512
 	reservedManagedByNote = "syncloop sets it on every child"

@@ -21,36 +21,6 @@ const (
 	TeardownUnordered Teardown = "Unordered"
 )
 
-// teardownDomain is the domain of the teardown finalizers: the prefix of
-// the default installation's, the suffix of a named one's.
-const teardownDomain = "teardown." + Group
-
-// TeardownFinalizer is the finalizer that holds a trigger of the rule
-// until its children are torn down: teardown.syncloop.dev/<rule>, or
-// <installation>.teardown.syncloop.dev/<rule> in a named installation.
-// A rule's name, a DNS-1123 label (a tenant rule's holds a dot), fits the
-// name part of a finalizer; an installation's, a DNS-1123 label too, makes
-// its prefix a DNS subdomain.
-func (r *Rule) TeardownFinalizer() string {
-	if r.Installation == "" {
-		return teardownDomain + "/" + r.Name
-	}
-	return r.Installation + "." + teardownDomain + "/" + r.Name
-}
-
-// IsTeardownFinalizer reports whether f is the teardown finalizer of some
-// rule of installation ("": the default one).
-func IsTeardownFinalizer(f, installation string) bool {
-	prefix, _, ok := strings.Cut(f, "/")
-	if !ok {
-		return false
-	}
-	if installation == "" {
-		return prefix == teardownDomain
-	}
-	return prefix == installation+"."+teardownDomain
-}
-
 // OrdersTeardown reports whether the rule tears its triggers' children
 // down in waves: teardown is Ordered and some resource reads another's
 // children (otherwise every child is in the first wave, and the garbage

@@ -13,14 +13,9 @@ import (
 	"github.com/syncloop/syncloop/rules"
 )
 
-// AnnotationRemoval, on the newest revision of a rule removed from the
-// set, holds what its removal did (engine.RemovalRecord, JSON): a rule's
-// removal is done once.
-const AnnotationRemoval = rules.Group + "/removal"
-
 // removalOf is the removal recorded on cr, or nil.
 func removalOf(cr appsv1.ControllerRevision) *engine.RemovalRecord {
-	return recordOf[engine.RemovalRecord](cr, AnnotationRemoval)
+	return recordOf[engine.RemovalRecord](cr, rules.AnnotationRemoval)
 }
 
 // recordOf is the JSON record in cr's annotation key, or nil.
@@ -99,7 +94,7 @@ func (k *revisionKeeper) RecordRemoval(ctx context.Context, r *rules.Rule, rec e
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	cr, err := k.store.Annotate(ctx, name, AnnotationRemoval, string(data))
+	cr, err := k.store.Annotate(ctx, name, rules.AnnotationRemoval, string(data))
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Recording the rule's removal", "rule", r.Name, "revision", name)
 		return

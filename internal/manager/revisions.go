@@ -31,7 +31,7 @@ import (
 // replica that runs the rules writes them.
 //
 // It is also the engine's RolloutStore: a rollout's record is an
-// annotation (AnnotationRollout) of the revision it rolls out to, and each
+// annotation (rules.AnnotationRollout) of the revision it rolls out to, and each
 // transition an Event on that object.
 type revisionKeeper struct {
 	store        *dynamic.Revisions
@@ -278,13 +278,9 @@ func Revisions(ctx context.Context, c *Clients, namespace, installation, rule st
 	return out, nil
 }
 
-// AnnotationRollout, on a revision, holds the record of the rollout to it
-// (engine.RolloutRecord, JSON).
-const AnnotationRollout = rules.Group + "/rollout"
-
 // rolloutOf is the rollout recorded on cr; nil if none (or unreadable).
 func rolloutOf(cr appsv1.ControllerRevision) *engine.RolloutRecord {
-	return recordOf[engine.RolloutRecord](cr, AnnotationRollout)
+	return recordOf[engine.RolloutRecord](cr, rules.AnnotationRollout)
 }
 
 // Resume implements engine.RolloutStore from the revisions the last keep
@@ -342,7 +338,7 @@ func (k *revisionKeeper) Record(ctx context.Context, r *rules.Rule, rec engine.R
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	cr, err := k.store.Annotate(ctx, k.name(r), AnnotationRollout, string(data))
+	cr, err := k.store.Annotate(ctx, k.name(r), rules.AnnotationRollout, string(data))
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Recording the rule's rollout", "rule", r.Name, "revision", k.name(r))
 		return

@@ -20,10 +20,6 @@ import (
 	"github.com/syncloop/syncloop/rules/reload"
 )
 
-// LabelTenantRules marks a ConfigMap whose keys are a team's rule files
-// (--tenant-rules): its value must be "true".
-const LabelTenantRules = rules.Group + "/rules"
-
 // tenantPath is how the rule file key of ConfigMap ns/name is named in
 // errors: configmap:<ns>/<name>/<key>.
 func tenantPath(ns, name, key string) string { return "configmap:" + ns + "/" + name + "/" + key }
@@ -68,7 +64,7 @@ type tenants struct {
 func (t *tenants) start(ctx context.Context) {
 	factory := informers.NewSharedInformerFactoryWithOptions(t.core, 0,
 		informers.WithNamespace(t.namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = LabelTenantRules + "=true" }))
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = rules.LabelTenantRules + "=true" }))
 	t.informer = factory.Core().V1().ConfigMaps().Informer()
 	t.src.UseTenantFiles(t.files)
 	// An event only asks for a load (debounced); the load reads the files.
@@ -89,7 +85,7 @@ func (t *tenants) start(ctx context.Context) {
 	defer cancel()
 	if !cache.WaitFor(wctx, "", reg.HasSyncedChecker()) {
 		klog.FromContext(ctx).Error(nil, "Tenant rule ConfigMaps not listed yet: loading without them; they load when they list",
-			"labelSelector", LabelTenantRules+"=true", "waited", tenantWait)
+			"labelSelector", rules.LabelTenantRules+"=true", "waited", tenantWait)
 	}
 }
 

@@ -28,16 +28,6 @@ import (
 	"github.com/syncloop/syncloop/rules"
 )
 
-// The labels and annotations of shard Leases.
-const (
-	// LabelGroup names the group a shard Lease belongs to.
-	LabelGroup = rules.Group + "/shard-group"
-	// AnnotationView is the view a member works under: the members'
-	// names, sorted, comma-separated. A member without it (joining) works
-	// on nothing.
-	AnnotationView = rules.Group + "/shard-view"
-)
-
 // Lease timings are client-go's usual ones (its leader election's): a
 // member that stops renewing is replaced within LeaseDuration; one that
 // cannot renew for RenewDeadline stops working first; renewals and retries
@@ -204,7 +194,7 @@ type groupWatch struct {
 func (s *Member) watchGroup(ctx context.Context, core kubernetes.Interface) (*groupWatch, error) {
 	factory := informers.NewSharedInformerFactoryWithOptions(core, 0, informers.WithNamespace(s.namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.LabelSelector = labels.SelectorFromSet(labels.Set{LabelGroup: s.group}).String()
+			o.LabelSelector = labels.SelectorFromSet(labels.Set{rules.LabelShardGroup: s.group}).String()
 		}))
 	inf := factory.Coordination().V1().Leases()
 	g := &groupWatch{factory: factory, lister: inf.Lister(), synced: inf.Informer().HasSyncedChecker(), changed: make(chan struct{}, 1)}
@@ -236,7 +226,7 @@ func (s *Member) join(ctx context.Context, client typedcoordinationv1.LeaseInter
 	for {
 		now := metav1.NewMicroTime(time.Now())
 		l := &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: s.lease, Namespace: s.namespace, Labels: map[string]string{LabelGroup: s.group}},
+			ObjectMeta: metav1.ObjectMeta{Name: s.lease, Namespace: s.namespace, Labels: map[string]string{rules.LabelShardGroup: s.group}},
 			Spec: coordinationv1.LeaseSpec{
 				HolderIdentity:       &s.holder,
 				LeaseDurationSeconds: ptr.To(int32(LeaseDuration / time.Second)),
@@ -304,7 +294,7 @@ func (r *renewer) write(ctx context.Context) error {
 		l.Annotations = map[string]string{}
 	}
 	if r.view != nil {
-		l.Annotations[AnnotationView] = r.view.String()
+		l.Annotations[rules.AnnotationShardView] = r.view.String()
 	}
 	wctx, cancel := context.WithTimeout(ctx, RenewDeadline)
 	defer cancel()
@@ -422,7 +412,7 @@ func (s *Member) step(ctx context.Context, lister coordinationlisters.LeaseListe
 		return // not in the cache yet
 	}
 	members := newView(names)
-	published := parseView(own.Annotations[AnnotationView])
+	published := parseView(own.Annotations[rules.AnnotationShardView])
 	s.mu.Lock()
 	s.lastSeen = time.Now()
 	s.members = members
@@ -486,7 +476,7 @@ func (s *Member) observe(ctx context.Context, leases []*coordinationv1.Lease, r 
 			own = l
 			continue
 		}
-		others[name] = parseView(l.Annotations[AnnotationView])
+		others[name] = parseView(l.Annotations[rules.AnnotationShardView])
 		o, ok := seen[l.Name]
 		if !ok || o.rv != l.ResourceVersion {
 			seen[l.Name] = observed{rv: l.ResourceVersion, at: now}
