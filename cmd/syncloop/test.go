@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -37,41 +38,11 @@ passes, 1 when one fails, 2 when a file does not load.`,
 				fmt.Fprintln(errOut, err)
 				return exitCode(2)
 			}
-			fileErrors, failed, passed, ran := 0, 0, 0, 0
+			var n testTally
 			for _, path := range files {
-				data, err := os.ReadFile(path)
-				if err != nil {
-					fmt.Fprintln(errOut, err)
-					fileErrors++
-					continue
-				}
-				tests, err := rules.ParseTests(path, data)
-				if err != nil {
-					printLoadError(errOut, err)
-					fileErrors++
-					continue
-				}
-				for _, t := range tests {
-					ran++
-					failures, err := offline.RunTest(cmd.Context(), expr.Options{CostLimit: costLimit}, t, tenant)
-					switch {
-					case err != nil:
-						fmt.Fprintf(out, "FAIL %s: %s\n", path, t.Name)
-						fmt.Fprintf(out, "    %s: the test's files do not load:\n", t.Pos)
-						printLoadError(indent{out}, err)
-						fileErrors++
-					case len(failures) > 0:
-						fmt.Fprintf(out, "FAIL %s: %s\n", path, t.Name)
-						for _, f := range failures {
-							fmt.Fprintf(out, "    %s\n", f)
-						}
-						failed++
-					default:
-						fmt.Fprintf(out, "PASS %s: %s\n", path, t.Name)
-						passed++
-					}
-				}
+				n.runFile(cmd.Context(), out, errOut, path, expr.Options{CostLimit: costLimit}, tenant)
 			}
+			fileErrors, failed, passed, ran := n.fileErrors, n.failed, n.passed, n.ran
 			if ran == 0 && fileErrors == 0 {
 				fmt.Fprintln(errOut, "no Test documents found")
 				return exitCode(2)
@@ -93,6 +64,46 @@ passes, 1 when one fails, 2 when a file does not load.`,
 	cmd.Flags().Uint64Var(&costLimit, "cel-cost-limit", expr.DefaultCostLimit, "CEL cost limit of one expression evaluation")
 	cmd.Flags().StringVar(&tenant, "tenant", "", "run the tests' rules as the tenant rules of this namespace (see validate --tenant); expectations name the rules as their files do")
 	return cmd
+}
+
+// testTally counts the tests run, and how they went.
+type testTally struct{ fileErrors, failed, passed, ran int }
+
+// runFile runs the Test documents of the file at path, printing PASS or
+// FAIL per test, and counts them.
+func (n *testTally) runFile(ctx context.Context, out, errOut io.Writer, path string, opts expr.Options, tenant string) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		fmt.Fprintln(errOut, err)
+		n.fileErrors++
+		return
+	}
+	tests, err := rules.ParseTests(path, data)
+	if err != nil {
+		printLoadError(errOut, err)
+		n.fileErrors++
+		return
+	}
+	for _, t := range tests {
+		n.ran++
+		failures, err := offline.RunTest(ctx, opts, t, tenant)
+		switch {
+		case err != nil:
+			fmt.Fprintf(out, "FAIL %s: %s\n", path, t.Name)
+			fmt.Fprintf(out, "    %s: the test's files do not load:\n", t.Pos)
+			printLoadError(indent{out}, err)
+			n.fileErrors++
+		case len(failures) > 0:
+			fmt.Fprintf(out, "FAIL %s: %s\n", path, t.Name)
+			for _, f := range failures {
+				fmt.Fprintf(out, "    %s\n", f)
+			}
+			n.failed++
+		default:
+			fmt.Fprintf(out, "PASS %s: %s\n", path, t.Name)
+			n.passed++
+		}
+	}
 }
 
 // indent writes each line it is given indented by eight spaces.
