@@ -445,7 +445,7 @@ spec:
 // through resyncs, and the triggers' deletion.
 func TestTwoInstallations(t *testing.T) {
 	a := newHarness(t) // the default installation
-	b := &harness{t: t, env: a.env, cs: a.cs, ns: a.ns, counter: &testenv.RequestCounter{}, updates: make(chan *rules.Set), installation: "team-b"}
+	b := &harness{t: t, env: a.env, cs: a.cs, ns: a.ns, counter: &testenv.RequestCounter{}, updates: make(chan *rules.Set), installation: "team-b", shared: a.shared}
 	mb := &recordingMetrics{}
 	b.metrics = mb
 	rule := func(selector string) string {

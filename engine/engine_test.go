@@ -48,6 +48,9 @@ type harness struct {
 	// alone: the test looks at the whole process (its goroutines) and
 	// shares it with no other test; set before start.
 	alone bool
+	// shared: the harness is on the package's control plane, which the
+	// tests share (newHarness), not on one of the test's own.
+	shared bool
 	// installation the rules loadRules loads act for; "": the default.
 	installation string
 	stop         func()
@@ -56,7 +59,9 @@ type harness struct {
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
-	return newHarnessOn(t, testenv.Get(t))
+	h := newHarnessOn(t, testenv.Get(t))
+	h.shared = true
+	return h
 }
 
 // newHarnessOn is newHarness on a control plane of the test's own.
@@ -109,7 +114,7 @@ func (h *harness) parallel(set *rules.Set) {
 	if _, decided := parallelTests.LoadOrStore(h.t, true); decided {
 		return
 	}
-	if h.alone || h.env != sharedEnv(h.t) {
+	if h.alone || !h.shared {
 		return
 	}
 	for _, r := range set.Rules() {
@@ -119,9 +124,6 @@ func (h *harness) parallel(set *rules.Set) {
 	}
 	h.t.Parallel()
 }
-
-// sharedEnv is the package's control plane, which the tests share.
-func sharedEnv(t *testing.T) *testenv.Env { return testenv.Get(t) }
 
 // start runs an engine with set until the test ends (or h.stop), and
 // waits until it is ready.

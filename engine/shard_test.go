@@ -239,7 +239,7 @@ func TestHandoverVerifies(t *testing.T) {
 	first.shard = allShard
 	// Once holding, the second replica's child watch delivers nothing
 	// until released.
-	second := &harness{t: t, env: first.env, cs: first.cs, ns: first.ns, counter: &testenv.RequestCounter{}, updates: make(chan *rules.Set), shard: futureShard{allShard}}
+	second := &harness{t: t, env: first.env, cs: first.cs, ns: first.ns, counter: &testenv.RequestCounter{}, updates: make(chan *rules.Set), shard: futureShard{allShard}, shared: first.shared}
 	holding := &atomic.Bool{}
 	release := make(chan struct{})
 	var once sync.Once
