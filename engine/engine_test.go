@@ -45,8 +45,9 @@ type harness struct {
 	rollouts  RolloutStore    // Options.Rollouts, set before start
 	fights    FightPolicy     // Options.Fights, set before start
 	eventLRU  int             // entries of each of the recorder's Event caches, set before start; 0: client-go's 4,096
-	// alone: the test looks at the whole process (its goroutines) and
-	// shares it with no other test; set before start.
+	// alone: the test looks at the whole process (its goroutines), or
+	// takes its CPU for seconds (hostile triggers), and shares it with no
+	// other test; set before start.
 	alone bool
 	// shared: the harness is on the package's control plane, which the
 	// tests share (newHarness), not on one of the test's own.
