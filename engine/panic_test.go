@@ -78,13 +78,19 @@ func TestPanicsContained(t *testing.T) {
 	h.createCM("c1", map[string]string{"copy": "yes"}, map[string]string{"k": "v"})
 	h.eventually("the other rule's child, made after the panics", func() bool { _, ok := h.configMap(h.ns, "c1-copy"); return ok })
 
-	// The prune: the child is deleted, then the reconcile panics.
+	// The prune: the child is deleted, then the reconcile panics. The
+	// child is held by a finalizer meanwhile: the garbage collector,
+	// following its ownerReference, may delete it first, and the prune's
+	// delete of an object being deleted is still made (a gone one's is
+	// not, and would not panic).
+	h.holdChild("t1-boom")
 	mode.Store(ActionDelete)
 	before := m.panicked("boom", PanicReconcile)
 	if err := h.cs.CoreV1().ConfigMaps(h.ns).Delete(t.Context(), "t1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	h.eventually("a panic in the prune, contained", func() bool { return m.panicked("boom", PanicReconcile) > before })
+	h.letGoChild("t1-boom")
 	h.eventually("the child pruned", func() bool { _, ok := h.configMap(h.ns, "t1-boom"); return !ok })
 
 	// An event handler: subscribed to the copy rule's trigger informer, it
