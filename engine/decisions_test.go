@@ -4,7 +4,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -224,37 +223,5 @@ func TestDecisions(t *testing.T) {
 				t.Fatalf("writes:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(c.want, "\n  "))
 			}
 		})
-	}
-}
-
-// TestRolloutChoice: which revision reconciles a trigger during a
-// rollout: those moved (their digest below the threshold) and those
-// created since it began are on the new one; a rollout complete puts
-// every trigger on it, one rolled back none.
-func TestRolloutChoice(t *testing.T) {
-	t.Parallel()
-	began := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	before, after := began.Add(-time.Hour), began.Add(time.Second)
-	for _, c := range []struct {
-		state   string
-		digest  uint64
-		created time.Time
-		onNew   bool
-	}{
-		{RolloutProgressing, 10, before, true},
-		{RolloutProgressing, 100, before, false},
-		{RolloutProgressing, 100, began, false}, // there when it began, to the second
-		{RolloutProgressing, 100, after, true},
-		{RolloutProgressing, 100, time.Time{}, false}, // not cached: as if there
-		{RolloutHalted, 10, before, true},
-		{RolloutHalted, 100, before, false},
-		{RolloutComplete, 100, before, true},
-		{RolloutRolledBack, 10, before, false},
-		{RolloutRolledBack, 100, after, false},
-	} {
-		rec := &RolloutRecord{State: c.state, Threshold: 50, Started: began}
-		if got := rec.puts(trigger{digest: c.digest, created: c.created}); got != c.onNew {
-			t.Errorf("%s, digest %d, created %v: on the new revision %v, want %v", c.state, c.digest, c.created, got, c.onNew)
-		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/syncloop/syncloop/dynamic"
+	"github.com/syncloop/syncloop/engine/rollout"
 	"github.com/syncloop/syncloop/rules"
 )
 
@@ -129,32 +130,17 @@ type Engine struct {
 	// actors are the identities rules act as, each with its informers and
 	// its client (DryRun in a dry run).
 	actors *actors
-	// writers makes each rule's writer: live, or a plan (Options.Plan),
-	// writing with client (the rule's identity's).
-	writers  func(r *rules.Rule, client *dynamic.Writer, writes *ownWrites, requeue func(cache.ObjectName)) writer
-	plan     Planner // Options.Plan
+	// out is where writes and records go: live, or a plan (Options.Plan).
+	out      outputs
 	metrics  Metrics
 	queues   workqueue.MetricsProvider
 	drain    time.Duration
 	ns       string // Options.Namespace
 	rollouts RolloutStore
-	removals removals        // of rules removed from the set
-	planned  []RolloutStatus // PlanOnce's rollouts
+	removals removals         // of rules removed from the set
+	planned  []rollout.Status // PlanOnce's rollouts
 	fights   FightPolicy
-
-	shardMu sync.RWMutex // guards the fields down to widened; SetShard holds it to change them
-	shard   Shard
-	shards  []shardChange // recent shards, oldest first (see ownedSince)
-	// keepShard is what the filtered caches keep: shard, or while
-	// SetShard drains, the union of shard and the shard before (share.go).
-	keepShard Shard
-	shardGen  uint64 // changes of keepShard so far
-	widened   uint64 // the shardGen of keepShard's last widening
-	// sharded: the engine was made with a shard (replicas share the
-	// triggers); its rules' informers cache only its share (share.go),
-	// and shareLoops are the loops running, by rule, for keep.
-	sharded    bool
-	shareLoops sync.Map
+	share    shares // the engine's share of the triggers (shard.go)
 
 	mu      sync.Mutex
 	loops   map[string]*ruleLoop
@@ -164,20 +150,17 @@ type Engine struct {
 // New returns an Engine; nothing runs until Run.
 func New(o Options) *Engine {
 	e := &Engine{
-		mapper:    o.Mapper,
-		plan:      o.Plan,
-		metrics:   o.Metrics,
-		queues:    o.QueueMetrics,
-		drain:     o.DrainTimeout,
-		ns:        o.Namespace,
-		rollouts:  o.Rollouts,
-		fights:    o.Fights,
-		shard:     o.Shard,
-		keepShard: o.Shard,
-		sharded:   o.Shard != nil,
-		loops:     map[string]*ruleLoop{},
-		removals:  removals{running: map[string]context.CancelFunc{}},
+		mapper:   o.Mapper,
+		metrics:  o.Metrics,
+		queues:   o.QueueMetrics,
+		drain:    o.DrainTimeout,
+		ns:       o.Namespace,
+		rollouts: o.Rollouts,
+		fights:   o.Fights,
+		loops:    map[string]*ruleLoop{},
+		removals: removals{running: map[string]context.CancelFunc{}},
 	}
+	e.share.init(o.Shard, o.Plan == nil)
 	if e.metrics == nil {
 		e.metrics = noMetrics{}
 	}
@@ -185,15 +168,9 @@ func New(o Options) *Engine {
 	if events == "" {
 		events = EventsWarnings
 	}
-	e.writers = func(r *rules.Rule, client *dynamic.Writer, writes *ownWrites, requeue func(cache.ObjectName)) writer {
-		return &liveWriter{rule: r.Name, client: client, writes: writes, requeue: requeue,
-			metrics: e.metrics, recorder: o.Recorder, events: events}
-	}
+	e.out = liveOutputs(e.metrics, o.Recorder, events, o.Rollouts)
 	if o.Plan != nil {
-		e.writers = e.planWriters(false)
-	}
-	if o.Shard != nil {
-		e.shards = []shardChange{{s: o.Shard, at: time.Now()}}
+		e.out = planOutputs(o.Plan, false)
 	}
 	e.actors = newActors(o.Client, o.Plan != nil,
 		cache.Indexers{ownerIndex: ownerIndexFunc, ruleIndex: ruleIndexFunc, patchIndex: patchIndexFunc},
@@ -210,14 +187,6 @@ func New(o Options) *Engine {
 	return e
 }
 
-// planWriters makes the writers of a dry run: no Event, no write; once, a
-// trigger that fails is not retried.
-func (e *Engine) planWriters(once bool) func(*rules.Rule, *dynamic.Writer, *ownWrites, func(cache.ObjectName)) writer {
-	return func(r *rules.Rule, client *dynamic.Writer, _ *ownWrites, _ func(cache.ObjectName)) writer {
-		return &planWriter{rule: r.Name, client: client, plan: e.plan, once: once}
-	}
-}
-
 // PlanOnce computes, with dry-run requests, what one reconcile of every
 // trigger of every rule in set would do, hands each action to the engine's
 // Planner, and returns once all are done; a trigger that fails is reported
@@ -225,10 +194,10 @@ func (e *Engine) planWriters(once bool) func(*rules.Rule, *dynamic.Writer, *ownW
 // cannot be planned at all (its kind is not served). The engine must have
 // been made with Options.Plan and must not be running.
 func (e *Engine) PlanOnce(ctx context.Context, set *rules.Set) error {
-	if e.plan == nil {
+	if e.out.plan == nil {
 		return errors.New("PlanOnce needs Options.Plan")
 	}
-	e.writers = e.planWriters(true)
+	e.out = planOutputs(e.out.plan, true)
 	e.Apply(ctx, set)
 	e.removals.wg.Wait() // the removals of rules no longer in set: planned in full
 	defer func() {
@@ -304,12 +273,12 @@ func (e *Engine) Apply(ctx context.Context, set *rules.Set) {
 	var stopping []*ruleLoop
 	retired := map[string][]schema.GroupVersionKind{}
 	retiredPatches := map[string][]*patchWatch{}
-	rollouts := map[string]*rolloutPlan{}
+	rollouts := map[string]*rollout.Plan{}
 	for name, l := range e.loops {
 		r, ok := want[name]
 		if ok && r.Hash == l.rule.Hash {
 			if ro := l.ro.Load(); ro != nil {
-				ro.setSettings(ctx, r.Rollout)
+				ro.co.SetSettings(ctx, r.Rollout)
 			}
 			continue
 		}
@@ -322,7 +291,7 @@ func (e *Engine) Apply(ctx context.Context, set *rules.Set) {
 				rollouts[name] = p
 			}
 			if ro := l.ro.Load(); ro != nil {
-				go l.step(ctx, func(ctx context.Context) { ro.supersede(ctx, r) })
+				go l.step(ctx, func(ctx context.Context) { ro.co.Supersede(ctx, r.Hash) })
 				// What the revision rolled out from made is pruned too.
 				for _, gvk := range retiredKinds(ro.from.w, r) {
 					if !slices.Contains(retired[name], gvk) {

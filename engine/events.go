@@ -88,7 +88,7 @@ func (l *ruleLoop) triggerHandler() cache.ResourceEventHandler {
 // wants evaluates the rule's `when` for an event's object. An evaluation
 // error counts as wanted: the reconcile reports it.
 func (l *ruleLoop) wants(obj any) bool {
-	if ro := l.ro.Load(); ro != nil && !ro.settled.Load() && wants(ro.from.rule, obj) {
+	if ro := l.ro.Load(); ro != nil && !ro.co.Settled() && wants(ro.from.rule, obj) {
 		return true // during a rollout, either revision's when
 	}
 	return wants(l.rule, obj)
@@ -189,7 +189,7 @@ func (l *ruleLoop) reconcilers() []*reconciler {
 
 // reconcilerFor is the reconciler of the revision trigger key is on.
 func (l *ruleLoop) reconcilerFor(key cache.ObjectName) *reconciler {
-	if ro := l.ro.Load(); ro != nil && !ro.onNew(key) {
+	if ro := l.ro.Load(); ro != nil && !ro.co.OnNew(key) {
 		return ro.from
 	}
 	return l.rc

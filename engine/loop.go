@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/syncloop/syncloop/engine/rollout"
 	"github.com/syncloop/syncloop/rules"
 	"github.com/syncloop/syncloop/rules/render"
 )
@@ -63,7 +64,7 @@ type ruleLoop struct {
 	// ro is the rule's rollout from its previous revision, if one is
 	// under way (or was, since the loop started): nil, every trigger is
 	// on the loop's revision.
-	ro atomic.Pointer[rollout]
+	ro atomic.Pointer[rollingOut]
 
 	loopCounters
 
@@ -143,7 +144,7 @@ type loopCounters struct {
 // version of the rule made and r does not: their children are pruned.
 // retiredPatches are the patch watches of earlier versions: what they
 // patched and r does not is released.
-func newRuleLoop(e *Engine, r *rules.Rule, retired []schema.GroupVersionKind, retiredPatches []*patchWatch, plan *rolloutPlan) *ruleLoop {
+func newRuleLoop(e *Engine, r *rules.Rule, retired []schema.GroupVersionKind, retiredPatches []*patchWatch, plan *rollout.Plan) *ruleLoop {
 	limiter := workqueue.NewTypedMaxOfRateLimiter(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](r.RateLimit.BaseDelay, r.RateLimit.MaxDelay),
 		&workqueue.TypedBucketRateLimiter[cache.ObjectName]{Limiter: rate.NewLimiter(rate.Limit(r.RateLimit.QPS), r.RateLimit.Burst)},
@@ -167,11 +168,10 @@ func newRuleLoop(e *Engine, r *rules.Rule, retired []schema.GroupVersionKind, re
 	l.rc = l.reconcilerOf(r, l.watches)
 	l.own = []*reconciler{l.rc}
 	if plan != nil {
-		ro := newRollout(l, plan)
-		l.ro.Store(ro)
+		l.ro.Store(newRollingOut(l, plan))
 		l.rc.observe = func(key cache.ObjectName, rd *render.Rendered, err error) {
 			if ro := l.ro.Load(); ro != nil {
-				ro.observe(key, rd, err)
+				ro.co.Observe(key, healthOf(rd, err))
 			}
 		}
 	}
@@ -184,7 +184,7 @@ func newRuleLoop(e *Engine, r *rules.Rule, retired []schema.GroupVersionKind, re
 func (l *ruleLoop) reconcilerOf(r *rules.Rule, w *watches) *reconciler {
 	e, client := l.e, w.actor.client
 	rc := newReconciler(r, w, e.mapper, client, e.metrics, e.fights, func(writes *ownWrites) writer {
-		return e.writers(r, client, writes, l.add)
+		return e.out.writer(r, client, writes, l.add)
 	})
 	rc.mayLag = l.mayLag
 	rc.later = func(key cache.ObjectName, d time.Duration) {
@@ -243,8 +243,8 @@ func (l *ruleLoop) run(ctx context.Context) {
 	}()
 	defer l.queue.ShutDown()
 	if l.watches.filter {
-		l.e.shareLoops.Store(l.rule.Name, l)
-		defer l.e.shareLoops.CompareAndDelete(l.rule.Name, l)
+		l.e.share.loops.Store(l.rule.Name, l)
+		defer l.e.share.loops.CompareAndDelete(l.rule.Name, l)
 	}
 	if !l.waitForShard(ctx) {
 		return
@@ -278,7 +278,7 @@ func (l *ruleLoop) run(ctx context.Context) {
 		l.setState(StateRunning, "")
 		logger.Info("Rule running", "workers", l.rule.Workers)
 		if ro := l.ro.Load(); ro != nil {
-			go ro.run(ctx)
+			go ro.co.Run(ctx)
 		}
 	}
 
@@ -376,7 +376,7 @@ func (l *ruleLoop) prepareRollout(ctx context.Context) bool {
 		l.giveUpRollout(ctx, err)
 		return true
 	}
-	logger.Info("Rolling out a change of the rule", "from", short(ro.rec.From), "to", short(l.rule.Hash), "settings", l.rule.Rollout.String())
+	logger.Info("Rolling out a change of the rule", "from", rollout.Short(ro.co.Record().From), "to", rollout.Short(l.rule.Hash), "settings", l.rule.Rollout.String())
 	return true
 }
 

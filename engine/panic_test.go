@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/syncloop/syncloop/engine/rollout"
 	"github.com/syncloop/syncloop/rules"
 )
 
@@ -131,7 +132,7 @@ type panickyRollouts struct {
 	on string
 }
 
-func (p panickyRollouts) Record(ctx context.Context, r *rules.Rule, rec RolloutRecord, eventType, reason, msg string) {
+func (p panickyRollouts) Record(ctx context.Context, r *rules.Rule, rec rollout.Record, eventType, reason, msg string) {
 	if reason == p.on {
 		panic("injected into recording " + reason)
 	}
@@ -155,7 +156,7 @@ func TestRolloutPanicHalts(t *testing.T) {
 	h.updates <- h.loadRules(rolloutRule("v2", false, "step: 5", ""))
 	h.eventually("the rollout halted by the panic", func() bool {
 		rec := store.get("roll")
-		return rec.State == RolloutHalted && rec.Reason == ReasonPanic
+		return rec.State == rollout.Halted && rec.Reason == rollout.ReasonPanic
 	})
 	if msg := store.get("roll").Message; !strings.Contains(msg, "panic: injected into recording RolloutStep") {
 		t.Errorf("the halt says %q, want the panic", msg)

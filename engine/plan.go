@@ -58,6 +58,9 @@ type Planner interface {
 	Plan(Action)
 	// Failed reports a trigger whose plan could not be computed.
 	Failed(rule, trigger string, err error)
+	// Rollout reports a transition of a changed rule's rollout (reason,
+	// message): a dry run goes through its steps as they would go.
+	Rollout(rule, reason, message string)
 }
 
 // PlanPrinter prints actions as README.md's "Dry run and plan" shows
@@ -134,12 +137,6 @@ func (p *PlanPrinter) print(a Action) {
 			fmt.Fprintf(p.w, "    %s\n", l)
 		}
 	}
-}
-
-// rolloutPlanner is a Planner that is told of rollout transitions: a dry
-// run prints each step of a changed rule's rollout as it goes.
-type rolloutPlanner interface {
-	Rollout(rule, reason, message string)
 }
 
 // Rollout prints a transition of a rule's rollout, when the printer

@@ -191,7 +191,8 @@ func (p *recordingPlanner) Plan(a Action) {
 	p.actions = append(p.actions, a)
 	p.mu.Unlock()
 }
-func (p *recordingPlanner) Failed(string, string, error) {}
+func (p *recordingPlanner) Failed(string, string, error)   {}
+func (p *recordingPlanner) Rollout(string, string, string) {}
 func (p *recordingPlanner) count(action string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -143,9 +143,7 @@ func (e *Engine) remove(ctx context.Context, r *rules.Rule) {
 	} else if rec.Deleted+rec.Released > 0 {
 		logger.Info("Removed the rule", "deleted", rec.Deleted, "released", rec.Released)
 	}
-	if e.plan == nil {
-		e.rollouts.RecordRemoval(ctx, r, rec, eventType, reason, rec.Message)
-	}
+	e.out.removed(ctx, r, rec, eventType, reason)
 }
 
 // removeRule does r's removal: the teardown finalizer off its triggers,
@@ -157,7 +155,7 @@ func (e *Engine) removeRule(ctx context.Context, r *rules.Rule) (RemovalRecord, 
 	if err != nil {
 		return rec, err
 	}
-	out := e.writers(r, a.client, newOwnWrites(), func(cache.ObjectName) {})
+	out := e.out.writer(r, a.client, newOwnWrites(), func(cache.ObjectName) {})
 	if rec.Released, err = e.releaseRemoved(ctx, r, a, out); err != nil || r.RemovalPolicy != rules.DeletionDelete {
 		return rec, err
 	}

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/syncloop/syncloop/engine/rollout"
 	"github.com/syncloop/syncloop/rules"
 )
 
@@ -20,9 +21,9 @@ import (
 // revision objects, as a restarted engine would find it.
 type memRollouts struct {
 	mu      sync.Mutex
-	recs    map[string]RolloutRecord // by the hash of the revision rolled out to
-	current map[string]string        // by rule: the revision of its rollout under way
-	rules   map[string]*rules.Rule   // revisions by hash
+	recs    map[string]rollout.Record // by the hash of the revision rolled out to
+	current map[string]string         // by rule: the revision of its rollout under way
+	rules   map[string]*rules.Rule    // revisions by hash
 	events  []string
 	// removed are the last versions of rules removed, as their newest
 	// revisions would hold them; removals what removing each did.
@@ -31,34 +32,34 @@ type memRollouts struct {
 }
 
 func newMemRollouts(revisions ...*rules.Rule) *memRollouts {
-	m := &memRollouts{recs: map[string]RolloutRecord{}, current: map[string]string{}, rules: map[string]*rules.Rule{}, removals: map[string]RemovalRecord{}}
+	m := &memRollouts{recs: map[string]rollout.Record{}, current: map[string]string{}, rules: map[string]*rules.Rule{}, removals: map[string]RemovalRecord{}}
 	for _, r := range revisions {
 		m.rules[r.Hash] = r
 	}
 	return m
 }
 
-func (m *memRollouts) Resume(_ context.Context, r *rules.Rule) (*RolloutRecord, *rules.Rule, error) {
+func (m *memRollouts) Resume(_ context.Context, r *rules.Rule) (*rollout.Record, *rules.Rule, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	rec, ok := m.recs[r.Hash]
-	if !ok || rec.State == RolloutComplete {
+	if !ok || rec.State == rollout.Complete {
 		return nil, nil, nil
 	}
 	return &rec, m.rules[rec.From], nil
 }
 
-func (m *memRollouts) Record(_ context.Context, r *rules.Rule, rec RolloutRecord, eventType, reason, msg string) {
+func (m *memRollouts) Record(_ context.Context, r *rules.Rule, rec rollout.Record, eventType, reason, msg string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.recs[r.Hash] = rec
-	if rec.State != RolloutSuperseded {
+	if rec.State != rollout.Superseded {
 		m.current[r.Name] = r.Hash
 	}
 	m.events = append(m.events, eventType+" "+reason+": "+msg)
 }
 
-func (m *memRollouts) Fetch(_ context.Context, r *rules.Rule) (*RolloutRecord, error) {
+func (m *memRollouts) Fetch(_ context.Context, r *rules.Rule) (*rollout.Record, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	rec, ok := m.recs[r.Hash]
@@ -96,14 +97,14 @@ func (m *memRollouts) removal(rule string) (RemovalRecord, bool) {
 	return rec, ok
 }
 
-func (m *memRollouts) get(rule string) RolloutRecord {
+func (m *memRollouts) get(rule string) rollout.Record {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.recs[m.current[rule]]
 }
 
 // of is the record on the revision of hash.
-func (m *memRollouts) of(hash string) RolloutRecord {
+func (m *memRollouts) of(hash string) rollout.Record {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.recs[hash]
@@ -233,7 +234,7 @@ func TestRolloutSteps(t *testing.T) {
 		return at
 	}
 	step1 := moved(50)
-	if rec := store.get("roll"); rec.State != RolloutProgressing || rec.Step != 1 || rec.Steps != 10 || rec.Moved != 50 || rec.Total != 500 {
+	if rec := store.get("roll"); rec.State != rollout.Progressing || rec.Step != 1 || rec.Steps != 10 || rec.Moved != 50 || rec.Total != 500 {
 		t.Fatalf("after step 1: %+v", rec)
 	}
 	// Nothing more moves while the step's children are not ready.
@@ -259,10 +260,10 @@ func TestRolloutSteps(t *testing.T) {
 	}
 	h.markReady("v2", rest[1:])
 	h.updates <- h.loadRules(rolloutRule("v2", true, "progressDeadline: 2s", ""))
-	h.eventually("the rollout to halt", func() bool { return store.get("roll").State == RolloutHalted })
+	h.eventually("the rollout to halt", func() bool { return store.get("roll").State == rollout.Halted })
 	rec := store.get("roll")
 	bad := strings.TrimSuffix(rest[0], "-child")
-	if rec.Reason != ReasonStepFailed || rec.Step != 3 || !strings.Contains(rec.Message, h.ns+"/"+bad) || !strings.Contains(rec.Message, `resource "child" is not ready`) {
+	if rec.Reason != rollout.ReasonStepFailed || rec.Step != 3 || !strings.Contains(rec.Message, h.ns+"/"+bad) || !strings.Contains(rec.Message, `resource "child" is not ready`) {
 		t.Fatalf("halted: %+v", rec)
 	}
 	if said := store.said("RolloutHalted"); len(said) != 1 || !strings.HasPrefix(said[0], "Warning ") {
@@ -272,7 +273,7 @@ func TestRolloutSteps(t *testing.T) {
 		t.Fatalf("after the halt: %v", n)
 	}
 	st := h.engine.Rollouts()
-	if len(st) != 1 || st[0].OnTo != 150 || st[0].OnFrom != 350 || st[0].State != RolloutHalted {
+	if len(st) != 1 || st[0].OnTo != 150 || st[0].OnFrom != 350 || st[0].State != rollout.Halted {
 		t.Fatalf("Rollouts: %+v", st)
 	}
 
@@ -303,7 +304,7 @@ func TestRolloutSteps(t *testing.T) {
 	h.stop()
 	h.start(h.loadRules(rolloutRule("v2", true, "progressDeadline: 2s", "")))
 	h.eventually("the rollout resumed", func() bool { return len(h.engine.Rollouts()) == 1 })
-	if st := h.engine.Rollouts(); st[0].OnTo != 151 || st[0].State != RolloutHalted || st[0].Step != 3 {
+	if st := h.engine.Rollouts(); st[0].OnTo != 151 || st[0].State != rollout.Halted || st[0].Step != 3 {
 		t.Fatalf("resumed: %+v", st[0])
 	}
 	// A fix of the bad child, and settings that change, let it go on;
@@ -314,7 +315,7 @@ func TestRolloutSteps(t *testing.T) {
 	h.eventuallyWithin(60*time.Second, "the rollout complete", func() bool {
 		_, at := h.childVersions("v2")
 		h.markReady("v2", at)
-		return store.get("roll").State == RolloutComplete
+		return store.get("roll").State == rollout.Complete
 	})
 	if n, _ := h.childVersions("v2"); n["v2"] != 501 {
 		t.Fatalf("complete: %v", n)
@@ -326,7 +327,7 @@ func TestRolloutSteps(t *testing.T) {
 func TestRolloutRollback(t *testing.T) {
 	h, store, _ := startRollouts(t, 40)
 	h.updates <- h.loadRules(rolloutRule("v2", true, "step: 4, progressDeadline: 2s, onFailure: Rollback", ""))
-	h.eventually("the rollout rolled back", func() bool { return store.get("roll").State == RolloutRolledBack })
+	h.eventually("the rollout rolled back", func() bool { return store.get("roll").State == rollout.RolledBack })
 	if rec := store.get("roll"); rec.Step != 1 || rec.Moved != 4 {
 		t.Fatalf("rolled back: %+v", rec)
 	}
@@ -349,9 +350,9 @@ func TestRolloutPruneBudget(t *testing.T) {
 	h, store, _ := startRollouts(t, 100)
 	off := "  when: \"object.metadata.name == 'none'\"\n"
 	h.updates <- h.loadRules(rolloutRule("v1", false, "", off))
-	h.eventually("the rollout to halt", func() bool { return store.get("roll").State == RolloutHalted })
+	h.eventually("the rollout to halt", func() bool { return store.get("roll").State == rollout.Halted })
 	rec := store.get("roll")
-	if rec.Reason != ReasonPruneBudget || rec.Pruned != 10 || !strings.Contains(rec.Message, "removes 100 of the rule's 100 children in all (10 so far)") {
+	if rec.Reason != rollout.ReasonPruneBudget || rec.Pruned != 10 || !strings.Contains(rec.Message, "removes 100 of the rule's 100 children in all (10 so far)") {
 		t.Fatalf("halted: %+v", rec)
 	}
 	h.eventually("10 children pruned", func() bool { n, _ := h.childVersions("v1"); return n["v1"] == 90 })
@@ -361,7 +362,7 @@ func TestRolloutPruneBudget(t *testing.T) {
 	}
 	h.updates <- h.loadRules(rolloutRule("v1", false, "maxPrunes: 100%", off))
 	h.eventually("every child pruned", func() bool { n, _ := h.childVersions("v1"); return n["v1"] == 0 })
-	h.eventually("the rollout complete", func() bool { return store.get("roll").State == RolloutComplete })
+	h.eventually("the rollout complete", func() bool { return store.get("roll").State == rollout.Complete })
 }
 
 // TestRolloutImmediate: strategy Immediate moves every trigger at once.
@@ -411,7 +412,7 @@ func TestRolloutSuperseded(t *testing.T) {
 	if rec.From != v1.Get("roll").Hash || rec.To != v3.Get("roll").Hash || rec.Step != 1 || rec.Moved != 20 || rec.Steps != 9 {
 		t.Errorf("the rollout to v3: %+v", rec)
 	}
-	h.eventually("v2's rollout superseded", func() bool { return store.of(v2.Get("roll").Hash).State == RolloutSuperseded })
+	h.eventually("v2's rollout superseded", func() bool { return store.of(v2.Get("roll").Hash).State == rollout.Superseded })
 
 	// v1 put back: every trigger is on it at once.
 	h.updates <- h.loadRules(rolloutRule("v1", false, "", ""))

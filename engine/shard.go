@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"sync"
 	"time"
 
 	"k8s.io/client-go/tools/cache"
@@ -39,12 +40,40 @@ func TriggerDigest(key cache.ObjectName) uint64 {
 	return binary.BigEndian.Uint64(sum[:8])
 }
 
+// shares is the engine's share of the triggers when replicas share them:
+// the shard in force and the recent ones, and what the filtered caches
+// keep (share.go).
+type shares struct {
+	mu      sync.RWMutex // guards the fields down to widened; SetShard holds it to change them
+	current Shard
+	history []shardChange // recent shards, oldest first (see ownedSince)
+	// keep is what the filtered caches keep: current, or while SetShard
+	// drains, the union of current and the shard before.
+	keep    Shard
+	gen     uint64 // changes of keep so far
+	widened uint64 // the gen of keep's last widening
+	// filtering: the engine was made with a shard, and is no dry run
+	// (which reads everything once): its rules' informers cache only its
+	// share, and loops are the loops running, by rule, for keep.
+	filtering bool
+	loops     sync.Map
+}
+
+// init makes sh the share of an engine made with shard s (nil: every
+// trigger); filter says whether its caches may keep only their share.
+func (sh *shares) init(s Shard, filter bool) {
+	sh.current, sh.keep, sh.filtering = s, s, s != nil && filter
+	if s != nil {
+		sh.history = []shardChange{{s: s, at: time.Now()}}
+	}
+}
+
 // owns reports whether the engine's shard owns trigger key of rule (all
 // triggers without a shard).
 func (e *Engine) owns(rule string, key cache.ObjectName) bool {
-	e.shardMu.RLock()
-	defer e.shardMu.RUnlock()
-	return e.shard == nil || e.shard.Owns(rule, TriggerDigest(key))
+	e.share.mu.RLock()
+	defer e.share.mu.RUnlock()
+	return e.share.current == nil || e.share.current.Owns(rule, TriggerDigest(key))
 }
 
 // held reports whether the engine's shard, if it is a Holder, is held.
@@ -54,9 +83,9 @@ func (e *Engine) held() bool {
 }
 
 func (e *Engine) currentShard() Shard {
-	e.shardMu.RLock()
-	defer e.shardMu.RUnlock()
-	return e.shard
+	e.share.mu.RLock()
+	defer e.share.mu.RUnlock()
+	return e.share.current
 }
 
 // SetShard makes s the engine's shard. Triggers s does not own are not
@@ -68,18 +97,18 @@ func (e *Engine) currentShard() Shard {
 // not are queued, and every rule sweeps again for orphans among them.
 // SetShard is not called again before it has returned.
 func (e *Engine) SetShard(ctx context.Context, s Shard) {
-	e.shardMu.Lock()
-	e.shard = s
-	e.setKeepLocked(union(e.keepShard, s))
-	gen := e.shardGen
+	e.share.mu.Lock()
+	e.share.current = s
+	e.setKeepLocked(union(e.share.keep, s))
+	gen := e.share.gen
 	now := time.Now()
-	e.shards = append(e.shards, shardChange{s: s, at: now})
+	e.share.history = append(e.share.history, shardChange{s: s, at: now})
 	// Keep the changes of the verifying period and the shard in force
 	// before them.
-	for len(e.shards) > 1 && !e.shards[1].at.After(now.Add(-handoverVerify)) {
-		e.shards = e.shards[1:]
+	for len(e.share.history) > 1 && !e.share.history[1].at.After(now.Add(-handoverVerify)) {
+		e.share.history = e.share.history[1:]
 	}
-	e.shardMu.Unlock()
+	e.share.mu.Unlock()
 	loops := e.pokeLoops()
 	deadline := time.Now().Add(e.drain)
 	tick := time.NewTicker(5 * time.Millisecond)
@@ -91,11 +120,11 @@ func (e *Engine) SetShard(ctx context.Context, s Shard) {
 		}
 		if lost == 0 {
 			// Drained: the caches let go of the old share.
-			e.shardMu.Lock()
-			if e.shardGen == gen {
+			e.share.mu.Lock()
+			if e.share.gen == gen {
 				e.setKeepLocked(s)
 			}
-			e.shardMu.Unlock()
+			e.share.mu.Unlock()
 			e.pokeLoops()
 			return
 		}
@@ -111,11 +140,11 @@ func (e *Engine) SetShard(ctx context.Context, s Shard) {
 // setKeepLocked makes k what the filtered caches keep, noting a widening:
 // k may keep a trigger the shard before did not. shardMu is held.
 func (e *Engine) setKeepLocked(k Shard) {
-	e.shardGen++
-	if !within(k, e.keepShard) {
-		e.widened = e.shardGen
+	e.share.gen++
+	if !within(k, e.share.keep) {
+		e.share.widened = e.share.gen
 	}
-	e.keepShard = k
+	e.share.keep = k
 }
 
 // pokeLoops makes every loop look at the shard again, and returns them.
@@ -173,12 +202,12 @@ type shardChange struct {
 // digest d without a break since; zero without a shard, or when it was
 // owned before the shards the engine remembers (handoverVerify).
 func (e *Engine) ownedSince(rule string, d uint64) time.Time {
-	e.shardMu.RLock()
-	defer e.shardMu.RUnlock()
+	e.share.mu.RLock()
+	defer e.share.mu.RUnlock()
 	since := time.Time{}
-	for i := len(e.shards) - 1; i >= 0 && e.shards[i].s.Owns(rule, d); i-- {
-		since = e.shards[i].at
-		if i == 0 && len(e.shards) > 1 {
+	for i := len(e.share.history) - 1; i >= 0 && e.share.history[i].s.Owns(rule, d); i-- {
+		since = e.share.history[i].at
+		if i == 0 && len(e.share.history) > 1 {
 			since = time.Time{} // in force before the period remembered
 		}
 	}
@@ -211,9 +240,9 @@ func (l *ruleLoop) add(key cache.ObjectName) {
 // mark are one step for SetShard, which waits for the work on the triggers
 // it takes away.
 func (l *ruleLoop) begin(d uint64, cancel context.CancelFunc) bool {
-	l.e.shardMu.RLock()
-	defer l.e.shardMu.RUnlock()
-	if s := l.e.shard; s != nil && !s.Owns(l.rule.Name, d) {
+	l.e.share.mu.RLock()
+	defer l.e.share.mu.RUnlock()
+	if s := l.e.share.current; s != nil && !s.Owns(l.rule.Name, d) {
 		return false
 	}
 	l.mu.Lock()

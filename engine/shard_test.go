@@ -213,8 +213,8 @@ func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { r
 func TestOwnedSince(t *testing.T) {
 	e := New(Options{Shard: noShard})
 	old := time.Now().Add(-2 * handoverVerify)
-	e.shards = []shardChange{{s: evenShard, at: old}} // even keys owned for long
-	e.SetShard(t.Context(), allShard)                 // odd keys gained now
+	e.share.history = []shardChange{{s: evenShard, at: old}} // even keys owned for long
+	e.SetShard(t.Context(), allShard)                        // odd keys gained now
 	var even, odd uint64 = 2, 3
 	if since := e.ownedSince("r", even); !since.IsZero() {
 		t.Errorf("a trigger owned for %s: since %s, want zero", 2*handoverVerify, since)

@@ -132,14 +132,14 @@ func pending(s Shard) bool {
 // filters reports whether the engine's rules filter their caches:
 // replicas share the triggers, and it is no dry run (which reads
 // everything once).
-func (e *Engine) filters() bool { return e.sharded && e.plan == nil }
+func (e *Engine) filters() bool { return e.share.filtering }
 
 // keep implements dynamic.Registry.Keep: an object is kept unless its
 // rule filters right now and its trigger (for a child, the trigger its
 // owner annotation names) is not this replica's to keep.
 func (e *Engine) keep(key dynamic.WatchKey, m metav1.Object) bool {
 	role, rule, _ := strings.Cut(key.Filter, "/")
-	v, ok := e.shareLoops.Load(rule)
+	v, ok := e.share.loops.Load(rule)
 	if !ok {
 		return true
 	}
@@ -153,9 +153,9 @@ func (e *Engine) keep(key dynamic.WatchKey, m metav1.Object) bool {
 			return true // not the rule's to judge: its reconciles never read it
 		}
 	}
-	e.shardMu.RLock()
-	s := e.keepShard
-	e.shardMu.RUnlock()
+	e.share.mu.RLock()
+	s := e.share.keep
+	e.share.mu.RUnlock()
 	return keeps(s, rule, trigger)
 }
 
@@ -163,7 +163,7 @@ func (e *Engine) keep(key dynamic.WatchKey, m metav1.Object) bool {
 // rule is rolling a change out.
 func (l *ruleLoop) keepsAll() bool {
 	ro := l.ro.Load()
-	return ro != nil && !ro.settled.Load()
+	return ro != nil && !ro.co.Settled()
 }
 
 // listing is what a loop's informers keep at a moment: the engine's
@@ -174,9 +174,9 @@ type listing struct {
 }
 
 func (l *ruleLoop) listingNow() listing {
-	l.e.shardMu.RLock()
-	defer l.e.shardMu.RUnlock()
-	return listing{gen: l.e.shardGen, widened: l.e.widened, keepAll: l.keepsAll()}
+	l.e.share.mu.RLock()
+	defer l.e.share.mu.RUnlock()
+	return listing{gen: l.e.share.gen, widened: l.e.share.widened, keepAll: l.keepsAll()}
 }
 
 // mustList reports whether caches brought to then may lack objects kept

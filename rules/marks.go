@@ -114,7 +114,7 @@ func IsTeardownFinalizer(f, installation string) bool {
 }
 
 // AnnotationRollout, on a revision, holds the record of the rollout to it
-// (engine.RolloutRecord, JSON).
+// (rollout.Record, JSON).
 const AnnotationRollout = Group + "/rollout"
 
 // AnnotationRemoval, on the newest revision of a rule removed from the

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/syncloop/syncloop/engine"
+	"github.com/syncloop/syncloop/engine/rollout"
 	"github.com/syncloop/syncloop/internal/manager"
 )
 
@@ -115,7 +116,7 @@ func printRevisions(out io.Writer, revs []manager.Revision) error {
 }
 
 // rolloutSummary says where the rollout to a rule's newest revision stands.
-func rolloutSummary(rule string, revision int64, ro *engine.RolloutRecord) string {
+func rolloutSummary(rule string, revision int64, ro *rollout.Record) string {
 	line := fmt.Sprintf("rollout of %s to revision %d: %s: step %d of %d, %d of %d triggers moved", rule, revision, ro.State, ro.Step, ro.Steps, ro.Moved, ro.Total)
 	if ro.Pruned > 0 {
 		line += fmt.Sprintf(", %d children removed", ro.Pruned)

@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"github.com/syncloop/syncloop/engine"
+	"github.com/syncloop/syncloop/engine/rollout"
 	"github.com/syncloop/syncloop/rules"
 )
 
@@ -67,7 +68,7 @@ func Plan(ctx context.Context, c *Clients, set *rules.Set, o PlanOptions) (actio
 
 // printRollout says, in a plan, how a changed rule rolls out: the step
 // planned and how many follow, or why the rollout halts.
-func printRollout(o PlanOptions, r engine.RolloutStatus) {
+func printRollout(o PlanOptions, r rollout.Status) {
 	if o.JSON {
 		data, _ := json.Marshal(map[string]any{"rollout": map[string]any{"rule": r.Rule, "state": r.State, "step": r.Step, "steps": r.Steps,
 			"moved": r.Moved, "total": r.Total, "from": r.From, "to": r.To, "reason": r.Reason, "message": r.Message}})
@@ -75,7 +76,7 @@ func printRollout(o PlanOptions, r engine.RolloutStatus) {
 		return
 	}
 	switch r.State {
-	case engine.RolloutProgressing:
+	case rollout.Progressing:
 		fmt.Fprintf(o.Stdout, "Rollout of rule %s to revision %s: step %d of %d, %d of %d triggers on it (planned below); %d steps follow, each once the one before is healthy.\n",
 			r.Rule, shortHash(r.To), r.Step, r.Steps, r.Moved, r.Total, r.Steps-r.Step)
 	default:

@@ -10,6 +10,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/syncloop/syncloop/engine"
+	"github.com/syncloop/syncloop/engine/rollout"
 	"github.com/syncloop/syncloop/rules/reload"
 )
 
@@ -91,7 +92,7 @@ func probes(eng *engine.Engine, files *fileErrors, crds *crdKeeper, revisions *r
 }
 
 // rolloutLine says where a rollout stands, in one line.
-func rolloutLine(r engine.RolloutStatus) string {
+func rolloutLine(r rollout.Status) string {
 	line := fmt.Sprintf("%s, step %d of %d, %d triggers on revision %s, %d on %s", r.State, r.Step, r.Steps, r.OnTo, shortHash(r.To), r.OnFrom, shortHash(r.From))
 	if r.Message != "" {
 		line += ": " + r.Message

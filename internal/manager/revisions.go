@@ -17,6 +17,7 @@ import (
 
 	"github.com/syncloop/syncloop/dynamic"
 	"github.com/syncloop/syncloop/engine"
+	"github.com/syncloop/syncloop/engine/rollout"
 	"github.com/syncloop/syncloop/rules"
 )
 
@@ -242,7 +243,7 @@ type Revision struct {
 	// Newest: the version put in force last.
 	Newest bool `json:"newest"`
 	// Rollout is the rollout to this revision, if it had one.
-	Rollout *engine.RolloutRecord `json:"rollout,omitempty"`
+	Rollout *rollout.Record `json:"rollout,omitempty"`
 	// Removal is what removing the rule did, on its newest revision.
 	Removal *engine.RemovalRecord `json:"removal,omitempty"`
 }
@@ -279,8 +280,8 @@ func Revisions(ctx context.Context, c *Clients, namespace, installation, rule st
 }
 
 // rolloutOf is the rollout recorded on cr; nil if none (or unreadable).
-func rolloutOf(cr appsv1.ControllerRevision) *engine.RolloutRecord {
-	return recordOf[engine.RolloutRecord](cr, rules.AnnotationRollout)
+func rolloutOf(cr appsv1.ControllerRevision) *rollout.Record {
+	return recordOf[rollout.Record](cr, rules.AnnotationRollout)
 }
 
 // Resume implements engine.RolloutStore from the revisions the last keep
@@ -288,7 +289,7 @@ func rolloutOf(cr appsv1.ControllerRevision) *engine.RolloutRecord {
 // it that had not ended goes on; when r is new, a rollout begins from the
 // newest — or, if that one's own rollout had not ended, from where that
 // one came, with what it had moved.
-func (k *revisionKeeper) Resume(_ context.Context, r *rules.Rule) (*engine.RolloutRecord, *rules.Rule, error) {
+func (k *revisionKeeper) Resume(_ context.Context, r *rules.Rule) (*rollout.Record, *rules.Rule, error) {
 	k.mu.Lock()
 	revs := k.seen[r.Name]
 	k.mu.Unlock()
@@ -313,11 +314,11 @@ func (k *revisionKeeper) Resume(_ context.Context, r *rules.Rule) (*engine.Rollo
 		compiled, err := k.compile(r, from.Name, from.Data.Raw)
 		return rec, compiled, err
 	}
-	from, begin := newest, &engine.RolloutRecord{}
+	from, begin := newest, &rollout.Record{}
 	if unfinished {
 		if older, ok := byHash[rec.From]; ok {
 			from = older
-			if rec.State != engine.RolloutRolledBack {
+			if rec.State != rollout.RolledBack {
 				begin.Threshold, begin.Started = rec.Threshold, rec.Started
 			}
 		}
@@ -331,7 +332,7 @@ func (k *revisionKeeper) Resume(_ context.Context, r *rules.Rule) (*engine.Rollo
 
 // Record implements engine.RolloutStore: rec becomes the annotation of
 // r's revision, and the transition an Event on it.
-func (k *revisionKeeper) Record(ctx context.Context, r *rules.Rule, rec engine.RolloutRecord, eventType, reason, message string) {
+func (k *revisionKeeper) Record(ctx context.Context, r *rules.Rule, rec rollout.Record, eventType, reason, message string) {
 	data, err := json.Marshal(rec)
 	if err != nil {
 		return
@@ -350,7 +351,7 @@ func (k *revisionKeeper) Record(ctx context.Context, r *rules.Rule, rec engine.R
 
 // Fetch implements engine.RolloutStore: the rollout recorded on r's
 // revision now.
-func (k *revisionKeeper) Fetch(ctx context.Context, r *rules.Rule) (*engine.RolloutRecord, error) {
+func (k *revisionKeeper) Fetch(ctx context.Context, r *rules.Rule) (*rollout.Record, error) {
 	cr, err := k.store.Get(ctx, k.name(r))
 	switch {
 	case apierrors.IsNotFound(err):
