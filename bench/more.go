@@ -166,13 +166,13 @@ func latency(ctx context.Context, cs kubernetes.Interface, ns string, n, updates
 func churn(ctx context.Context, eng *engine.Engine, base, both *rules.Set, cycles int) (int, error) {
 	before := runtime.NumGoroutine()
 	for range cycles {
-		eng.Apply(ctx, both)
+		eng.Enforce(ctx, both)
 		if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 			return eng.Ready(), nil
 		}); err != nil {
 			return 0, fmt.Errorf("the added rule did not start: %w", err)
 		}
-		eng.Apply(ctx, base)
+		eng.Enforce(ctx, base)
 	}
 	// Goroutines that are ending (HTTP keep-alives, watch streams) settle.
 	var delta int

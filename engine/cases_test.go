@@ -225,18 +225,18 @@ func TestInformerSharing(t *testing.T) {
 		t.Errorf("share-a's child cache holds %q, want its own child t-share-a only", names)
 	}
 
-	h.engine.Apply(t.Context(), h.loadRules(a+"---\n"+c))
+	h.engine.Enforce(t.Context(), h.loadRules(a+"---\n"+c))
 	if n := h.engine.Informers(); n != 4 {
 		t.Errorf("after removing share-b (its watch still used by share-a): %d informers, want 4: %v", n, h.engine.actors.keys())
 	}
 	if _, ok := h.configMap(h.ns, "t-share-b"); !ok {
 		t.Error("removing a rule deleted its child; it must stay")
 	}
-	h.engine.Apply(t.Context(), h.loadRules(a))
+	h.engine.Enforce(t.Context(), h.loadRules(a))
 	if n := h.engine.Informers(); n != 2 {
 		t.Errorf("after removing share-c: %d informers, want 2", n)
 	}
-	h.engine.Apply(t.Context(), nil)
+	h.engine.Enforce(t.Context(), nil)
 	if n := h.engine.Informers(); n != 0 {
 		t.Errorf("with no rules: %d informers, want 0", n)
 	}

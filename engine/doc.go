@@ -3,7 +3,7 @@
 //
 //   - a loop (loop.go, ruleLoop): the rule's kinds and informers
 //     (watches.go), a rate-limited workqueue of trigger keys fed by their
-//     events (events.go), the rule's workers, the periodic resync, the
+//     events (handlers.go), the rule's workers, the periodic resync, the
 //     sweep for orphans, and the triggers its replica's shard owns
 //     (shard.go);
 //   - a reconciler (reconcile.go, prune.go, status.go, patch.go) that does

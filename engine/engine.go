@@ -198,11 +198,11 @@ func (e *Engine) PlanOnce(ctx context.Context, set *rules.Set) error {
 		return errors.New("PlanOnce needs Options.Plan")
 	}
 	e.out = planOutputs(e.out.plan, true)
-	e.Apply(ctx, set)
+	e.Enforce(ctx, set)
 	e.removals.wg.Wait() // the removals of rules no longer in set: planned in full
 	defer func() {
 		e.planned = e.Rollouts()
-		e.Apply(ctx, nil)
+		e.Enforce(ctx, nil)
 		e.actors.shutdown()
 	}()
 	// Idle twice in a row, 20ms apart: a key a worker has just taken from
@@ -233,10 +233,10 @@ func (e *Engine) PlanOnce(ctx context.Context, set *rules.Set) error {
 // Run runs the rules of set, and then of each set received from updates
 // (nil: none), until ctx ends; then it stops taking work, lets in-flight
 // reconciles finish (up to the drain timeout), stops the informers and
-// returns. Each new set is applied as Apply does: only added, changed and
+// returns. Each new set is put in force as Enforce does: only added, changed and
 // removed rules are touched.
 func (e *Engine) Run(ctx context.Context, set *rules.Set, updates <-chan *rules.Set) error {
-	e.Apply(ctx, set)
+	e.Enforce(ctx, set)
 	for {
 		select {
 		case s, ok := <-updates:
@@ -244,23 +244,24 @@ func (e *Engine) Run(ctx context.Context, set *rules.Set, updates <-chan *rules.
 				updates = nil
 				continue
 			}
-			e.Apply(ctx, s)
+			e.Enforce(ctx, s)
 			continue
 		case <-ctx.Done():
 		}
 		break
 	}
-	e.Apply(ctx, nil)
+	e.Enforce(ctx, nil)
 	e.actors.shutdown()
 	return nil
 }
 
-// Apply brings the running loops in line with set: a rule whose hash is
-// unchanged keeps its loop (queue, workers, informers); a changed rule's
-// loop is stopped and a new one started; a removed rule's loop is stopped,
+// Enforce puts set in force, bringing the running loops in line with it:
+// a rule whose hash is unchanged keeps its loop (queue, workers,
+// informers); a changed rule's loop is stopped and a new one started (or
+// rolls out from the old, rollout.go); a removed rule's loop is stopped,
 // leaving its children in place. A nil set stops everything. ctx is the
 // parent of the loops started.
-func (e *Engine) Apply(ctx context.Context, set *rules.Set) {
+func (e *Engine) Enforce(ctx context.Context, set *rules.Set) {
 	want := map[string]*rules.Rule{}
 	if set != nil {
 		for _, r := range set.Rules() {

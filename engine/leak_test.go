@@ -130,13 +130,13 @@ func TestReloadCyclesDoNotLeak(t *testing.T) {
 	informers := h.engine.Informers()
 	cycle := func(n int) {
 		for range n {
-			h.engine.Apply(t.Context(), both)
+			h.engine.Enforce(t.Context(), both)
 			h.eventually("the added rule running", func() bool { return h.engine.Ready() })
 			// The extra rule's own trigger and child informers.
 			if n := h.engine.Informers(); n != informers+2 {
 				t.Fatalf("with the extra rule running: %d informers, want %d", n, informers+2)
 			}
-			h.engine.Apply(t.Context(), base)
+			h.engine.Enforce(t.Context(), base)
 		}
 		h.counter.Reset() // the test's request log is not the engine's memory
 	}

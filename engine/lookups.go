@@ -32,7 +32,7 @@ func (lk *cacheLookuper) Lookup(_ context.Context, q render.LookupQuery) ([]*uns
 		if q.Namespace != "" {
 			where = "in namespace " + q.Namespace
 		}
-		return nil, fmt.Errorf("reads %s %s, outside namespace %q: %s", q.Lookup.Kind, where, ns, rc.w.limit())
+		return nil, terminal(fmt.Errorf("reads %s %s, outside namespace %q: %s", q.Lookup.Kind, where, ns, rc.w.limit()))
 	}
 	lw := rc.w.lookups[q.Lookup.Index]
 	lk.queries = append(lk.queries, q)

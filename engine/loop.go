@@ -67,24 +67,35 @@ type ruleLoop struct {
 	ro atomic.Pointer[rollingOut]
 
 	loopCounters
+	phase loopPhase
+	share loopShare
+	// released retries the sweep's releases that failed (run's goroutine).
+	released backoff
+}
 
-	mu       sync.Mutex // guards state, detail, syncedAt and working
+// loopPhase is where a loop is: its state, why, and since when its
+// informers have synced.
+type loopPhase struct {
+	mu       sync.Mutex
 	state    string
 	detail   string
 	syncedAt time.Time // when the informers the workers need had synced
-	// working are the triggers being reconciled or released, by key
-	// digest, each with the cancel of its requests (see SetShard).
-	working map[uint64]context.CancelFunc
+}
 
-	// Sharding: reshard signals a new shard (SetShard); shardSeen is the
-	// shard the loop last queued triggers for (run's goroutine only).
-	reshard   chan struct{}
-	shardSeen Shard
+// loopShare is a loop's side of sharding (shard.go, share.go).
+type loopShare struct {
+	// reshard signals a new shard (SetShard); seen is the shard the loop
+	// last queued triggers for (run's goroutine only).
+	reshard chan struct{}
+	seen    Shard
 	// listed is what the filtered informers were last brought to keep
 	// (refresh; written on run's goroutine, read by workers).
 	listed atomic.Pointer[listing]
-	// released retries the sweep's releases that failed (run's goroutine).
-	released backoff
+
+	mu sync.Mutex // guards working
+	// working are the triggers being reconciled or released, by key
+	// digest, each with the cancel of its requests (see SetShard).
+	working map[uint64]context.CancelFunc
 }
 
 // backoff schedules a retry after a failure, doubling the wait from
@@ -161,9 +172,8 @@ func newRuleLoop(e *Engine, r *rules.Rule, retired []schema.GroupVersionKind, re
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: r.Name, MetricsProvider: e.queues}),
 		done:    make(chan struct{}),
 		watches: &watches{rule: r, ns: cmp.Or(e.ns, r.Tenant), actor: a, retired: retired, retiredPatches: retiredPatches, filter: e.filters()},
-		working: map[uint64]context.CancelFunc{},
-		reshard: make(chan struct{}, 1),
-		state:   StateWaiting,
+		phase:   loopPhase{state: StateWaiting},
+		share:   loopShare{reshard: make(chan struct{}, 1), working: map[uint64]context.CancelFunc{}},
 	}
 	l.rc = l.reconcilerOf(r, l.watches)
 	l.own = []*reconciler{l.rc}
@@ -218,15 +228,15 @@ func (l *ruleLoop) stop() {
 }
 
 func (l *ruleLoop) setState(state, detail string) {
-	l.mu.Lock()
-	l.state, l.detail = state, detail
-	l.mu.Unlock()
+	l.phase.mu.Lock()
+	l.phase.state, l.phase.detail = state, detail
+	l.phase.mu.Unlock()
 }
 
 func (l *ruleLoop) getState() (string, string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.state, l.detail
+	l.phase.mu.Lock()
+	defer l.phase.mu.Unlock()
+	return l.phase.state, l.phase.detail
 }
 
 // run is the loop's life: resolve kinds (waiting while one is not served),
@@ -249,15 +259,15 @@ func (l *ruleLoop) run(ctx context.Context) {
 	if !l.waitForShard(ctx) {
 		return
 	}
-	l.shardSeen = l.e.currentShard()
+	l.share.seen = l.e.currentShard()
 	listed := l.listingNow()
-	l.listed.Store(&listed)
+	l.share.listed.Store(&listed)
 	if !l.prepare(ctx) || !l.prepareRollout(ctx) || !l.waitForSync(ctx, l.needed()) {
 		return
 	}
-	l.mu.Lock()
-	l.syncedAt = time.Now()
-	l.mu.Unlock()
+	l.phase.mu.Lock()
+	l.phase.syncedAt = time.Now()
+	l.phase.mu.Unlock()
 
 	// Workers get a context that outlives ctx by the drain timeout, so
 	// that in-flight reconciles finish on shutdown. They start before the
@@ -297,7 +307,7 @@ func (l *ruleLoop) run(ctx context.Context) {
 		case <-l.released.due():
 			l.step(ctx, l.sweepPatches)
 			continue
-		case <-l.reshard:
+		case <-l.share.reshard:
 			l.step(ctx, l.resharded)
 			continue
 		case <-ctx.Done():
@@ -548,71 +558,4 @@ func (l *ruleLoop) afterRetiredPatches(ctx context.Context) {
 	if n > 0 && synced(ctx, l.watches.trigger) {
 		l.addAll()
 	}
-}
-
-// idle reports whether nothing is queued or being reconciled.
-func (l *ruleLoop) idle() bool { return l.queue.Len() == 0 && l.inFlight.Load() == 0 }
-
-// processNext is the textbook worker step: Get, defer Done, reconcile,
-// Forget on success, AddRateLimited on error.
-func (l *ruleLoop) processNext(ctx context.Context) bool {
-	key, shutdown := l.queue.Get()
-	if shutdown {
-		return false
-	}
-	defer l.queue.Done(key)
-	defer func() {
-		// The reconcile contains its own panics; this is the rest of the
-		// step (shard checks, accounting). The key is not lost.
-		if v := recover(); v != nil {
-			contained(klog.FromContext(ctx), l.e.metrics, l.rule.Name, PanicReconcile, v)
-			l.queue.AddRateLimited(key)
-		}
-	}()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	if !l.e.held() {
-		l.queue.AddAfter(key, holdWait)
-		return true
-	}
-	d := TriggerDigest(key)
-	if !l.begin(d, cancel) {
-		// Queued before this replica's shard lost it: its new owner
-		// reconciles it.
-		l.queue.Forget(key)
-		return true
-	}
-	defer l.end(d)
-	if !l.complete() {
-		// The shard gained triggers a moment ago, and the informers have
-		// not listed them yet: what the caches lack may exist.
-		l.holds.Add(1)
-		l.queue.AddAfter(key, holdWait)
-		return true
-	}
-	l.inFlight.Add(1)
-	defer l.inFlight.Add(-1)
-	start := time.Now()
-	logger := klog.FromContext(ctx).WithValues("trigger", key.String())
-	rc := l.reconcilerFor(key)
-	err := rc.reconcile(klog.NewContext(ctx, logger), key)
-	result := "success"
-	if err != nil {
-		result = "error"
-	}
-	l.e.metrics.ReconcileDone(l.rule.Name, result, time.Since(start))
-	l.reconciles.Add(1)
-	switch {
-	case err == nil, !rc.out.retry(key, err):
-		l.queue.Forget(key)
-	case l.rule.MaxRetries > 0 && l.queue.NumRequeues(key) >= l.rule.MaxRetries-1:
-		logger.Error(err, "Giving up on trigger after retries", "retries", l.rule.MaxRetries)
-		l.queue.Forget(key)
-	default:
-		logger.Error(err, "Reconcile failed, retrying with backoff")
-		if l.e.owns(l.rule.Name, key) {
-			l.queue.AddRateLimited(key)
-		}
-	}
-	return true
 }

@@ -74,7 +74,7 @@ func (rc *reconciler) applyPatch(ctx context.Context, ch *changes, trigger *unst
 	obj := child.Object
 	ref := refOf(obj)
 	if ns := rc.w.ns; ns != "" && ref.namespace != ns && namespaced(pw.mapping) {
-		return nil, fmt.Errorf("resource %q: %s %s is outside namespace %q: %s", child.ResourceID, ref.gvk.Kind, cacheKey(ref), ns, rc.w.limit())
+		return nil, terminal(fmt.Errorf("resource %q: %s %s is outside namespace %q: %s", child.ResourceID, ref.gvk.Kind, cacheKey(ref), ns, rc.w.limit()))
 	}
 	// Recorded before the cache is read: an event after the read finds it.
 	rc.patches.addKey(key, depKey{lookup: res.Index, namespace: ref.namespace, name: ref.name}, nil)

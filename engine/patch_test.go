@@ -169,7 +169,7 @@ func TestPatchReleased(t *testing.T) {
 	h.eventually("patched again", func() bool { return seen("a") })
 
 	// The rule changes and no longer patches: released.
-	h.engine.Apply(t.Context(), h.loadRules(`apiVersion: syncloop.dev/v1alpha1
+	h.engine.Enforce(t.Context(), h.loadRules(`apiVersion: syncloop.dev/v1alpha1
 kind: Rule
 metadata: {name: mark}
 spec:
@@ -179,7 +179,7 @@ spec:
       template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${object.metadata.name}-other"}}
 `))
 	h.eventually("released when the rule drops the resource", func() bool { return !seen("a") })
-	h.engine.Apply(t.Context(), h.loadRules(targetOnlyRule))
+	h.engine.Enforce(t.Context(), h.loadRules(targetOnlyRule))
 	h.eventually("patched once more", func() bool { return seen("a") })
 
 	// Deleted while syncloop is down: released when it starts again.

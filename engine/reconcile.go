@@ -75,6 +75,7 @@ func (rc *reconciler) reconcile(ctx context.Context, key cache.ObjectName) (err 
 	if rc.observe != nil {
 		defer func() { rc.observe(key, rd, err) }()
 	}
+	defer func() { err = rc.out.ended(key, err) }()
 	defer func() {
 		if v := recover(); v != nil {
 			rd, err = nil, contained(klog.FromContext(ctx), rc.metrics, rc.rule.Name, PanicReconcile, v)
@@ -323,7 +324,7 @@ func (rc *reconciler) applyChild(ctx context.Context, ch *changes, trigger *unst
 		if rc.w.ns == "" {
 			why = ", where the rule's " + ref.gvk.Kind + " children are watched"
 		}
-		return nil, fmt.Errorf("resource %q: %s %s is outside namespace %q%s", child.ResourceID, ref.gvk.Kind, cacheKey(ref), ck.ns, why)
+		return nil, terminal(fmt.Errorf("resource %q: %s %s is outside namespace %q%s", child.ResourceID, ref.gvk.Kind, cacheKey(ref), ck.ns, why))
 	}
 	hash := contentHash(obj.Object)
 	// In place: GetAnnotations and SetAnnotations copy the map twice.

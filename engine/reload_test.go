@@ -143,7 +143,7 @@ func TestRemovedRuleMetrics(t *testing.T) {
 	m := &recordingMetrics{}
 	h.metrics = m
 	h.start(h.loadRules(labelRule("changed", "a", "x") + "---\n" + labelRule("removed", "b", "y")))
-	h.engine.Apply(t.Context(), h.loadRules(labelRule("changed", "a", "z")))
+	h.engine.Enforce(t.Context(), h.loadRules(labelRule("changed", "a", "z")))
 	h.eventually("the changed rule running", func() bool { return h.engine.Ready() })
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -169,7 +169,7 @@ func TestRetiredKindPruned(t *testing.T) {
 	h.eventually("both children", func() bool { _, ok := h.configMap(h.ns, "t-retire"); return ok && sa() })
 	cm, _ := h.configMap(h.ns, "t-retire")
 
-	h.engine.Apply(t.Context(), h.loadRules(labelRule("retire", "retire", "v2")))
+	h.engine.Enforce(t.Context(), h.loadRules(labelRule("retire", "retire", "v2")))
 	h.eventually("the ServiceAccount, a kind the rule no longer makes, to be pruned", func() bool { return !sa() })
 	h.eventually("the ConfigMap child updated in place", func() bool {
 		c, ok := h.configMap(h.ns, "t-retire")
@@ -178,7 +178,7 @@ func TestRetiredKindPruned(t *testing.T) {
 	if kinds := h.loop("retire").watches.retired; len(kinds) != 1 || kinds[0].Kind != "ServiceAccount" {
 		t.Errorf("retired kinds %v, want ServiceAccount", kinds)
 	}
-	h.engine.Apply(t.Context(), h.loadRules(labelRule("retire", "retire", "v3")))
+	h.engine.Enforce(t.Context(), h.loadRules(labelRule("retire", "retire", "v3")))
 	if kinds := h.loop("retire").watches.retired; len(kinds) != 1 || kinds[0].Kind != "ServiceAccount" {
 		t.Errorf("after a further change, retired kinds %v, want ServiceAccount still", kinds)
 	}

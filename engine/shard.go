@@ -20,14 +20,24 @@ type Shard interface {
 	// Owns reports whether this replica may reconcile the trigger of rule
 	// whose key has digest d.
 	Owns(rule string, d uint64) bool
-}
-
-// A Holder is a Shard that can tell whether this replica still holds its
-// share: while Held reports false — its Lease not renewed lately — the
-// engine starts no reconcile; triggers wait in their queues, none is
-// dropped.
-type Holder interface {
+	// Keeps reports whether the trigger is one this replica will own
+	// once a handover under way ends — every one it owns now among them:
+	// the filtered caches keep those, owned yet or not, so that the
+	// handover's end makes the replica list nothing again (share.go). A
+	// shard with no handover under way keeps what it owns.
+	Keeps(rule string, d uint64) bool
+	// KeepsWithin reports whether it keeps no trigger that then did not;
+	// false when it cannot tell (the caches then list again).
+	KeepsWithin(then Shard) bool
+	// Held reports whether this replica still holds its share: while it
+	// is false — its Lease not renewed lately — the engine starts no
+	// reconcile; triggers wait in their queues, none is dropped.
 	Held() bool
+	// Pending reports whether the shard is a placeholder: the replica has
+	// not been given its share yet (sharding's first assignment, before
+	// it joined). Rules that filter wait for a real one before they
+	// list, rather than list nothing and again once it comes.
+	Pending() bool
 }
 
 // holdWait is how long a trigger waits while the shard is not held.
@@ -78,8 +88,8 @@ func (e *Engine) owns(rule string, key cache.ObjectName) bool {
 
 // held reports whether the engine's shard, if it is a Holder, is held.
 func (e *Engine) held() bool {
-	h, ok := e.currentShard().(Holder)
-	return !ok || h.Held()
+	s := e.currentShard()
+	return s == nil || s.Held()
 }
 
 func (e *Engine) currentShard() Shard {
@@ -149,7 +159,7 @@ func (e *Engine) setKeepLocked(k Shard) {
 
 // pokeLoops makes every loop look at the shard again, and returns them.
 func (e *Engine) pokeLoops() []*ruleLoop {
-	// Apply holds mu while it stops loops: once it is ours, no loop
+	// Enforce holds mu while it stops loops: once it is ours, no loop
 	// outside the map is still reconciling.
 	e.mu.Lock()
 	loops := make([]*ruleLoop, 0, len(e.loops))
@@ -222,9 +232,9 @@ func (l *ruleLoop) mayLag(key cache.ObjectName) bool {
 	if since.IsZero() {
 		return false
 	}
-	l.mu.Lock()
-	synced := l.syncedAt
-	l.mu.Unlock()
+	l.phase.mu.Lock()
+	synced := l.phase.syncedAt
+	l.phase.mu.Unlock()
 	return time.Since(since) < handoverVerify || (synced.After(since) && time.Since(synced) < handoverVerify)
 }
 
@@ -245,16 +255,16 @@ func (l *ruleLoop) begin(d uint64, cancel context.CancelFunc) bool {
 	if s := l.e.share.current; s != nil && !s.Owns(l.rule.Name, d) {
 		return false
 	}
-	l.mu.Lock()
-	l.working[d] = cancel
-	l.mu.Unlock()
+	l.share.mu.Lock()
+	l.share.working[d] = cancel
+	l.share.mu.Unlock()
 	return true
 }
 
 func (l *ruleLoop) end(d uint64) {
-	l.mu.Lock()
-	delete(l.working, d)
-	l.mu.Unlock()
+	l.share.mu.Lock()
+	delete(l.share.working, d)
+	l.share.mu.Unlock()
 }
 
 // workingLost counts the triggers worked on that s does not own,
@@ -263,10 +273,10 @@ func (l *ruleLoop) workingLost(s Shard, cancel bool) int {
 	if s == nil {
 		return 0
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.share.mu.Lock()
+	defer l.share.mu.Unlock()
 	n := 0
-	for d, stop := range l.working {
+	for d, stop := range l.share.working {
 		if !s.Owns(l.rule.Name, d) {
 			n++
 			if cancel {
@@ -296,8 +306,8 @@ func (l *ruleLoop) resharded(ctx context.Context) {
 		return
 	}
 	s := l.e.currentShard()
-	before := l.shardSeen
-	l.shardSeen = s
+	before := l.share.seen
+	l.share.seen = s
 	n := 0
 	for _, k := range l.watches.trigger.Indexer().ListKeys() {
 		key, err := cache.ParseObjectName(k)

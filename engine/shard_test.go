@@ -19,16 +19,24 @@ import (
 	"github.com/syncloop/syncloop/rules"
 )
 
-// shardFunc is a Shard from a function.
+// shardFunc is a Shard from a function: held, no placeholder, keeping
+// what it owns, and unable to tell what it keeps within.
 type shardFunc func(rule string, d uint64) bool
 
-func (f shardFunc) Owns(rule string, d uint64) bool { return f(rule, d) }
+func (f shardFunc) Owns(rule string, d uint64) bool  { return f(rule, d) }
+func (f shardFunc) Keeps(rule string, d uint64) bool { return f(rule, d) }
+func (shardFunc) KeepsWithin(Shard) bool             { return false }
+func (shardFunc) Held() bool                         { return true }
+func (shardFunc) Pending() bool                      { return false }
 
 // modShard owns the triggers whose digest is rem modulo mod; it keeps
-// within one whose classes hold all of its own (a narrower).
+// within one whose classes hold all of its own.
 type modShard struct{ mod, rem uint64 }
 
-func (s modShard) Owns(_ string, d uint64) bool { return d%s.mod == s.rem }
+func (s modShard) Owns(_ string, d uint64) bool  { return d%s.mod == s.rem }
+func (s modShard) Keeps(_ string, d uint64) bool { return d%s.mod == s.rem }
+func (modShard) Held() bool                      { return true }
+func (modShard) Pending() bool                   { return false }
 
 func (s modShard) KeepsWithin(then Shard) bool {
 	t, ok := then.(modShard)
@@ -39,7 +47,7 @@ func (s modShard) KeepsWithin(then Shard) bool {
 }
 
 // futureShard keeps what its modShard owns, and owns nothing yet: a
-// replica's share while a handover to it is under way (keeper).
+// replica's share while a handover to it is under way.
 type futureShard struct{ modShard }
 
 func (futureShard) Owns(string, uint64) bool { return false }
@@ -300,17 +308,19 @@ func (b *heldBody) Read(p []byte) (int, error) {
 }
 
 // heldShard owns everything, and is held while held is true.
-type heldShard struct{ held *atomic.Bool }
+type heldShard struct {
+	shardFunc
+	held *atomic.Bool
+}
 
-func (heldShard) Owns(string, uint64) bool { return true }
-func (h heldShard) Held() bool             { return h.held.Load() }
+func (h heldShard) Held() bool { return h.held.Load() }
 
 // TestShardNotHeld: while the shard is not held, no trigger is reconciled
 // and none is dropped: once it is held again, each is.
 func TestShardNotHeld(t *testing.T) {
 	h := newHarness(t)
 	held := &atomic.Bool{}
-	h.shard = heldShard{held}
+	h.shard = heldShard{shardFunc(func(string, uint64) bool { return true }), held}
 	h.start(h.loadRules(copyRule))
 	h.createCM("waiting", map[string]string{"copy": "yes"}, map[string]string{"k": "v"})
 	if h.within(2*time.Second, func() bool { _, ok := h.configMap(h.ns, "waiting-copy"); return ok }) {

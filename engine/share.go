@@ -47,34 +47,10 @@ const (
 	filterChildren = "children/"
 )
 
-// keeper is a Shard that can say which triggers a replica will own once
-// a handover under way ends (sharding's views agree) — every one it owns
-// now among them: those are kept, owned yet or not, so that the
-// handover's end makes the replica list nothing again. A Shard that is no
-// keeper keeps what it owns.
-type keeper interface {
-	Keeps(rule string, d uint64) bool
-}
-
-// narrower is a Shard that can tell that it keeps no trigger that then
-// did not keep (false when it cannot tell).
-type narrower interface {
-	KeepsWithin(then Shard) bool
-}
-
 // keeps reports whether s keeps trigger key of rule (every trigger
 // without a shard).
 func keeps(s Shard, rule string, key cache.ObjectName) bool {
-	return s == nil || keepsDigest(s, rule, TriggerDigest(key))
-}
-
-// keepsDigest reports whether s, not nil, keeps the trigger of rule whose
-// key has digest d.
-func keepsDigest(s Shard, rule string, d uint64) bool {
-	if k, ok := s.(keeper); ok {
-		return k.Keeps(rule, d)
-	}
-	return s.Owns(rule, d)
+	return s == nil || s.Keeps(rule, TriggerDigest(key))
 }
 
 // bothShards keeps what either of two shards keeps: the caches' shard
@@ -94,8 +70,15 @@ func (u bothShards) Owns(rule string, d uint64) bool {
 }
 
 func (u bothShards) Keeps(rule string, d uint64) bool {
-	return keepsDigest(u.a, rule, d) || keepsDigest(u.b, rule, d)
+	return u.a.Keeps(rule, d) || u.b.Keeps(rule, d)
 }
+
+func (u bothShards) KeepsWithin(then Shard) bool { return within(u, then) }
+
+// Held and Pending: a union is what the caches keep, never the shard a
+// reconcile is gated by.
+func (u bothShards) Held() bool    { return u.a.Held() && u.b.Held() }
+func (u bothShards) Pending() bool { return u.a.Pending() || u.b.Pending() }
 
 // within reports whether now keeps no trigger that then did not; false
 // when that cannot be told.
@@ -112,22 +95,10 @@ func within(now, then Shard) bool {
 	if u, ok := then.(bothShards); ok {
 		return within(now, u.a) || within(now, u.b)
 	}
-	n, ok := now.(narrower)
-	return ok && n.KeepsWithin(then)
+	return now.KeepsWithin(then)
 }
 
-// pendingShard is a Shard that may say it is a placeholder: the replica
-// has not been given its share yet (sharding's first assignment, before
-// the replica joined). Rules that filter wait for a real one before they
-// list, rather than list nothing and again once it comes.
-type pendingShard interface {
-	Pending() bool
-}
 
-func pending(s Shard) bool {
-	p, ok := s.(pendingShard)
-	return ok && p.Pending()
-}
 
 // filters reports whether the engine's rules filter their caches:
 // replicas share the triggers, and it is no dry run (which reads
@@ -194,7 +165,7 @@ func mustList(then, now listing) bool {
 // now, in a loop that filters: no trigger or child it keeps may exist
 // uncached. Reconciles and patch releases wait until they do.
 func (l *ruleLoop) complete() bool {
-	return !l.watches.filter || !mustList(*l.listed.Load(), l.listingNow())
+	return !l.watches.filter || !mustList(*l.share.listed.Load(), l.listingNow())
 }
 
 // Cached counts, for each rule whose informers filter (sharding), the
@@ -245,7 +216,7 @@ func (l *ruleLoop) filtered() []informer {
 // tried again after refreshRetry, the informers before it serving
 // meanwhile (and the loop's reconciles waiting).
 func (l *ruleLoop) refresh(ctx context.Context) bool {
-	now, then := l.listingNow(), *l.listed.Load()
+	now, then := l.listingNow(), *l.share.listed.Load()
 	if !l.watches.filter || now.gen == then.gen && now.keepAll == then.keepAll {
 		return true
 	}
@@ -258,7 +229,7 @@ func (l *ruleLoop) refresh(ctx context.Context) bool {
 				n += ck.sub.Drop(l.forget)
 			}
 		}
-		l.listed.Store(&now)
+		l.share.listed.Store(&now)
 		l.drops.Add(1)
 		logger.V(1).Info("Shard changed: dropped what it keeps no more", "objects", n, "took", time.Since(start).Round(time.Millisecond))
 		return true
@@ -273,10 +244,10 @@ func (l *ruleLoop) refresh(ctx context.Context) bool {
 			return true
 		}
 	}
-	l.listed.Store(&now)
-	l.mu.Lock()
-	l.syncedAt = time.Now()
-	l.mu.Unlock()
+	l.share.listed.Store(&now)
+	l.phase.mu.Lock()
+	l.phase.syncedAt = time.Now()
+	l.phase.mu.Unlock()
 	l.refreshes.Add(1)
 	logger.V(1).Info("Shard changed: listed again", "took", time.Since(start).Round(time.Millisecond), "keepAll", now.keepAll)
 	return true
@@ -288,7 +259,7 @@ const refreshRetry = 5 * time.Second
 // poke makes the loop look at its shard again (resharded).
 func (l *ruleLoop) poke() {
 	select {
-	case l.reshard <- struct{}{}:
+	case l.share.reshard <- struct{}{}:
 	default: // one pending is enough: it reads the newest shard
 	}
 }
@@ -296,10 +267,10 @@ func (l *ruleLoop) poke() {
 // waitForShard waits, in a loop that filters, until the engine's shard is
 // no placeholder; false when ctx ended first.
 func (l *ruleLoop) waitForShard(ctx context.Context) bool {
-	for l.watches.filter && pending(l.e.currentShard()) {
+	for s := l.e.currentShard(); l.watches.filter && s != nil && s.Pending(); s = l.e.currentShard() {
 		l.setState(StateSyncing, "waiting for this replica's share of the triggers")
 		select {
-		case <-l.reshard:
+		case <-l.share.reshard:
 		case <-ctx.Done():
 			return false
 		}

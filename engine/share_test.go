@@ -15,7 +15,7 @@ import (
 	"github.com/syncloop/syncloop/internal/testenv"
 )
 
-// pendingShardFunc is a shardFunc that is a placeholder (pendingShard).
+// pendingShardFunc is a shardFunc that is a placeholder (Shard.Pending).
 type pendingShardFunc struct{ shardFunc }
 
 func (pendingShardFunc) Pending() bool { return true }

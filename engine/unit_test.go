@@ -382,5 +382,5 @@ func (r *recorder) contended(_ *unstructured.Unstructured, ce *render.ContendedE
 	r.note("contended %s", ce.Object.Name)
 }
 func (r *recorder) reconciled(*unstructured.Unstructured, *changes) {}
-func (r *recorder) retry(cache.ObjectName, error) bool              { return true }
+func (r *recorder) ended(_ cache.ObjectName, err error) error       { return err }
 func (r *recorder) dryRun() bool                                    { return false }

@@ -57,9 +57,9 @@ type writer interface {
 	contended(trigger *unstructured.Unstructured, ce *render.ContendedError)
 	// reconciled notes what one reconcile of trigger changed.
 	reconciled(trigger *unstructured.Unstructured, ch *changes)
-	// retry reports whether a reconcile of key that failed with err is
-	// retried with backoff.
-	retry(key cache.ObjectName, err error) bool
+	// ended notes that a reconcile of key ended with err (nil: it
+	// succeeded), and returns the error as the worker is to take it.
+	ended(key cache.ObjectName, err error) error
 	// dryRun reports whether nothing is persisted (render.DryRunner).
 	dryRun() bool
 }
@@ -266,8 +266,8 @@ func (lw *liveWriter) event(obj *unstructured.Unstructured, eventType, reason, m
 	}
 }
 
-func (lw *liveWriter) retry(cache.ObjectName, error) bool { return true }
-func (lw *liveWriter) dryRun() bool                       { return false }
+func (lw *liveWriter) ended(_ cache.ObjectName, err error) error { return err }
+func (lw *liveWriter) dryRun() bool                              { return false }
 
 // changes are the writes of one reconcile, for its Normal Event.
 type changes struct {
@@ -368,13 +368,20 @@ func (pw *planWriter) failed(*unstructured.Unstructured, error)                 
 func (pw *planWriter) contended(*unstructured.Unstructured, *render.ContendedError) {}
 func (pw *planWriter) reconciled(*unstructured.Unstructured, *changes)              {}
 
-// retry reports the failure to the Planner — a conflict is a line of the
-// plan already — and retries unless the plan is of one pass.
-func (pw *planWriter) retry(key cache.ObjectName, err error) bool {
+// ended reports a failure to the Planner — a conflict is a line of the
+// plan already. A plan of one pass has no later pass: its failures are
+// terminal.
+func (pw *planWriter) ended(key cache.ObjectName, err error) error {
+	if err == nil {
+		return nil
+	}
 	if !render.OnlyConflicts(err) {
 		pw.plan.Failed(pw.rule, key.String(), err)
 	}
-	return !pw.once
+	if pw.once {
+		return terminal(err)
+	}
+	return err
 }
 
 func (pw *planWriter) dryRun() bool { return true }

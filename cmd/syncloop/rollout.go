@@ -9,8 +9,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/syncloop/syncloop/engine"
-	"github.com/syncloop/syncloop/engine/rollout"
 	"github.com/syncloop/syncloop/internal/manager"
 )
 
@@ -97,12 +95,12 @@ func printRevisions(out io.Writer, revs []manager.Revision) error {
 		if ro := r.Rollout; ro != nil {
 			state = ro.State
 			if r.Newest {
-				rollouts = append(rollouts, rolloutSummary(r.Rule, r.Revision, ro))
+				rollouts = append(rollouts, r.RolloutSummary())
 			}
 		}
-		if rm := r.Removal; rm != nil {
+		if r.Removal != nil {
 			state = "Removed"
-			rollouts = append(rollouts, removalSummary(r.Rule, rm))
+			rollouts = append(rollouts, r.RemovalSummary())
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s ago\t%s\n", r.Rule, num, r.Name, hash, time.Since(r.Created).Round(time.Second), state)
 	}
@@ -113,29 +111,4 @@ func printRevisions(out io.Writer, revs []manager.Revision) error {
 		fmt.Fprintln(out, line)
 	}
 	return nil
-}
-
-// rolloutSummary says where the rollout to a rule's newest revision stands.
-func rolloutSummary(rule string, revision int64, ro *rollout.Record) string {
-	line := fmt.Sprintf("rollout of %s to revision %d: %s: step %d of %d, %d of %d triggers moved", rule, revision, ro.State, ro.Step, ro.Steps, ro.Moved, ro.Total)
-	if ro.Pruned > 0 {
-		line += fmt.Sprintf(", %d children removed", ro.Pruned)
-	}
-	if !ro.Started.IsZero() {
-		line += fmt.Sprintf(", started %s ago", time.Since(ro.Started).Round(time.Second))
-	}
-	if ro.Message != "" {
-		line += fmt.Sprintf("\n  %s: %s", ro.Reason, ro.Message)
-	}
-	return line
-}
-
-// removalSummary says what removing a rule did.
-func removalSummary(rule string, rm *engine.RemovalRecord) string {
-	line := fmt.Sprintf("removal of %s: %s %s ago: %d of %d children deleted, the finalizer taken off %d triggers",
-		rule, rm.State, time.Since(rm.At).Round(time.Second), rm.Deleted, rm.Children, rm.Released)
-	if rm.Message != "" {
-		line += "\n  " + rm.Message
-	}
-	return line
 }

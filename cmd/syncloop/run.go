@@ -12,7 +12,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/syncloop/syncloop/engine"
 	"github.com/syncloop/syncloop/internal/manager"
 	"github.com/syncloop/syncloop/rules"
 )
@@ -96,19 +95,18 @@ func (f *clusterFlags) namespace() string {
 
 // runFlags are the flags of run.
 type runFlags struct {
-	rf                     ruleFlags
-	cf                     clusterFlags
-	probeAddr, metricsAddr string
-	pprofAddr              string
-	drainPeriod            time.Duration
-	dryRun                 bool
-	output, events         string
-	leaderElect, sharding  bool
-	leaseNS, leaseID       string
-	rulesConfigMap         string
-	tenantRules            bool
-	identity               string
-	compression            bool
+	rf                    ruleFlags
+	cf                    clusterFlags
+	serve                 manager.Addresses
+	drainPeriod           time.Duration
+	dryRun                bool
+	output, events        string
+	leaderElect, sharding bool
+	leaseNS, leaseID      string
+	rulesConfigMap        string
+	tenantRules           bool
+	identity              string
+	compression           bool
 }
 
 func newRunCommand() *cobra.Command {
@@ -143,11 +141,11 @@ func (f *runFlags) register(cmd *cobra.Command) {
 	f.rf.registerInstallation(cmd)
 	f.rf.registerIdentity(cmd)
 	f.cf.register(cmd)
-	cmd.Flags().StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "address of /metrics (0 turns it off)")
-	cmd.Flags().StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (0 turns them off)")
-	cmd.Flags().StringVar(&f.pprofAddr, "pprof-bind-address", "", "address of /debug/pprof/, Go's profiler (empty or 0: off)")
+	cmd.Flags().StringVar(&f.serve.Metrics, "metrics-bind-address", ":8080", "address of /metrics (0 turns it off)")
+	cmd.Flags().StringVar(&f.serve.Probes, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (0 turns them off)")
+	cmd.Flags().StringVar(&f.serve.Pprof, "pprof-bind-address", "", "address of /debug/pprof/, Go's profiler (empty or 0: off)")
 	cmd.Flags().DurationVar(&f.drainPeriod, "drain-timeout", 30*time.Second, "on shutdown, how long in-flight reconciles may take before their requests are cancelled")
-	cmd.Flags().StringVar(&f.events, "events", string(engine.EventsWarnings), "Events on triggers: warnings (a Failed Event for each failure) or all (also one Normal Event for each reconcile that changed something)")
+	cmd.Flags().StringVar(&f.events, "events", "warnings", "Events on triggers: warnings (a Failed Event for each failure) or all (also one Normal Event for each reconcile that changed something)")
 	cmd.Flags().BoolVar(&f.dryRun, "dry-run", false, "print the actions syncloop would take (computed with server-side dry-run requests) instead of taking them")
 	cmd.Flags().StringVarP(&f.output, "output", "o", "text", "with --dry-run, the plan format: text or json (one object per line)")
 	cmd.Flags().BoolVar(&f.leaderElect, "leader-elect", false, "run rules only while holding a coordination.k8s.io Lease, so that replicas stand by")
@@ -169,10 +167,6 @@ func (f *runFlags) options(cmd *cobra.Command) (manager.Options, error) {
 	if f.leaderElect && f.sharding {
 		return manager.Options{}, errors.New("--leader-elect and --sharding are exclusive: one replica works, or all share the work")
 	}
-	eventMode, err := engine.ParseEventMode(f.events)
-	if err != nil {
-		return manager.Options{}, fmt.Errorf("--%w", err)
-	}
 	cfg, err := f.cf.restConfig()
 	if err != nil {
 		return manager.Options{}, fmt.Errorf("loading the client configuration: %w", err)
@@ -187,6 +181,10 @@ func (f *runFlags) options(cmd *cobra.Command) (manager.Options, error) {
 	}
 	if f.rf.installation != "" && !cmd.Flags().Changed("leader-elect-id") {
 		leaseID += "-" + f.rf.installation // installations elect their leaders apart
+	}
+	var dryRun *manager.DryRun
+	if f.dryRun {
+		dryRun = &manager.DryRun{JSON: f.output == "json", Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr()}
 	}
 	var mode manager.Mode
 	switch {
@@ -205,15 +203,10 @@ func (f *runFlags) options(cmd *cobra.Command) (manager.Options, error) {
 		CostLimit:    f.rf.costLimit,
 		Installation: f.rf.installation,
 		Namespace:    f.cf.watchNamespace,
-		MetricsAddr:  f.metricsAddr,
-		ProbeAddr:    f.probeAddr,
-		PprofAddr:    f.pprofAddr,
+		Serve:        f.serve,
 		DrainTimeout: f.drainPeriod,
-		Events:       eventMode,
-		DryRun:       f.dryRun,
-		PlanJSON:     f.output == "json",
-		Stdout:       cmd.OutOrStdout(),
-		Stderr:       cmd.ErrOrStderr(),
+		Events:       f.events,
+		DryRun:       dryRun,
 		Mode:         mode,
 		NoManageCRDs: !f.cf.manageCRDs,
 		// syncloop's own objects live with its Leases.

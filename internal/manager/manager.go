@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -41,25 +42,17 @@ type Options struct {
 	// Namespace, when set, limits syncloop to one namespace
 	// (engine.Options.Namespace).
 	Namespace string
-	// MetricsAddr and ProbeAddr are the addresses of /metrics and of
-	// /healthz and /readyz; "" or "0" turns each off.
-	MetricsAddr, ProbeAddr string
-	// PprofAddr is the address of /debug/pprof/, Go's profiler; "" or
-	// "0" (the default) turns it off. It is never served beside /metrics:
-	// a profile costs CPU, and its address is opened on purpose.
-	PprofAddr string
+	// Serve are the addresses syncloop listens on.
+	Serve Addresses
 	// DrainTimeout bounds how long in-flight reconciles may take on
 	// shutdown (and on handing triggers over) before their requests are
 	// cancelled.
 	DrainTimeout time.Duration
-	// Events says which Events are emitted on triggers.
-	Events engine.EventMode
-	// DryRun prints the plan of every write (text, or JSON lines with
-	// PlanJSON) to Stdout, and diagnostics to Stderr, instead of writing.
-	DryRun   bool
-	PlanJSON bool
-	Stdout   io.Writer
-	Stderr   io.Writer
+	// Events says which Events are emitted on triggers: "warnings" (or
+	// "") or "all".
+	Events string
+	// DryRun, when set, prints the plan of every write instead of writing.
+	DryRun *DryRun
 	// Mode runs the engine: Single (nil), LeaderElection or Sharding.
 	Mode Mode
 	// SyncloopNamespace is where syncloop keeps its own objects: the
@@ -82,6 +75,23 @@ type Options struct {
 	// (rules.Loader.ForTenant), reloaded when they change; why one does
 	// not load is a Warning Event on its ConfigMap.
 	TenantRules bool
+}
+
+// Addresses are where syncloop serves; "" or "0" turns each off.
+type Addresses struct {
+	// Metrics serves /metrics; Probes /healthz and /readyz.
+	Metrics, Probes string
+	// Pprof serves /debug/pprof/, Go's profiler; off by default, and
+	// never beside /metrics: a profile costs CPU, and its address is
+	// opened on purpose.
+	Pprof string
+}
+
+// DryRun is where a dry run prints: the plan of every write (text, or
+// JSON lines) to Stdout, diagnostics to Stderr (nil: discarded).
+type DryRun struct {
+	JSON           bool
+	Stdout, Stderr io.Writer
 }
 
 // process is one running syncloop, built whole by newProcess before
@@ -115,11 +125,9 @@ func newProcess(ctx context.Context, o Options) (*process, error) {
 	if o.Mode == nil {
 		o.Mode = Single{}
 	}
-	if o.Stdout == nil {
-		o.Stdout = io.Discard
-	}
-	if o.Stderr == nil {
-		o.Stderr = io.Discard
+	events, err := engine.ParseEventMode(o.Events)
+	if err != nil {
+		return nil, err
 	}
 	if o.SyncloopNamespace == "" {
 		o.SyncloopNamespace = "default"
@@ -132,7 +140,6 @@ func newProcess(ctx context.Context, o Options) (*process, error) {
 		}
 		return out
 	})
-	var err error
 	if p.clients, err = NewClients(o.Config, p.metrics); err != nil {
 		return nil, err
 	}
@@ -159,10 +166,10 @@ func newProcess(ctx context.Context, o Options) (*process, error) {
 		QueueMetrics: p.metrics.Workqueue(),
 		DrainTimeout: o.DrainTimeout,
 		Namespace:    o.Namespace,
-		Events:       o.Events,
+		Events:       events,
 	}
-	if o.DryRun {
-		eo.Plan = engine.NewPlanPrinter(o.Stdout, o.Stderr, o.PlanJSON, true)
+	if d := o.DryRun; d != nil {
+		eo.Plan = engine.NewPlanPrinter(cmp.Or[io.Writer](d.Stdout, io.Discard), cmp.Or[io.Writer](d.Stderr, io.Discard), d.JSON, true)
 		p.rules.crds.dryRun = eo.Plan
 	} else {
 		eo.Rollouts = p.rules.revisions
@@ -191,31 +198,31 @@ func newProcess(ctx context.Context, o Options) (*process, error) {
 // or "0": off).
 func (p *process) listen() error {
 	o := p.opts
-	if o.MetricsAddr != "" && o.MetricsAddr != "0" {
+	if serves(o.Serve.Metrics) {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(p.reg, promhttp.HandlerOpts{Registry: p.reg}))
-		srv, err := listen(o.MetricsAddr, "metrics", mux)
+		srv, err := listen(o.Serve.Metrics, "metrics", mux)
 		if err != nil {
 			return err
 		}
 		p.servers = append(p.servers, srv)
 	}
-	if o.ProbeAddr != "" && o.ProbeAddr != "0" {
-		srv, err := listen(o.ProbeAddr, "health probes", probes(p.engine, p.rules.files, p.rules.crds, p.rules.revisions, o.Mode))
+	if serves(o.Serve.Probes) {
+		srv, err := listen(o.Serve.Probes, "health probes", probes(p.engine, p.rules.files, p.rules.crds, p.rules.revisions, o.Mode))
 		if err != nil {
 			p.closeServers()
 			return err
 		}
 		p.servers = append(p.servers, srv)
 	}
-	if o.PprofAddr != "" && o.PprofAddr != "0" {
+	if serves(o.Serve.Pprof) {
 		mux := http.NewServeMux()
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		srv, err := listen(o.PprofAddr, "profiler", mux)
+		srv, err := listen(o.Serve.Pprof, "profiler", mux)
 		if err != nil {
 			p.closeServers()
 			return err
@@ -245,7 +252,7 @@ func (p *process) start(ctx context.Context) error {
 	}
 	defer p.closeServers()
 	restRequests.Store(p.metrics)
-	if p.opts.DryRun {
+	if p.opts.DryRun != nil {
 		logger.Info("Dry run: every write is a server-side dry run, printed as a plan; nothing is persisted")
 	}
 
@@ -297,6 +304,9 @@ type server struct {
 	ln   net.Listener
 	srv  *http.Server
 }
+
+// serves reports whether addr turns its server on.
+func serves(addr string) bool { return addr != "" && addr != "0" }
 
 // listen listens on addr for h; nothing is served until serve.
 func listen(addr, what string, h http.Handler) (*server, error) {

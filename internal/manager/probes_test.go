@@ -39,7 +39,7 @@ func TestProbesReportFileErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng.Apply(t.Context(), set)
+	eng.Enforce(t.Context(), set)
 	files := &fileErrors{}
 	files.report(klog.Background(), []reload.FileError{{Path: "/rules/bad.yaml", Err: errors.New(`bad.yaml:3:1: unknown field "wen"`), LastGood: true}})
 	probe.Config.Handler = probes(eng, files, &crdKeeper{}, &revisionKeeper{}, Single{})
@@ -61,7 +61,7 @@ func TestProbesShardState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng.Apply(t.Context(), set)
+	eng.Enforce(t.Context(), set)
 	mode := &statusMode{}
 	probe := httptest.NewServer(probes(eng, &fileErrors{}, &crdKeeper{}, &revisionKeeper{}, mode))
 	defer probe.Close()

@@ -248,6 +248,41 @@ type Revision struct {
 	Removal *engine.RemovalRecord `json:"removal,omitempty"`
 }
 
+// RolloutSummary says where the rollout to r stands; "" when it had none.
+func (r Revision) RolloutSummary() string {
+	ro := r.Rollout
+	if ro == nil {
+		return ""
+	}
+	rule, revision := r.Rule, r.Revision
+	line := fmt.Sprintf("rollout of %s to revision %d: %s: step %d of %d, %d of %d triggers moved", rule, revision, ro.State, ro.Step, ro.Steps, ro.Moved, ro.Total)
+	if ro.Pruned > 0 {
+		line += fmt.Sprintf(", %d children removed", ro.Pruned)
+	}
+	if !ro.Started.IsZero() {
+		line += fmt.Sprintf(", started %s ago", time.Since(ro.Started).Round(time.Second))
+	}
+	if ro.Message != "" {
+		line += fmt.Sprintf("\n  %s: %s", ro.Reason, ro.Message)
+	}
+	return line
+}
+
+// RemovalSummary says what removing r's rule did; "" when it was not
+// removed.
+func (r Revision) RemovalSummary() string {
+	rm, rule := r.Removal, r.Rule
+	if rm == nil {
+		return ""
+	}
+	line := fmt.Sprintf("removal of %s: %s %s ago: %d of %d children deleted, the finalizer taken off %d triggers",
+		rule, rm.State, time.Since(rm.At).Round(time.Second), rm.Deleted, rm.Children, rm.Released)
+	if rm.Message != "" {
+		line += "\n  " + rm.Message
+	}
+	return line
+}
+
 // Revisions lists the revisions of the rules of installation recorded in
 // namespace (only rule's, when not ""), by rule, newest first.
 func Revisions(ctx context.Context, c *Clients, namespace, installation, rule string) ([]Revision, error) {

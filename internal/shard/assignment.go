@@ -109,7 +109,7 @@ func (a *assignment) while(live func() bool) *assignment {
 	return a
 }
 
-// Held implements engine.Holder.
+// Held implements engine.Shard.
 func (a *assignment) Held() bool { return a.live == nil || a.live() }
 
 // claimed is a view and who works under it: this replica (mine) and other
@@ -187,7 +187,7 @@ func (a *assignment) String() string {
 	return strings.Join(parts, ";")
 }
 
-// Pending implements engine's pendingShard: a replica that works under
+// Pending implements engine.Shard: a replica that works under
 // no view yet owns nothing, and a later assignment will say what it owns.
 func (a *assignment) Pending() bool {
 	for _, c := range a.views {
@@ -198,7 +198,7 @@ func (a *assignment) Pending() bool {
 	return true
 }
 
-// Keeps implements engine's keeper: whether a view this replica works
+// Keeps implements engine.Shard: whether a view this replica works
 // under gives it the trigger of rule with digest d, whether or not another
 // member still claims it by an older view — what it owns once the views
 // agree, every trigger it owns now among them. A replica keeps such
@@ -214,7 +214,7 @@ func (a *assignment) Keeps(rule string, d uint64) bool {
 	return false
 }
 
-// KeepsWithin implements engine's narrower: a keeps no trigger that then,
+// KeepsWithin implements engine.Shard: a keeps no trigger that then,
 // self's assignment too, did not keep. Each view a works under that gives
 // self anything must have a view then worked under among its members,
 // self one of them: a member added to a view only takes triggers away

@@ -100,7 +100,7 @@ func TestAssignmentExclusive(t *testing.T) {
 			for _, a := range shards {
 				if a.Owns("copy", d) {
 					owners++
-					// What a replica owns it keeps whole (engine's keeper).
+					// What a replica owns it keeps whole (engine.Shard.Keeps).
 					if !a.Keeps("copy", d) {
 						t.Fatalf("seed %d: %s owns trigger %x and does not keep it", seed, a.self, d)
 					}
