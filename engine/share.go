@@ -98,8 +98,6 @@ func within(now, then Shard) bool {
 	return now.KeepsWithin(then)
 }
 
-
-
 // filters reports whether the engine's rules filter their caches:
 // replicas share the triggers, and it is no dry run (which reads
 // everything once).
