@@ -201,7 +201,7 @@ func (l *ruleLoop) reconcilerFor(key cache.ObjectName) *reconciler {
 // see — another syncloop's, a same-named rule watching elsewhere — is never
 // this rule's to repair or prune.
 func (l *ruleLoop) ownTrigger(owner string) (cache.ObjectName, bool) {
-	t, ok := rules.ParseTrigger(owner)
+	t, ok := rules.ParseOwner(owner)
 	w := l.rule.Watch
 	if !ok || t.APIVersion != w.APIVersion || t.Kind != w.Kind {
 		return cache.ObjectName{}, false

@@ -88,12 +88,16 @@ func (rc *reconciler) reconcile(ctx context.Context, key cache.ObjectName) (err 
 	return err
 }
 
+// triggerRef is the reference of the rule's trigger key.
+func (rc *reconciler) triggerRef(key cache.ObjectName) rules.ObjectRef {
+	return rules.ObjectRef{APIVersion: rc.rule.Watch.APIVersion, Kind: rc.rule.Watch.Kind, Namespace: key.Namespace, Name: key.Name}
+}
+
 // sync is the reconcile of trigger key; rd is what its render made (nil
 // when it rendered nothing).
 func (rc *reconciler) sync(ctx context.Context, key cache.ObjectName) (rd *render.Rendered, err error) {
-	watch := rc.rule.Watch
-	ref := rules.ObjectRef{APIVersion: watch.APIVersion, Kind: watch.Kind, Namespace: key.Namespace, Name: key.Name}
-	owner := rules.Trigger{APIVersion: watch.APIVersion, Kind: watch.Kind, Namespace: key.Namespace, Name: key.Name}.String()
+	ref := rc.triggerRef(key)
+	owner := ref.Owner()
 	existing := rc.childrenOf(owner)
 
 	obj, exists, err := rc.w.trigger.Indexer().GetByKey(key.String())

@@ -182,7 +182,7 @@ func (e *Engine) removeRule(ctx context.Context, r *rules.Rule) (RemovalRecord, 
 		if ctx.Err() != nil {
 			return rec, ctx.Err()
 		}
-		trigger, _ := rules.ParseTrigger(rules.Annotation(c.obj, rules.AnnotationOwner))
+		trigger, _ := rules.ParseOwner(rules.Annotation(c.obj, rules.AnnotationOwner))
 		ref := rules.ObjectRef{APIVersion: trigger.APIVersion, Kind: trigger.Kind, Namespace: trigger.Namespace, Name: trigger.Name}
 		if err := out.delete(ctx, c.mapping, ref, c.obj, &changes{}, metav1.DeletePropagationBackground); err != nil {
 			errs = append(errs, fmt.Errorf("deleting %s %s: %w", c.obj.GetKind(), cacheKey(refOf(c.obj)), err))

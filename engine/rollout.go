@@ -163,14 +163,13 @@ func (h rolloutHost) Children() int {
 // reconcile will, and its children that are no longer wanted counted.
 func (h rolloutHost) Prunes(ctx context.Context, keys []cache.ObjectName) int {
 	rc := h.l.rc
-	watch := rc.rule.Watch
 	n := 0
 	for _, key := range keys {
 		obj, ok, _ := rc.w.trigger.Indexer().GetByKey(key.String())
 		if !ok {
 			continue
 		}
-		owner := rules.Trigger{APIVersion: watch.APIVersion, Kind: watch.Kind, Namespace: key.Namespace, Name: key.Name}.String()
+		owner := rc.triggerRef(key).Owner()
 		existing := rc.childrenOf(owner)
 		if len(existing) == 0 {
 			continue

@@ -99,33 +99,34 @@ func (r ObjectRef) NamespacedName() string {
 	return r.Namespace + "/" + r.Name
 }
 
-// Trigger identifies a trigger object the way syncloop's annotations name
-// it: apiVersion/kind/namespace/name.
+// Trigger is a trigger object as a child names it: its reference (the
+// syncloop.dev/owner annotation, ObjectRef.Owner) and its UID (the
+// syncloop.dev/owner-uid label).
 type Trigger struct {
-	APIVersion, Kind, Namespace, Name string
-	UID                               string
+	ObjectRef
+	UID string
 }
 
 // TriggerOf describes obj.
 func TriggerOf(obj *unstructured.Unstructured) Trigger {
-	return Trigger{APIVersion: obj.GetAPIVersion(), Kind: obj.GetKind(), Namespace: obj.GetNamespace(),
-		Name: obj.GetName(), UID: string(obj.GetUID())}
+	return Trigger{ObjectRef: RefOf(obj), UID: string(obj.GetUID())}
 }
 
-// String is the value of the syncloop.dev/owner annotation.
-func (t Trigger) String() string {
-	return t.APIVersion + "/" + t.Kind + "/" + t.Namespace + "/" + t.Name
+// Owner is the value of the syncloop.dev/owner annotation of the
+// children of the object r refers to: "<apiVersion>/<kind>/<namespace>/<name>".
+func (r ObjectRef) Owner() string {
+	return r.APIVersion + "/" + r.Kind + "/" + r.Namespace + "/" + r.Name
 }
 
-// ParseTrigger parses a syncloop.dev/owner annotation,
+// ParseOwner parses a syncloop.dev/owner annotation,
 // "<apiVersion>/<kind>/<namespace>/<name>" (apiVersion may hold a slash).
-func ParseTrigger(s string) (Trigger, bool) {
+func ParseOwner(s string) (ObjectRef, bool) {
 	parts := strings.Split(s, "/")
 	switch len(parts) {
 	case 4:
-		return Trigger{APIVersion: parts[0], Kind: parts[1], Namespace: parts[2], Name: parts[3]}, true
+		return ObjectRef{APIVersion: parts[0], Kind: parts[1], Namespace: parts[2], Name: parts[3]}, true
 	case 5:
-		return Trigger{APIVersion: parts[0] + "/" + parts[1], Kind: parts[2], Namespace: parts[3], Name: parts[4]}, true
+		return ObjectRef{APIVersion: parts[0] + "/" + parts[1], Kind: parts[2], Namespace: parts[3], Name: parts[4]}, true
 	}
-	return Trigger{}, false
+	return ObjectRef{}, false
 }

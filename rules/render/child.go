@@ -145,7 +145,7 @@ func markChild(r *rules.Rule, res *rules.Resource, obj *unstructured.Unstructure
 		labels[rules.LabelInstallation] = r.Installation
 	}
 	md["labels"] = labels
-	ann[rules.AnnotationOwner] = t.String()
+	ann[rules.AnnotationOwner] = t.Owner()
 	ann[rules.AnnotationResourceID] = res.ID
 	md["annotations"] = ann
 

@@ -129,10 +129,10 @@ func OwnershipOf(r *rules.Rule, obj metav1.Object, t rules.Trigger) Ownership {
 // kind, namespace and name, whatever the version (a rule moved to another
 // version of its trigger's kind keeps its children).
 func sameTrigger(owner string, t rules.Trigger) bool {
-	if owner == t.String() { // what every child of t carries, but after a version change
+	if owner == t.Owner() { // what every child of t carries, but after a version change
 		return true
 	}
-	o, ok := rules.ParseTrigger(owner)
+	o, ok := rules.ParseOwner(owner)
 	if !ok {
 		return false
 	}

@@ -25,7 +25,7 @@ spec:
       adopt: true
       template: {apiVersion: v1, kind: ConfigMap, metadata: {name: y, namespace: ns}}
 `)
-	trigger := rules.Trigger{APIVersion: "v1", Kind: "Namespace", Name: "ns", UID: "u1"}
+	trigger := rules.Trigger{ObjectRef: rules.ObjectRef{APIVersion: "v1", Kind: "Namespace", Name: "ns"}, UID: "u1"}
 	existing := func(labels, ann map[string]string) *unstructured.Unstructured {
 		o := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap"}}
 		o.SetName("x")
@@ -84,7 +84,7 @@ spec:
 // managers name the installation.
 func TestInstallations(t *testing.T) {
 	res := &rules.Resource{ID: "c", Lifecycle: rules.Lifecycle{Adopt: true}}
-	trigger := rules.Trigger{APIVersion: "v1", Kind: "Namespace", Name: "ns"}
+	trigger := rules.Trigger{ObjectRef: rules.ObjectRef{APIVersion: "v1", Kind: "Namespace", Name: "ns"}}
 	child := func(installation string) *unstructured.Unstructured {
 		o := obj("v1", "ConfigMap", "ns", "c", nil)
 		l := map[string]string{rules.LabelManagedBy: rules.ManagedByValue, rules.LabelRule: "r"}
