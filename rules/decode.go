@@ -512,3 +512,52 @@ func lookup(v any, p expr.Path) any {
 	}
 	return v
 }
+
+// decodeInto decodes field key of the mapping f (the field prefix) with
+// decode into *dst; check, when not nil, says what is wrong with the value
+// decoded ("": nothing), reported at the field. The value is kept either
+// way, so that one error does not hide the next.
+func decodeInto[T any](d *decoder, f map[string]*yaml.Node, prefix, key string, dst *T, decode func(*yaml.Node, string) (T, bool), check func(T) string) {
+	n, ok := f[key]
+	if !ok {
+		return
+	}
+	v, ok := decode(n, prefix+"."+key)
+	if !ok {
+		return
+	}
+	if check != nil {
+		if msg := check(v); msg != "" {
+			d.errorf(n, prefix+"."+key, "%s", msg)
+		}
+	}
+	*dst = v
+}
+
+// decodeOneOf decodes field key of the mapping f (the field prefix), which
+// must be one of values, into *dst.
+func decodeOneOf[T ~string](d *decoder, f map[string]*yaml.Node, prefix, key string, dst *T, values ...T) {
+	decodeInto(d, f, prefix, key, dst, func(n *yaml.Node, field string) (T, bool) {
+		names := make([]string, len(values))
+		for i, v := range values {
+			names[i] = string(v)
+		}
+		v, ok := d.oneOf(n, field, names...)
+		return T(v), ok
+	}, nil)
+}
+
+// count decodes an integer as an int.
+func (d *decoder) count(n *yaml.Node, field string) (int, bool) {
+	v, ok := d.integer(n, field)
+	return int(v), ok
+}
+
+// failIf is the message format says with args when bad, else "": what a
+// check of decodeInto returns.
+func failIf(bad bool, format string, args ...any) string {
+	if !bad {
+		return ""
+	}
+	return fmt.Sprintf(format, args...)
+}

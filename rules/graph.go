@@ -60,32 +60,14 @@ func refPos(d *decoder, n *yaml.Node, via, id string, def Pos) Pos {
 // each other around a loop. It runs only on a rule whose resources all
 // decoded.
 func (d *decoder) graph(r *Rule) {
-	byID := make(map[string]*Resource, len(r.Resources))
-	for _, res := range r.Resources {
-		byID[res.ID] = res
-	}
-	for _, res := range r.Resources {
-		seen := map[string]bool{}
-		for _, ref := range res.Refs {
-			dep := byID[ref.ID]
-			if dep == nil || seen[ref.ID] {
-				continue // unknown ids were load errors already
-			}
-			seen[ref.ID] = true
-			res.Deps = append(res.Deps, dep)
-		}
-		sort.Slice(res.Deps, func(i, j int) bool { return res.Deps[i].Index < res.Deps[j].Index })
-		for _, dep := range res.Deps {
+	byID := linkDeps(r.Resources, func(res *Resource, deps []*Resource) {
+		res.Deps = deps
+		for _, dep := range deps {
 			dep.Dependents = append(dep.Dependents, res)
 		}
-	}
-	found := cycles(r.Resources)
-	resPos := func(res *Resource) Pos { return res.Pos }
-	for _, cycle := range found {
-		d.errorAt(refTo(cycle[0], cycle[1%len(cycle)].ID, cycle[0].Pos), fmt.Sprintf("spec.resources[%d]", cycle[0].Index),
-			"%s", describeCycle(cycle, "resource", "children", resPos))
-	}
-	if len(found) > 0 {
+	})
+	field := func(res *Resource) string { return fmt.Sprintf("spec.resources[%d]", res.Index) }
+	if reportCycles(d, r.Resources, field, "resource", "children", func(res *Resource) Pos { return res.Pos }) {
 		return
 	}
 	r.Order = topoOrder(r.Resources)
@@ -115,6 +97,37 @@ func (r *Resource) nodeID() string     { return r.ID }
 func (r *Resource) edges() []*Resource { return r.Deps }
 func (r *Resource) refs() []Ref        { return r.Refs }
 func (r *Resource) order() int         { return r.Index }
+
+// linkDeps sets each of nodes' dependencies — the nodes its refs name,
+// once each, in spec order — with set, and returns the nodes by id.
+func linkDeps[N node[N]](nodes []N, set func(n N, deps []N)) map[string]N {
+	byID := make(map[string]N, len(nodes))
+	for _, n := range nodes {
+		byID[n.nodeID()] = n
+	}
+	for _, n := range nodes {
+		var deps []N
+		for _, ref := range n.refs() {
+			if dep, ok := byID[ref.ID]; ok && !slices.Contains(deps, dep) { // unknown ids were load errors already
+				deps = append(deps, dep)
+			}
+		}
+		slices.SortFunc(deps, func(a, b N) int { return a.order() - b.order() })
+		set(n, deps)
+	}
+	return byID
+}
+
+// reportCycles reports every cycle among nodes (what they are, read via
+// what), each at the field of its first node where it reads the next;
+// true when there is one.
+func reportCycles[N node[N]](d *decoder, nodes []N, field func(N) string, what, via string, pos func(N) Pos) bool {
+	found := cycles(nodes)
+	for _, cycle := range found {
+		d.errorAt(refTo(cycle[0], cycle[1%len(cycle)].nodeID(), pos(cycle[0])), field(cycle[0]), "%s", describeCycle(cycle, what, via, pos))
+	}
+	return len(found) > 0
+}
 
 // refTo is where n first reads id.
 func refTo[N node[N]](n N, id string, def Pos) Pos {

@@ -103,25 +103,29 @@ func (d *decoder) decodeIdentity(r *Rule, f map[string]*yaml.Node) {
 		}
 		return
 	}
-	name, ok := d.str(n, "spec.serviceAccountName")
+	name, ok := d.dnsName(n, "spec.serviceAccountName", "ServiceAccount name", validation.IsDNS1123Subdomain)
 	if !ok {
-		return
-	}
-	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
-		d.errorf(n, "spec.serviceAccountName", "%q is not a valid ServiceAccount name: %s", name, strings.Join(errs, "; "))
 		return
 	}
 	ns := d.identities.home
 	if hasNS {
-		v, ok := d.str(nsNode, "spec.serviceAccountNamespace")
-		if !ok {
+		if ns, ok = d.dnsName(nsNode, "spec.serviceAccountNamespace", "namespace", validation.IsDNS1123Label); !ok {
 			return
 		}
-		if errs := validation.IsDNS1123Label(v); len(errs) > 0 {
-			d.errorf(nsNode, "spec.serviceAccountNamespace", "%q is not a valid namespace: %s", v, strings.Join(errs, "; "))
-			return
-		}
-		ns = v
 	}
 	r.Identity = ServiceAccount{Namespace: ns, Name: name}
+}
+
+// dnsName decodes a string that valid says is a valid name (what it
+// names).
+func (d *decoder) dnsName(n *yaml.Node, field, what string, valid func(string) []string) (string, bool) {
+	v, ok := d.str(n, field)
+	if !ok {
+		return "", false
+	}
+	if errs := valid(v); len(errs) > 0 {
+		d.errorf(n, field, "%q is not a valid %s: %s", v, what, strings.Join(errs, "; "))
+		return "", false
+	}
+	return v, true
 }

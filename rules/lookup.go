@@ -91,24 +91,9 @@ func (d *decoder) decodeLookups(r *Rule, n *yaml.Node, docVal any, c *expr.Compi
 // lookupGraph links the rule's lookups by the lookups.<id> their
 // namespace, name and selector read, orders them, and reports every cycle.
 func (d *decoder) lookupGraph(r *Rule) {
-	byID := make(map[string]*Lookup, len(r.Lookups))
-	for _, l := range r.Lookups {
-		byID[l.ID] = l
-	}
-	for _, l := range r.Lookups {
-		for _, ref := range l.Refs {
-			if dep := byID[ref.ID]; dep != nil && !slices.Contains(l.Deps, dep) {
-				l.Deps = append(l.Deps, dep)
-			}
-		}
-		slices.SortFunc(l.Deps, func(a, b *Lookup) int { return a.Index - b.Index })
-	}
-	found := cycles(r.Lookups)
-	pos := func(l *Lookup) Pos { return l.Pos }
-	for _, cycle := range found {
-		d.errorAt(refTo(cycle[0], cycle[1%len(cycle)].ID, cycle[0].Pos), cycle[0].Field, "%s", describeCycle(cycle, "lookup", "lookups", pos))
-	}
-	if len(found) == 0 {
+	linkDeps(r.Lookups, func(l *Lookup, deps []*Lookup) { l.Deps = deps })
+	field := func(l *Lookup) string { return l.Field }
+	if !reportCycles(d, r.Lookups, field, "lookup", "lookups", func(l *Lookup) Pos { return l.Pos }) {
 		r.LookupOrder = topoOrder(r.Lookups)
 	}
 }

@@ -40,16 +40,8 @@ func (d *decoder) decodeResource(i int, n *yaml.Node, docVal any, pos positions,
 	}
 	errsBefore := len(d.errs)
 	res := &Resource{Index: i, ID: d.id(n, f, field, "resource", ids), Mode: ModeOwn, Pos: d.pos(resolve(n))}
-	if nn, ok := f["mode"]; ok {
-		if v, ok := d.oneOf(nn, field+".mode", string(ModeOwn), string(ModePatch)); ok {
-			res.Mode = Mode(v)
-		}
-	}
-	if nn, ok := f["deletionPolicy"]; ok {
-		if v, ok := d.oneOf(nn, field+".deletionPolicy", string(DeletionDelete), string(DeletionOrphan)); ok {
-			res.DeletionPolicy = DeletionPolicy(v)
-		}
-	}
+	decodeOneOf(d, f, field, "mode", &res.Mode, ModeOwn, ModePatch)
+	decodeOneOf(d, f, field, "deletionPolicy", &res.DeletionPolicy, DeletionDelete, DeletionOrphan)
 	if nn, ok := f["adopt"]; ok {
 		if v, ok := d.boolean(nn, field+".adopt"); ok {
 			res.Adopt, res.adoptSet = v, true

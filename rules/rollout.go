@@ -92,48 +92,20 @@ func (d *decoder) decodeRollout(ro *Rollout, n *yaml.Node) {
 	if f == nil {
 		return
 	}
-	if nn, ok := f["strategy"]; ok {
-		if v, ok := d.oneOf(nn, field+".strategy", string(RolloutProgressive), string(RolloutImmediate)); ok {
-			ro.Strategy = RolloutStrategy(v)
-		}
-	}
-	if nn, ok := f["step"]; ok {
-		if v, ok := d.amount(nn, field+".step"); ok {
-			if v.Value < 1 {
-				d.errorf(nn, field+".step", "must be at least 1 (or 1%%), not %s", v)
-			}
-			ro.Step = v
-		}
-	}
-	if nn, ok := f["progressDeadline"]; ok {
-		if v, ok := d.duration(nn, field+".progressDeadline"); ok {
-			if v < time.Second {
-				d.errorf(nn, field+".progressDeadline", "must be at least 1s, not %v", v)
-			}
-			ro.ProgressDeadline = v
-		}
-	}
-	if nn, ok := f["maxFailures"]; ok {
-		if v, ok := d.integer(nn, field+".maxFailures"); ok {
-			if v < 0 {
-				d.errorf(nn, field+".maxFailures", "must be 0 or more, not %d", v)
-			}
-			ro.MaxFailures = int(v)
-		}
-	}
-	if nn, ok := f["onFailure"]; ok {
-		if v, ok := d.oneOf(nn, field+".onFailure", string(RolloutHalt), string(RolloutRollback)); ok {
-			ro.OnFailure = RolloutFailure(v)
-		}
-	}
-	if nn, ok := f["maxPrunes"]; ok {
-		if v, ok := d.amount(nn, field+".maxPrunes"); ok {
-			if v.Value < 0 {
-				d.errorf(nn, field+".maxPrunes", "must be 0 or more, not %s", v)
-			}
-			ro.MaxPrunes = v
-		}
-	}
+	decodeOneOf(d, f, field, "strategy", &ro.Strategy, RolloutProgressive, RolloutImmediate)
+	decodeInto(d, f, field, "step", &ro.Step, d.amount, func(v Amount) string {
+		return failIf(v.Value < 1, "must be at least 1 (or 1%%), not %s", v)
+	})
+	decodeInto(d, f, field, "progressDeadline", &ro.ProgressDeadline, d.duration, func(v time.Duration) string {
+		return failIf(v < time.Second, "must be at least 1s, not %v", v)
+	})
+	decodeInto(d, f, field, "maxFailures", &ro.MaxFailures, d.count, func(v int) string {
+		return failIf(v < 0, "must be 0 or more, not %d", v)
+	})
+	decodeOneOf(d, f, field, "onFailure", &ro.OnFailure, RolloutHalt, RolloutRollback)
+	decodeInto(d, f, field, "maxPrunes", &ro.MaxPrunes, d.amount, func(v Amount) string {
+		return failIf(v.Value < 0, "must be 0 or more, not %s", v)
+	})
 }
 
 // amount decodes a number, or a percent as a string ("10%", up to 100%).

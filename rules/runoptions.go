@@ -14,11 +14,7 @@ import (
 // workers, resyncPeriod, rateLimit and maxRetries.
 func (d *decoder) decodeRuleOptions(r *Rule, f map[string]*yaml.Node) {
 	r.DeletionPolicy = DeletionDelete
-	if n, ok := f["deletionPolicy"]; ok {
-		if v, ok := d.oneOf(n, "spec.deletionPolicy", string(DeletionDelete), string(DeletionOrphan)); ok {
-			r.DeletionPolicy = DeletionPolicy(v)
-		}
-	}
+	decodeOneOf(d, f, "spec", "deletionPolicy", &r.DeletionPolicy, DeletionDelete, DeletionOrphan)
 	adopt, createOnce := false, false
 	if n, ok := f["adopt"]; ok {
 		adopt, _ = d.boolean(n, "spec.adopt")
@@ -43,48 +39,28 @@ func (d *decoder) decodeRuleOptions(r *Rule, f map[string]*yaml.Node) {
 		r.ForceConflicts, _ = d.boolean(n, "spec.forceConflicts")
 	}
 	r.Workers = DefaultWorkers
-	if n, ok := f["workers"]; ok {
-		if v, ok := d.integer(n, "spec.workers"); ok {
-			if v < 1 || v > maxWorkers {
-				d.errorf(n, "spec.workers", "must be between 1 and %d, not %d", maxWorkers, v)
-			}
-			r.Workers = int(v)
-		}
-	}
+	decodeInto(d, f, "spec", "workers", &r.Workers, d.count, func(v int) string {
+		return failIf(v < 1 || v > maxWorkers, "must be between 1 and %d, not %d", maxWorkers, v)
+	})
 	r.ResyncPeriod = DefaultResyncPeriod
-	if n, ok := f["resyncPeriod"]; ok {
-		if v, ok := d.duration(n, "spec.resyncPeriod"); ok {
-			if v != 0 && v < minResyncPeriod {
-				d.errorf(n, "spec.resyncPeriod", "must be 0 (off) or at least %v, not %v", minResyncPeriod, v)
-			}
-			r.ResyncPeriod = v
-		}
-	}
+	decodeInto(d, f, "spec", "resyncPeriod", &r.ResyncPeriod, d.duration, func(v time.Duration) string {
+		return failIf(v != 0 && v < minResyncPeriod, "must be 0 (off) or at least %v, not %v", minResyncPeriod, v)
+	})
 	r.RateLimit = RateLimit{BaseDelay: DefaultBaseDelay, MaxDelay: DefaultMaxDelay, QPS: DefaultQPS, Burst: DefaultBurst}
 	if n, ok := f["rateLimit"]; ok {
 		d.decodeRateLimit(&r.RateLimit, n)
 	}
 	r.RevisionHistoryLimit = DefaultRevisionHistoryLimit
-	if n, ok := f["revisionHistoryLimit"]; ok {
-		if v, ok := d.integer(n, "spec.revisionHistoryLimit"); ok {
-			if v < 1 || v > maxRevisionHistoryLimit {
-				d.errorf(n, "spec.revisionHistoryLimit", "must be between 1 (the revision in force) and %d, not %d", maxRevisionHistoryLimit, v)
-			}
-			r.RevisionHistoryLimit = int(v)
-		}
-	}
+	decodeInto(d, f, "spec", "revisionHistoryLimit", &r.RevisionHistoryLimit, d.count, func(v int) string {
+		return failIf(v < 1 || v > maxRevisionHistoryLimit, "must be between 1 (the revision in force) and %d, not %d", maxRevisionHistoryLimit, v)
+	})
 	r.Rollout = DefaultRollout
 	if n, ok := f["rollout"]; ok {
 		d.decodeRollout(&r.Rollout, n)
 	}
-	if n, ok := f["maxRetries"]; ok {
-		if v, ok := d.integer(n, "spec.maxRetries"); ok {
-			if v < 0 {
-				d.errorf(n, "spec.maxRetries", "must be 0 (retry forever) or more, not %d", v)
-			}
-			r.MaxRetries = int(v)
-		}
-	}
+	decodeInto(d, f, "spec", "maxRetries", &r.MaxRetries, d.count, func(v int) string {
+		return failIf(v < 0, "must be 0 (retry forever) or more, not %d", v)
+	})
 }
 
 func (d *decoder) decodeRateLimit(rl *RateLimit, n *yaml.Node) {
@@ -93,19 +69,10 @@ func (d *decoder) decodeRateLimit(rl *RateLimit, n *yaml.Node) {
 	if f == nil {
 		return
 	}
-	if nn, ok := f["baseDelay"]; ok {
-		if v, ok := d.duration(nn, field+".baseDelay"); ok {
-			if v == 0 {
-				d.errorf(nn, field+".baseDelay", "must be more than 0")
-			}
-			rl.BaseDelay = v
-		}
-	}
-	if nn, ok := f["maxDelay"]; ok {
-		if v, ok := d.duration(nn, field+".maxDelay"); ok {
-			rl.MaxDelay = v
-		}
-	}
+	decodeInto(d, f, field, "baseDelay", &rl.BaseDelay, d.duration, func(v time.Duration) string {
+		return failIf(v == 0, "must be more than 0")
+	})
+	decodeInto(d, f, field, "maxDelay", &rl.MaxDelay, d.duration, nil)
 	if rl.MaxDelay < rl.BaseDelay {
 		at := n
 		if nn, ok := f["maxDelay"]; ok {
@@ -113,22 +80,12 @@ func (d *decoder) decodeRateLimit(rl *RateLimit, n *yaml.Node) {
 		}
 		d.errorf(at, field+".maxDelay", "must be at least baseDelay (%v), not %v", rl.BaseDelay, rl.MaxDelay)
 	}
-	if nn, ok := f["qps"]; ok {
-		if v, ok := d.number(nn, field+".qps"); ok {
-			if v <= 0 {
-				d.errorf(nn, field+".qps", "must be more than 0")
-			}
-			rl.QPS = v
-		}
-	}
-	if nn, ok := f["burst"]; ok {
-		if v, ok := d.integer(nn, field+".burst"); ok {
-			if v < 1 {
-				d.errorf(nn, field+".burst", "must be at least 1")
-			}
-			rl.Burst = int(v)
-		}
-	}
+	decodeInto(d, f, field, "qps", &rl.QPS, d.number, func(v float64) string {
+		return failIf(v <= 0, "must be more than 0")
+	})
+	decodeInto(d, f, field, "burst", &rl.Burst, d.count, func(v int) string {
+		return failIf(v < 1, "must be at least 1")
+	})
 }
 
 func (d *decoder) duration(n *yaml.Node, field string) (time.Duration, bool) {

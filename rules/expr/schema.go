@@ -30,29 +30,27 @@ func AnySchema() *spec.Schema {
 	return s
 }
 
+// scalarSchemas are the OpenAPI type and format of CEL's scalar kinds.
+var scalarSchemas = map[types.Kind]struct{ typ, format string }{
+	types.StringKind:    {"string", ""},
+	types.TimestampKind: {"string", "date-time"},
+	types.DurationKind:  {"string", "duration"},
+	types.BytesKind:     {"string", "byte"},
+	types.IntKind:       {"integer", "int64"},
+	types.UintKind:      {"integer", "int64"},
+	types.DoubleKind:    {"number", "double"},
+	types.BoolKind:      {"boolean", ""},
+}
+
 // schemaOfCEL is the structural schema of values of CEL type t.
 func (p *provider) schemaOfCEL(t *types.Type) (*spec.Schema, bool) {
-	scalar := func(typ, format string) (*spec.Schema, bool) {
+	if sc, ok := scalarSchemas[t.Kind()]; ok {
 		s := &spec.Schema{}
-		s.Type = spec.StringOrArray{typ}
-		s.Format = format
+		s.Type = spec.StringOrArray{sc.typ}
+		s.Format = sc.format
 		return s, true
 	}
 	switch t.Kind() {
-	case types.StringKind:
-		return scalar("string", "")
-	case types.TimestampKind:
-		return scalar("string", "date-time")
-	case types.DurationKind:
-		return scalar("string", "duration")
-	case types.BytesKind:
-		return scalar("string", "byte")
-	case types.IntKind, types.UintKind:
-		return scalar("integer", "int64")
-	case types.DoubleKind:
-		return scalar("number", "double")
-	case types.BoolKind:
-		return scalar("boolean", "")
 	case types.ListKind:
 		items, exact := p.schemaOfCEL(t.Parameters()[0])
 		s := &spec.Schema{}
