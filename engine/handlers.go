@@ -95,14 +95,14 @@ func (l *ruleLoop) wants(obj any) bool {
 }
 
 func wants(r *rules.Rule, obj any) bool {
-	if r.When == nil {
+	if r.Watch.When == nil {
 		return true
 	}
 	u := wholeOf(obj)
 	if u == nil {
 		return true
 	}
-	ok, err := r.When.EvalBool(context.Background(), &expr.Activation{Object: u.Object, Rule: r.Name})
+	ok, err := r.Watch.When.EvalBool(context.Background(), &expr.Activation{Object: u.Object, Rule: r.Name})
 	return ok || err != nil
 }
 

@@ -350,7 +350,7 @@ func (d *decoder) finishAPI(r *Rule, docVal any, c *expr.Compiler) {
 			d.errorAt(r.API.Pos, "spec.status", "internal: an empty status does not compile: %s", errs[0].Msg)
 			return
 		}
-		r.Status = &Template{Template: t, Pos: r.API.Pos, Field: "spec.status", prefix: expr.Path{"spec", "status"}}
+		r.Status = &StatusTemplate{Template: &Template{Template: t, Pos: r.API.Pos, Field: "spec.status", prefix: expr.Path{"spec", "status"}}}
 	}
 	r.API.Status = d.statusSchema(r, docVal)
 	d.checkAPI(r.API, d.apiRules)

@@ -35,24 +35,32 @@ type decoder struct {
 	// expanding holds the anchors whose alias is being expanded, to catch
 	// an anchor that contains an alias to itself.
 	expanding map[*yaml.Node]bool
-	// schemas checks templates; nil: no checks.
-	schemas kinds.Source
-	// scopes knows which kinds are namespaced; nil: no scope checks.
-	scopes ScopeSource
+	// settings are the loader's; schemas and scopes also know the kinds
+	// the rule's file defines.
+	settings
 	// at is where every value and key of the document was written (posKey),
 	// for the schema checks' errors; dropped with the decoder.
 	at map[string]Pos
 	// apiRules are the rule nodes of spec.api.validations, for the errors
 	// of their compilation.
 	apiRules []*yaml.Node
-	// installation is the installation the rule acts for; crds, when not
-	// nil, the cluster's CRDs that the kind the rule defines is checked
-	// against (Loader.UseServedCRDs).
+}
+
+// settings are what a Loader decides for every rule it decodes.
+type settings struct {
+	// schemas checks templates; nil: no checks.
+	schemas kinds.Source
+	// scopes knows which kinds are namespaced; nil: no scope checks.
+	scopes ScopeSource
+	// installation is the installation the rules act for; crds, when not
+	// nil, the cluster's CRDs that the kind a rule defines is checked
+	// against (Loader.UseServedCRDs), and manageCRDs whether syncloop
+	// keeps them.
 	installation string
 	crds         CRDSource
 	manageCRDs   bool
 	identities   identities
-	tenant       string // the namespace a tenant rule is confined to
+	tenant       string // the namespace a tenant rule is confined to (Loader.ForTenant)
 }
 
 func (d *decoder) pos(n *yaml.Node) Pos {

@@ -60,7 +60,7 @@ func refPos(d *decoder, n *yaml.Node, via, id string, def Pos) Pos {
 // each other around a loop. It runs only on a rule whose resources all
 // decoded.
 func (d *decoder) graph(r *Rule) {
-	byID := linkDeps(r.Resources, func(res *Resource, deps []*Resource) {
+	linkDeps(r.Resources, func(res *Resource, deps []*Resource) {
 		res.Deps = deps
 		for _, dep := range deps {
 			dep.Dependents = append(dep.Dependents, res)
@@ -75,7 +75,6 @@ func (d *decoder) graph(r *Rule) {
 		res.Rank = i
 	}
 	r.setWaves()
-	r.byID = byID
 }
 
 // node is what the graph functions need of a resource or a lookup: its

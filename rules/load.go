@@ -64,14 +64,8 @@ func (s *Set) Files() []*File { return s.files }
 // against the schemas it knows: the built-in kinds', and those of the
 // CustomResourceDefinitions given to UseCRDs or found among the files.
 type Loader struct {
-	compiler     *expr.Compiler
-	schemas      kinds.Source
-	scopes       ScopeSource
-	installation string
-	crds         CRDSource // nil: the kinds rules define are not checked against a cluster
-	manageCRDs   bool
-	identities   identities
-	tenant       string // ForTenant's namespace
+	compiler *expr.Compiler
+	settings
 	// panicked is told of a panic a parse contained (ReportPanics).
 	panicked func(path string, err *panics.Error)
 }
@@ -88,8 +82,8 @@ func NewLoader(opts expr.Options) (*Loader, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Loader{compiler: c, schemas: kinds.Builtin(), scopes: builtinScopes{},
-		identities: identities{home: DefaultServiceAccountNamespace}}, nil
+	return &Loader{compiler: c, settings: settings{schemas: kinds.Builtin(), scopes: builtinScopes{},
+		identities: identities{home: DefaultServiceAccountNamespace}}}, nil
 }
 
 // ForRevisions is a copy of l that compiles the recorded revisions of
@@ -239,8 +233,8 @@ func (l *Loader) Parse(path string, data []byte) (_ *File, err error) {
 			f.Skipped++
 			return
 		}
-		d := &decoder{file: path, lines: lines, schemas: schemas, scopes: scopes,
-			installation: l.installation, crds: l.crds, manageCRDs: l.manageCRDs, identities: l.identities, tenant: l.tenant}
+		d := &decoder{file: path, lines: lines, settings: l.settings}
+		d.schemas, d.scopes = schemas, scopes
 		r := d.decodeRule(root, l.compiler)
 		errs = append(errs, d.errs...)
 		f.Warnings = append(f.Warnings, d.warns...)

@@ -249,7 +249,7 @@ func (d *decoder) decodeSpec(r *Rule, spec *yaml.Node, docVal any, pos positions
 	if n, ok := f["when"]; ok {
 		// `when` is evaluated before the variables — it decides whether they
 		// are evaluated at all, and event handlers evaluate it alone.
-		r.When = d.expression(n, "spec.when", c, expr.Scope{Types: ruleTypes}, expr.BoolResult)
+		r.Watch.When = d.expression(n, "spec.when", c, expr.Scope{Types: ruleTypes}, expr.BoolResult)
 	}
 
 	var ids []string
@@ -334,11 +334,15 @@ func (d *decoder) decodeStatus(r *Rule, n *yaml.Node, docVal any, pos positions,
 	}
 	prefix := expr.Path{"spec", "status"}
 	scope.Status = true
-	r.Status = d.template(n, prefix, docVal, pos, c, scope)
-	if d.schemas != nil && r.Status != nil {
+	t := d.template(n, prefix, docVal, pos, c, scope)
+	if t == nil {
+		return
+	}
+	r.Status = &StatusTemplate{Template: t}
+	if d.schemas != nil {
 		if s := d.schemas.Schema(r.Watch.GVK); s != nil {
 			if st, ok := s.Properties["status"]; ok {
-				d.checkSchema(&st, prefix, docVal, r.Status, r.Watch.Kind+" status", false)
+				d.checkSchema(&st, prefix, docVal, t, r.Watch.Kind+" status", false)
 			}
 		}
 	}
@@ -358,7 +362,7 @@ func (r *Rule) resolveLookupReads() {
 		res.Lookups = r.lookupsRead(lookups, variables)
 	}
 	if r.Status != nil {
-		r.StatusLookups = r.lookupsRead(r.Status.LookupRefs(), r.Status.VariableRefs())
+		r.Status.Lookups = r.lookupsRead(r.Status.LookupRefs(), r.Status.VariableRefs())
 	}
 }
 

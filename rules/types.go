@@ -51,17 +51,12 @@ type Rule struct {
 	Installation string
 	// Pos is where the rule's document starts.
 	Pos Pos
-	// Hash identifies the rule's content: two rules with equal hashes behave
-	// the same, wherever their files are. Source is that content, the rule
-	// document as JSON: what a revision of the rule stores.
-	Hash   string
-	Source []byte
+	Content
 
 	// API, when not nil, is the kind the rule defines (spec.api): Watch
 	// is that kind.
 	API     *API
 	Watch   Watch
-	When    *Expression // nil: every watched object is a trigger
 	Lookups []*Lookup
 	// LookupOrder is Lookups in the order they are read: each after the
 	// lookups its namespace, name or selector reads.
@@ -71,12 +66,8 @@ type Rule struct {
 	// Order is Resources in dependency order: every resource after the
 	// resources it reads as children.<id>, otherwise in spec order.
 	Order []*Resource
-	byID  map[string]*Resource
 	// Status, when not nil, renders the trigger's .status.
-	Status *Template
-	// StatusLookups are the lookup ids the status reads, itself or
-	// through variables.
-	StatusLookups []string
+	Status *StatusTemplate
 
 	// Tenant, for a tenant rule (Loader.ForTenant), is the namespace it is
 	// confined to; its Name is <Tenant>.<metadata.name>.
@@ -87,6 +78,23 @@ type Rule struct {
 	Identity ServiceAccount
 
 	RunOptions
+}
+
+// Content identifies a rule's content.
+type Content struct {
+	// Hash: two rules with equal hashes behave the same, wherever their
+	// files are.
+	Hash string
+	// Source is the content, the rule document as JSON: what a revision
+	// of the rule stores.
+	Source []byte
+}
+
+// StatusTemplate renders a trigger's .status.
+type StatusTemplate struct {
+	*Template
+	// Lookups are the lookup ids it reads, itself or through variables.
+	Lookups []string
 }
 
 // RunOptions say how a rule runs: the deletion policy its resources
@@ -128,6 +136,9 @@ type Watch struct {
 	// String forms are canonical, usable in comparable keys.
 	LabelSelector labels.Selector
 	FieldSelector fields.Selector
+	// When, when not nil, is the predicate (spec.when) a watched object
+	// must pass to be a trigger.
+	When *Expression
 }
 
 // Lookup is an object, or a list of objects, that a rule reads and does
@@ -253,7 +264,14 @@ type ResourceGraph struct {
 
 // Resource returns the rule's resource with this id, or nil (a child whose
 // resource was removed from the rule).
-func (r *Rule) Resource(id string) *Resource { return r.byID[id] }
+func (r *Rule) Resource(id string) *Resource {
+	for _, res := range r.Resources {
+		if res.ID == id {
+			return res
+		}
+	}
+	return nil
+}
 
 // Ref is one children.<id> reference in a resource, and where it is.
 type Ref struct {

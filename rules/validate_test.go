@@ -278,8 +278,8 @@ func TestDefaults(t *testing.T) {
 		r.MaxRetries != 0 || r.RateLimit != (RateLimit{DefaultBaseDelay, DefaultMaxDelay, DefaultQPS, DefaultBurst}) {
 		t.Errorf("defaults = %+v", r)
 	}
-	if r.Watch.LabelSelector.String() != "" || r.Watch.FieldSelector.String() != "" || r.When != nil {
-		t.Errorf("watch defaults = %+v, when %v", r.Watch, r.When)
+	if r.Watch.LabelSelector.String() != "" || r.Watch.FieldSelector.String() != "" || r.Watch.When != nil {
+		t.Errorf("watch defaults = %+v, when %v", r.Watch, r.Watch.When)
 	}
 	if r.Watch.GVK.Kind != "Namespace" || r.Resources[0].GVK.Kind != "ConfigMap" || r.Resources[0].GVK.Version != "v1" {
 		t.Errorf("GVKs = %v, %v", r.Watch.GVK, r.Resources[0].GVK)

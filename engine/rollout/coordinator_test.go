@@ -89,8 +89,8 @@ func (j *journal) Fetch(context.Context) (*Record, error) { return nil, nil }
 
 func newCoordinator(h *host, s rules.Rollout, started time.Time) (*Coordinator, *journal) {
 	j := &journal{}
-	r := &rules.Rule{Name: "roll", Hash: "new0123456789", RunOptions: rules.RunOptions{Rollout: s}}
-	from := &rules.Rule{Name: "roll", Hash: "old0123456789"}
+	r := &rules.Rule{Name: "roll", Content: rules.Content{Hash: "new0123456789"}, RunOptions: rules.RunOptions{Rollout: s}}
+	from := &rules.Rule{Name: "roll", Content: rules.Content{Hash: "old0123456789"}}
 	return New(r, Plan{From: from, Rec: Record{Started: started}}, false, h, j), j
 }
 

@@ -16,7 +16,7 @@ import (
 func TestSupersededBy(t *testing.T) {
 	const file = "/rules/a.yaml"
 	rule := func(name, v string) *rules.Rule {
-		return &rules.Rule{Name: name, Hash: name + v, Source: []byte(fmt.Sprintf(`{"v":%q}`, v))}
+		return &rules.Rule{Name: name, Content: rules.Content{Hash: name + v, Source: []byte(fmt.Sprintf(`{"v":%q}`, v))}}
 	}
 	// rev is a revision of name at v, number n, marked with marked; its
 	// source as the API server returns it (spaced, not canonical).

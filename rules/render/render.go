@@ -185,10 +185,10 @@ func Rule(ctx context.Context, r *rules.Rule, trigger *unstructured.Unstructured
 	dry, _ := ap.(DryRunner)
 	act := &expr.Activation{Object: trigger.Object, Rule: r.Name, Variables: map[string]any{},
 		Offline: offline || (dry != nil && dry.DryRun()), Budget: expr.NewBudget(MaxRenderedBytes)}
-	if r.When != nil {
-		ok, err := r.When.EvalBool(ctx, act)
+	if r.Watch.When != nil {
+		ok, err := r.Watch.When.EvalBool(ctx, act)
 		if err != nil {
-			return nil, exprError(r, r.When, "", err)
+			return nil, exprError(r, r.Watch.When, "", err)
 		}
 		if !ok {
 			return &Rendered{Skipped: true, rule: r, act: act}, nil
@@ -543,7 +543,7 @@ func (st *ResourceState) waits() bool { return st.WaitingFor != nil || st.Waitin
 func (rd *Rendered) Status(ctx context.Context) (_ map[string]any, err error) {
 	r := rd.rule
 	defer contain(r, &err)
-	if r.Status == nil || rd.Skipped || waitingFor(r.StatusLookups, rd.absent) != nil {
+	if r.Status == nil || rd.Skipped || waitingFor(r.Status.Lookups, rd.absent) != nil {
 		return nil, nil
 	}
 	act := *rd.act
@@ -551,7 +551,7 @@ func (rd *Rendered) Status(ctx context.Context) (_ map[string]any, err error) {
 	act.Ready = rd.ready
 	v, err := r.Status.Render(ctx, &act)
 	if err != nil {
-		return nil, templateError(r, r.Status, "", err)
+		return nil, templateError(r, r.Status.Template, "", err)
 	}
 	m, ok := v.(map[string]any)
 	if !ok {
