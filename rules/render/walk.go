@@ -5,9 +5,10 @@ import (
 	"errors"
 	"fmt"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
 	"github.com/syncloop/syncloop/rules"
 	"github.com/syncloop/syncloop/rules/expr"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 // graphWalk is one render's pass over the resources in dependency order.
