@@ -42,15 +42,17 @@ func httpGet(url string) string {
 type replica struct {
 	metrics, probes string
 	cancel          context.CancelFunc
-	exited          chan int
+	exited          chan struct{} // closed once run has returned, with code
+	code            int
 }
 
 func startReplica(t *testing.T, env *testenv.Env, rulesPath, ns, identity string) *replica {
-	r := &replica{metrics: freeAddr(t), probes: freeAddr(t), exited: make(chan int, 1)}
+	r := &replica{metrics: freeAddr(t), probes: freeAddr(t), exited: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	go func() {
-		r.exited <- runContext(ctx, []string{"run", "-f", rulesPath, "--kubeconfig", env.Kubeconfig(),
+		defer close(r.exited)
+		r.code = runContext(ctx, []string{"run", "-f", rulesPath, "--kubeconfig", env.Kubeconfig(),
 			"--leader-elect", "--leader-elect-namespace", ns, "--leader-elect-id", "syncloop-test", "--leader-elect-identity", identity,
 			"--metrics-bind-address", r.metrics, "--health-probe-bind-address", r.probes}, io.Discard, io.Discard)
 	}()
@@ -147,9 +149,9 @@ func TestLeaderElection(t *testing.T) {
 	// The leader stops cleanly: it drains, releases the Lease, exits 0.
 	a.cancel()
 	select {
-	case code := <-a.exited:
-		if code != 0 {
-			t.Errorf("the leader exited %d on stop, want 0", code)
+	case <-a.exited:
+		if a.code != 0 {
+			t.Errorf("the leader exited %d on stop, want 0", a.code)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the leader did not stop")

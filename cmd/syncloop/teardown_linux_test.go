@@ -148,6 +148,11 @@ func TestTeardownAcrossKill(t *testing.T) {
 		_, err := stacks.List(ctx, metav1.ListOptions{})
 		return err == nil
 	})
+	// The garbage collector learns of a new kind at its start, or within
+	// 30 seconds: it is to collect a Stack's children.
+	if err := env.RestartControllerManager(); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := stacks.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "teardown.example.syncloop.dev/v1", "kind": "Stack", "metadata": map[string]any{"name": "s"}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -50,6 +50,8 @@ type Env struct {
 	etcd       *process
 	apiServer  *process
 	kcm        *process // nil unless Options.ControllerManager
+	// startKCM starts kube-controller-manager again: RestartControllerManager.
+	startKCM func() (*process, error)
 
 	// How to start kube-apiserver again: RestartAPIServer, AddAPIServer.
 	apiServerBin  string
@@ -146,7 +148,10 @@ func (e *Env) start(ctx context.Context, bins map[string]string, opts Options) e
 		return err
 	}
 	if opts.ControllerManager {
-		e.kcm, err = e.startControllerManager(bins[controllerManagerBinary], certs, opts.Controllers)
+		e.startKCM = func() (*process, error) {
+			return e.startControllerManager(bins[controllerManagerBinary], certs, opts.Controllers)
+		}
+		e.kcm, err = e.startKCM()
 	}
 	return err
 }
@@ -273,6 +278,23 @@ func (e *Env) StartAPIServer(ctx context.Context) error {
 	}
 	e.apiServer = p
 	return e.waitReady(ctx)
+}
+
+// RestartControllerManager stops kube-controller-manager and starts it
+// again. Its garbage collector finds the kinds the API server serves when
+// it starts, and again only every 30 seconds: a test that makes a CRD and
+// needs its objects collected restarts it rather than wait.
+func (e *Env) RestartControllerManager() error {
+	if e.startKCM == nil {
+		return errors.New("no kube-controller-manager: Options.ControllerManager")
+	}
+	e.kcm.stop(10 * time.Second)
+	p, err := e.startKCM()
+	if err != nil {
+		return err
+	}
+	e.kcm = p
+	return nil
 }
 
 // AddAPIServer starts another kube-apiserver on the same etcd, as in a
