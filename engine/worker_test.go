@@ -3,6 +3,8 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,5 +62,41 @@ func TestSettle(t *testing.T) {
 				t.Errorf("%s after %d retries: %s, want %s", c.err, c.requeues, got, c.want)
 			}
 		})
+	}
+}
+
+// TestOutsideNamespaceIsTerminal: a child rendered outside the namespace
+// a rule is confined to fails its trigger terminally — no retry mends it
+// — and the children inside are still made.
+func TestOutsideNamespaceIsTerminal(t *testing.T) {
+	t.Parallel()
+	u := newUnit(t, `apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: out}
+spec:
+  watch: {apiVersion: v1, kind: ConfigMap, namespace: NS}
+  resources:
+    - id: inside
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "${object.metadata.name}-in"}
+    - id: outside
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "${object.metadata.name}-out", namespace: elsewhere}
+`)
+	u.rc.w.ns = "ns" // --watch-namespace ns
+	for _, ck := range u.rc.w.children {
+		ck.ns = "ns"
+	}
+	u.triggers().put(obj("ConfigMap", "t", nil, nil))
+	writes, err := u.reconcile("t")
+	if err == nil || !isTerminal(err) || !strings.Contains(err.Error(), `ConfigMap elsewhere/t-out is outside namespace "ns"`) {
+		t.Fatalf("reconcile: %v (terminal %v), want a terminal failure naming the child outside", err, isTerminal(err))
+	}
+	if !slices.Contains(writes, "create ConfigMap ns/t-in") {
+		t.Errorf("writes %q: the child inside the namespace is not made", writes)
 	}
 }

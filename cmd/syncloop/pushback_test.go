@@ -40,6 +40,7 @@ func TestPushback(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a control plane of its own")
 	}
+	t.Parallel() // a control plane of its own: nothing shared with the other tests
 	ctx := t.Context()
 	env, err := testenv.Start(ctx, testenv.Options{APIServerArgs: testenv.TightAPIServerArgs})
 	if err != nil {

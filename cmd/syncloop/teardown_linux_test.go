@@ -67,6 +67,7 @@ func TestTeardownAcrossKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a control plane of its own")
 	}
+	t.Parallel() // a control plane of its own: nothing shared with the other tests
 	ctx := t.Context()
 	// A control plane of its own, with the garbage collector: a child
 	// deleted in the foreground goes once it has, and a trigger's last

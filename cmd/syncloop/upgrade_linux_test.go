@@ -53,6 +53,7 @@ func TestUpgradeWithoutChurn(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the previous release and starts a control plane of its own")
 	}
+	t.Parallel() // a control plane of its own: nothing shared with the other tests
 	ctx := t.Context()
 	prev, err := testenv.BuildRevision(ctx, previousRelease)
 	if err != nil {
