@@ -65,6 +65,9 @@ func (h *harness) writesTo(resource, namespace, name string) []testenv.Request {
 // ChildConflict Warning Event, Ready False ChildConflict, and
 // syncloop_apply_total{action="conflict"}; the trigger's other resource is
 // applied, the one that reads the conflicting one waits.
+//
+// API server: server-side apply's create-only precondition
+// (resourceVersion "1") refused on an existing object.
 func TestNeverTakesOver(t *testing.T) {
 	h := newHarness(t)
 	h.installWidgets()
@@ -145,6 +148,9 @@ func TestNeverTakesOver(t *testing.T) {
 // syncloop.dev/adopt: <rule> on the object, lets syncloop take over an
 // object it did not create; it is then the trigger's child: labelled,
 // repaired and pruned. Another rule's child is not adopted even so.
+//
+// API server: server-side apply taking over an object's fields, and its
+// managedFields.
 func TestAdopt(t *testing.T) {
 	h := newHarness(t)
 	h.createCM("a-copy", nil, map[string]string{"old": "yes"})
@@ -225,6 +231,9 @@ spec:
 // conflict for that trigger); when a hot reload swaps in an exclude list
 // with the source's namespace on it, the source and every other
 // namespace's copy stay.
+//
+// API server: cross-namespace reads and applies, and the object's own
+// managedFields.
 func TestCloneLeavesItsSource(t *testing.T) {
 	h := newHarness(t)
 	m := &recordingMetrics{}
@@ -294,6 +303,9 @@ func (h *harness) labelNamespace(ns, k, v string) {
 // for another rule — with adopt on or off, syncloop writes (and deletes)
 // exactly the objects it owns or may adopt, through the triggers' create,
 // update and deletion.
+//
+// API server: server-side apply's preconditions against objects of every
+// ownership, as the server stores them.
 func TestNoTakeoverProperty(t *testing.T) {
 	seed := uint64(os.Getpid())
 	t.Logf("seed %d", seed)
@@ -443,6 +455,9 @@ spec:
 // the child keeps it and the other reports a conflict; neither's sweep
 // sees the other's children, so neither ever writes or deletes them —
 // through resyncs, and the triggers' deletion.
+//
+// API server: label selectors on the child informers, and apply conflicts
+// between field managers.
 func TestTwoInstallations(t *testing.T) {
 	a := newHarness(t) // the default installation
 	b := &harness{t: t, env: a.env, cs: a.cs, ns: a.ns, counter: &testenv.RequestCounter{}, updates: make(chan *rules.Set), installation: "team-b", shared: a.shared}

@@ -43,6 +43,8 @@ func (h *harness) newNamespace() string {
 
 // TestStatusFromChildren: a Widget gets a ConfigMap, and its status —
 // written through the status subresource — reports the live child.
+//
+// API server: the status subresource of a CRD, and a child's live state.
 func TestStatusFromChildren(t *testing.T) {
 	h := newHarness(t)
 	h.installWidgets()
@@ -98,6 +100,9 @@ spec:
 // TestCrossNamespaceCleanup: children in other namespaces (no
 // ownerReference possible) are deleted by syncloop when their trigger goes,
 // also when the trigger went while syncloop was not running.
+//
+// API server: deletes with UID preconditions across namespaces (no
+// ownerReference possible).
 func TestCrossNamespaceCleanup(t *testing.T) {
 	h := newHarness(t)
 	other := h.newNamespace()
@@ -145,6 +150,9 @@ spec:
 
 // TestKindInstalledLater: a rule whose trigger kind is not served waits,
 // is reported not ready, and starts working once the CRD is installed.
+//
+// API server: discovery of a CRD installed while running, and its informer
+// starting.
 func TestKindInstalledLater(t *testing.T) {
 	h := newHarness(t)
 	set := h.loadRules(`apiVersion: syncloop.dev/v1alpha1
@@ -199,6 +207,9 @@ spec:
 // rule's child informer holds its own children only, so a rule's cache
 // holds nothing another rule made and a removed rule's children leave the
 // caches (though not the cluster).
+//
+// API server: watches: one connection per WatchKey, label selectors on
+// child informers.
 func TestInformerSharing(t *testing.T) {
 	h := newHarness(t)
 	a := ruleYAML("share-a", "team=x", "")
@@ -244,6 +255,8 @@ func TestInformerSharing(t *testing.T) {
 
 // TestFieldSelector: the field selector reaches the API server; only the
 // named object is a trigger.
+//
+// API server: field selectors evaluated by the server.
 func TestFieldSelector(t *testing.T) {
 	h := newHarness(t)
 	h.start(h.loadRules(ruleYAML("fields", "f", "metadata.name=chosen")))
@@ -265,6 +278,8 @@ func TestFieldSelector(t *testing.T) {
 // forcing field conflicts, the default), neither caching the other's
 // children. One owns it; the other reports a ChildConflict Event and does
 // not take it — no ping-pong.
+//
+// API server: server-side apply conflicts between two field managers.
 func TestConflictBetweenRules(t *testing.T) {
 	h := newHarness(t)
 	rule := func(name, selector string) string {
@@ -300,6 +315,8 @@ spec:
 
 // TestShutdownLeavesNoGoroutines: after Run returns, nothing of the engine,
 // its informers or its workqueues runs.
+//
+// API server: live watches, whose goroutines must all end.
 func TestShutdownLeavesNoGoroutines(t *testing.T) {
 	h := newHarness(t)
 	h.alone = true
@@ -343,6 +360,9 @@ func (h *harness) startUnready(set *rules.Set) {
 
 // TestDeletionPolicyOrphan: with Orphan, children stay when their trigger
 // goes away or its `when` turns false.
+//
+// API server: children without ownerReferences surviving their trigger's
+// deletion.
 func TestDeletionPolicyOrphan(t *testing.T) {
 	h := newHarness(t)
 	h.start(h.loadRules(`apiVersion: syncloop.dev/v1alpha1
@@ -395,6 +415,9 @@ spec:
 
 // TestMaxRetries: a trigger that keeps failing is dropped after maxRetries
 // attempts (with a Failed event each time), until its next change.
+//
+// API server: a write the server refuses, and Events recorded on the
+// trigger.
 func TestMaxRetries(t *testing.T) {
 	h := newHarness(t)
 	h.start(h.loadRules(`apiVersion: syncloop.dev/v1alpha1
@@ -430,6 +453,8 @@ spec:
 // TestSameRuleNameElsewhereIsLeftAlone: children whose trigger lies outside
 // a rule's watch (here: a same-named rule of another syncloop, watching
 // another namespace) are never swept or pruned by it.
+//
+// API server: label selectors on watches across namespaces.
 func TestSameRuleNameElsewhereIsLeftAlone(t *testing.T) {
 	rule := `apiVersion: syncloop.dev/v1alpha1
 kind: Rule

@@ -41,6 +41,9 @@ spec:
 // version, 40 triggers met 84 and failed 10 times) — no Failed Event,
 // every patch lands. An object replaced since the cache read it is a
 // Conflict, and the patch goes to the new object on a fresh read.
+//
+// API server: apply conflicts and UID preconditions under concurrent
+// writers.
 func TestPatchContention(t *testing.T) {
 	h := newHarness(t)
 	h.start(h.loadRules(labelNamespaceRule))
@@ -108,6 +111,9 @@ func TestPatchContention(t *testing.T) {
 // refuses is tried again with backoff until it succeeds — not at the next
 // resync or start (a first campaign found eight patch managers left on
 // three Namespaces this way).
+//
+// API server: an admission policy (ValidatingAdmissionPolicy) refusing a
+// release, then allowing it.
 func TestReleaseRetried(t *testing.T) {
 	h := newHarness(t)
 	h.createCM("target", nil, nil)

@@ -42,6 +42,9 @@ spec:
 // child follows every change meanwhile. A trigger that stops being one
 // forgets it: when it is one again, the child is created again, once. A
 // dry run plans nothing for a child made once, there or deleted.
+//
+// API server: server-side apply's create-only precondition and another
+// writer's field manager.
 func TestCreateOnce(t *testing.T) {
 	h := newHarness(t)
 	set := h.loadRules(createOnceRule)

@@ -315,6 +315,12 @@ spec:
   resyncPeriod: 1s
 `
 
+// TestTriggerLifecycle: a trigger gets its children, server-side applied by
+// the rule's field manager with its owner marks; they follow its changes and
+// go with it.
+//
+// API server: server-side apply (managedFields), ownerReferences, label
+// selectors and watches through a trigger's life.
 func TestTriggerLifecycle(t *testing.T) {
 	h := newHarness(t)
 	h.start(h.loadRules(copyRule))
@@ -390,6 +396,8 @@ func TestTriggerLifecycle(t *testing.T) {
 // Event, a failure a Failed one; with EventsAll each reconcile that changed
 // something writes one Normal Event naming every child it created, updated
 // or deleted.
+//
+// API server: Events recorded on the trigger, and a write it refuses.
 func TestEventModes(t *testing.T) {
 	t.Run("warnings", func(t *testing.T) {
 		h := newHarness(t)
@@ -453,6 +461,10 @@ func TestEventModes(t *testing.T) {
 	})
 }
 
+// TestDriftRepair: a child another writer edits or deletes is put back.
+//
+// API server: watch events of another writer's update and delete of a
+// child.
 func TestDriftRepair(t *testing.T) {
 	h := newHarness(t)
 	h.start(h.loadRules(copyRule))
@@ -472,6 +484,9 @@ func TestDriftRepair(t *testing.T) {
 
 // TestSteadyStateCostsNothing: once everything is in sync, full resyncs
 // (every second here) make no API request at all — no writes, no GETs.
+//
+// API server: the requests the server sees (counted by the test's request
+// filter).
 func TestSteadyStateCostsNothing(t *testing.T) {
 	h := newHarness(t)
 	h.start(h.loadRules(copyRule))

@@ -42,6 +42,9 @@ func ownControlPlane(t *testing.T, apiServerArgs ...string) *testenv.Env {
 // etcd. syncloop keeps running; once its server is back its informers
 // catch up and the changes converge; the child of a trigger that did not
 // change is never deleted.
+//
+// API server: kube-apiserver stopping and a second API server on the same
+// etcd.
 func TestAPIServerRestart(t *testing.T) {
 	t.Parallel()
 	outage(t, ownControlPlane(t), false)
@@ -52,6 +55,9 @@ func TestAPIServerRestart(t *testing.T) {
 // syncloop is cut off: its watches resume from a compacted revision, get
 // 410 Gone, and relist. No update is missed and nothing is pruned that
 // should stay.
+//
+// API server: etcd compaction expiring watches (410 Gone) with no watch
+// cache.
 func TestWatchExpiry(t *testing.T) {
 	t.Parallel()
 	outage(t, ownControlPlane(t, "--watch-cache=false", "--etcd-compaction-interval=1s"), true)

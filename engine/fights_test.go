@@ -78,6 +78,9 @@ func TestDrifted(t *testing.T) {
 // repair by the writer's manager. Repairs stay a handful per cooling
 // period, not one per flip; once the writer stops the child is repaired
 // and the trigger is Ready again.
+//
+// API server: another writer's field manager flipping a field, and
+// managedFields telling who.
 func TestFight(t *testing.T) {
 	h := newHarness(t)
 	h.installWidgets()

@@ -104,6 +104,9 @@ func readyCondition(obj *unstructured.Unstructured) map[string]any {
 
 // TestGraph: references, waiting on readyWhen, the Ready condition,
 // zero writes at steady state, reverse-order pruning.
+//
+// API server: readiness read from live children, status subresource,
+// ordered deletes.
 func TestGraph(t *testing.T) {
 	h := newHarness(t)
 	h.installWidgets()
@@ -246,6 +249,9 @@ func waitReady(t *testing.T, h *harness, name string) {
 // keeps its child when the trigger is deleted; the child carries no
 // ownerReference, so the garbage collector leaves it too. The other child
 // goes.
+//
+// API server: the garbage collector's ownerReferences, present or absent
+// per resource.
 func TestDeletionPolicyPerResource(t *testing.T) {
 	h := newHarness(t)
 	h.start(h.loadRules(`apiVersion: syncloop.dev/v1alpha1
@@ -286,6 +292,8 @@ spec:
 
 // TestGraphDryRun: a dry run plans the resources it can apply and shows
 // the dependent that would wait, with why.
+//
+// API server: server-side dry-run requests (dryRun=All) with defaulting.
 func TestGraphDryRun(t *testing.T) {
 	h := newHarness(t)
 	h.installWidgets()
@@ -317,6 +325,8 @@ func TestGraphDryRun(t *testing.T) {
 
 // TestReadyConditionReconcileFailed: a reconcile that fails says so in the
 // Ready condition, and the rule's status fields keep their values.
+//
+// API server: the status subresource, written after a refused apply.
 func TestReadyConditionReconcileFailed(t *testing.T) {
 	h := newHarness(t)
 	h.installWidgets()

@@ -16,6 +16,8 @@ import (
 // ordinary triggers and another rule carry on; a trigger near the API
 // server's size limit and one nested 500 levels deep are reconciled like
 // any other.
+//
+// API server: large objects and lists as the server stores them.
 func TestHostileTriggers(t *testing.T) {
 	h := newHarness(t)
 	h.alone = true // its triggers cost the process its CPU for seconds
@@ -121,6 +123,8 @@ spec:
 // may have children, each fail their trigger with a bounded, named error
 // before anything is written; the rule's other triggers and another rule
 // carry on.
+//
+// API server: the server's request size limit (3 MiB of etcd object).
 func TestHostileSizes(t *testing.T) {
 	h := newHarness(t)
 	h.alone = true // its triggers cost the process its CPU for seconds

@@ -92,6 +92,9 @@ var manageConfigMaps = []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: 
 // rule keeps running. The child informer of ConfigMaps lists in that one
 // namespace, where the rule puts them. The same rule as syncloop's own
 // identity makes the binding, as it always did.
+//
+// API server: impersonation and RBAC: the ServiceAccount's authorization,
+// escalation prevention.
 func TestIdentityBoundsARule(t *testing.T) {
 	h := newHarness(t)
 	ctx := t.Context()
@@ -142,6 +145,9 @@ func TestIdentityBoundsARule(t *testing.T) {
 // own identity watching the same objects runs beside it, on an informer of
 // its own — none is shared across identities — while two rules of one
 // identity share theirs.
+//
+// API server: RBAC refusing an impersonated list, quoted as the server
+// says it.
 func TestIdentityWithoutRights(t *testing.T) {
 	h := newHarness(t)
 	h.bindServiceAccount("nobody", nil, nil)
@@ -181,6 +187,8 @@ func TestIdentityWithoutRights(t *testing.T) {
 // its own children, yet never takes over another rule's: the child of
 // syncloop's rule "mine" under the same name is found when the create-only
 // apply fails, reported as a conflict on the trigger, and left as it is.
+//
+// API server: impersonation with RBAC, and apply preconditions.
 func TestIdentityNeverTakesOver(t *testing.T) {
 	h := newHarness(t)
 	h.bindServiceAccount("cm-manager", manageConfigMaps, nil)
@@ -212,6 +220,8 @@ spec:
 // the namespace, its children carry its <namespace>.<name>; a child whose
 // namespace a trigger's field templates elsewhere fails that trigger only;
 // and no request of the rule leaves the namespace.
+//
+// API server: a namespace Role as a ServiceAccount's only rights.
 func TestTenantRule(t *testing.T) {
 	h := newHarness(t)
 	ctx := t.Context()
@@ -287,6 +297,8 @@ spec:
 // TestIdentitiesForgotten: an identity no rule acts as any more is
 // forgotten with its informers, so teams' rules coming and going leave
 // nothing behind.
+//
+// API server: impersonated informers started and stopped.
 func TestIdentitiesForgotten(t *testing.T) {
 	h := newHarness(t)
 	h.bindServiceAccount("cm-manager", manageConfigMaps, nil)

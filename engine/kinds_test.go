@@ -32,6 +32,8 @@ spec:
 // when the trigger picks the other kind the one of the first kind is
 // pruned; a kind not listed fails the trigger, saying which it may make,
 // and deletes nothing.
+//
+// API server: discovery of several kinds and their ownerReferences.
 func TestComputedKind(t *testing.T) {
 	h := newHarness(t)
 	h.start(h.loadRules(storeRule))

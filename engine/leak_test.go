@@ -44,6 +44,8 @@ const churnSlack = 32
 // entries here rather than client-go's 4,096: the recorder drops Events when
 // its queue is full, which under the race detector is most of them, and
 // filling 4,096 entries would take some 25,000 cycles.
+//
+// API server: watch events and Events at volume.
 func TestTriggerChurnDoesNotLeak(t *testing.T) {
 	const batch, warmup, cycles = 500, 5000, 10_000
 	h := newHarness(t)
@@ -122,6 +124,8 @@ func (h *harness) eventCount() int {
 // TestReloadCyclesDoNotLeak: 200 cycles of adding and removing a rule bring
 // informers, goroutines and the heap (+5% at most) back to where they were
 // after 20 warm-up cycles.
+//
+// API server: informers started and stopped against live watches.
 func TestReloadCyclesDoNotLeak(t *testing.T) {
 	h := newHarness(t)
 	base := h.loadRules(labelRule("base", "base", "x"))

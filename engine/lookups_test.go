@@ -80,6 +80,8 @@ func (h *harness) copies(k, v string) int {
 // them; a change of the source reaches 200 triggers without a resync; a
 // key removed from the source leaves the copies; the source deleted prunes
 // them. At steady state the rule reads and writes nothing.
+//
+// API server: watches of a lookup source delivering its changes.
 func TestLookupSource(t *testing.T) {
 	const n = 200
 	h := newHarness(t)
@@ -179,6 +181,8 @@ spec:
 
 // TestLookupList: a list lookup with a templated selector grows, shrinks
 // and moves between triggers as labels change, through the watch alone.
+//
+// API server: label selectors evaluated by the server as labels change.
 func TestLookupList(t *testing.T) {
 	h := newHarness(t)
 	h.start(h.loadRules(teamRule))
@@ -229,6 +233,8 @@ func TestLookupList(t *testing.T) {
 // TestLookupWatchKeys: what is literal in a lookup is sent to the API
 // server — a namespace, a selector, a name as a field selector — so the
 // cache holds what the rule reads and no more; a templated part is not.
+//
+// API server: namespace, label and field selectors sent to the server.
 func TestLookupWatchKeys(t *testing.T) {
 	h := newHarness(t)
 	h.start(h.loadRules(pullRule + "---\n" + teamRule))
@@ -252,6 +258,8 @@ func TestLookupWatchKeys(t *testing.T) {
 
 // TestLookupKindNotServed: a rule whose lookup kind is not served waits,
 // as for a watched kind, and runs once it is.
+//
+// API server: discovery of a lookup kind installed while running.
 func TestLookupKindNotServed(t *testing.T) {
 	h := newHarness(t)
 	h.startUnready(h.loadRules(`apiVersion: syncloop.dev/v1alpha1
@@ -299,6 +307,9 @@ spec:
 
 // TestLookupDryRun: a dry run resolves lookups from the caches too, and
 // plans the source's values into the copy — redacted, as for every Secret.
+//
+// API server: server-side dry-run requests, and Secrets as the server
+// returns them.
 func TestLookupDryRun(t *testing.T) {
 	h := newHarness(t)
 	planner := &recordingPlanner{}
@@ -340,6 +351,8 @@ func TestLookupDryRun(t *testing.T) {
 // ConfigMap says which Secrets to list). A change to the first re-queues
 // the triggers that read it and the second then selects anew; the index
 // stays exact: a Secret only the old selector matched queues nothing.
+//
+// API server: selectors evaluated by the server, chained through watches.
 func TestChainedLookups(t *testing.T) {
 	h := newHarness(t)
 	settings := h.createCM("settings", nil, map[string]string{"selector": "team=a"})
@@ -399,6 +412,8 @@ spec:
 // resources that read it wait — not applied, and a child they made
 // earlier is not pruned — the others are applied, and Ready is False with
 // WaitingForLookup<Id>; once it is back, Ready is True again.
+//
+// API server: watches delivering a lookup object's creation.
 func TestRequiredLookup(t *testing.T) {
 	h := newHarness(t)
 	h.installWidgets()

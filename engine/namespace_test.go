@@ -14,6 +14,8 @@ import (
 // or looking up a cluster-scoped kind fails with the reason; a child
 // rendered, or a lookup templated, into another namespace fails its
 // trigger. No request leaves the namespace and none is refused.
+//
+// API server: RBAC: a user whose only rights are a Role in one namespace.
 func TestWatchNamespace(t *testing.T) {
 	h := newHarness(t)
 	ctx := t.Context()

@@ -43,6 +43,9 @@ spec:
 // rule's triggers, created after the panics, are reconciled. A panic in an
 // informer's event handler is contained there: counted, the informer and
 // the rule's other handlers go on; so is one in a step of the rule's loop.
+//
+// API server: the garbage collector racing a prune, held off by a
+// finalizer; Events.
 func TestPanicsContained(t *testing.T) {
 	h := newHarness(t)
 	var mode atomic.Value // the action of rule boom whose Write panics
@@ -142,6 +145,8 @@ func (p panickyRollouts) Record(ctx context.Context, r *rules.Rule, rec rollout.
 // TestRolloutPanicHalts: a panic in the rollout coordinator halts the
 // rollout, saying why (reason Panic); the rule goes on reconciling its
 // triggers at the revision they are on.
+//
+// API server: watches and applies of two revisions on live children.
 func TestRolloutPanicHalts(t *testing.T) {
 	h := newHarness(t)
 	m := &recordingMetrics{}

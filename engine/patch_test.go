@@ -45,6 +45,9 @@ spec:
 // or ownerReferences; drift in the patched fields is repaired; a deleted
 // trigger's fields are released and the object stays; a field two triggers
 // set stays until both are gone. At steady state nothing is written.
+//
+// API server: server-side apply of a patch onto an object another manager
+// owns, and field ownership.
 func TestPatchMode(t *testing.T) {
 	h := newHarness(t)
 	h.start(h.loadRules(patchRule))
@@ -149,6 +152,9 @@ spec:
 // TestPatchReleased: the fields are released when `when` turns false, when
 // a changed rule no longer has the resource, and when the trigger was
 // deleted while syncloop was not running.
+//
+// API server: server-side apply releasing fields (an empty apply) and
+// managedFields.
 func TestPatchReleased(t *testing.T) {
 	h := newHarness(t)
 	h.createCM("target", nil, nil)
@@ -193,6 +199,8 @@ spec:
 
 // TestPatchDryRun: a dry run plans a patch as an update of the object, with
 // the diff of the patched fields, and writes nothing.
+//
+// API server: server-side dry-run requests of a patch.
 func TestPatchDryRun(t *testing.T) {
 	h := newHarness(t)
 	planner := &recordingPlanner{}

@@ -208,6 +208,9 @@ func (p *recordingPlanner) count(action string) int {
 // TestDryRunPersistsNothing: a running dry run plans creates for every
 // child, and every write request it sends is a server-side dry run; no
 // child, no status and no Event is persisted.
+//
+// API server: server-side dry-run requests (dryRun=All), persisting
+// nothing.
 func TestDryRunPersistsNothing(t *testing.T) {
 	h := newHarness(t)
 	planner := &recordingPlanner{}

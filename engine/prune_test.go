@@ -121,6 +121,8 @@ func TestPruneProperty(t *testing.T) {
 // that merely look like its children — no trigger UID label, another
 // rule's label, no managed-by label, no owner annotation, or one naming a
 // trigger of a kind the rule does not watch — stay.
+//
+// API server: DELETE with a UID precondition (409 on a look-alike).
 func TestPruneLeavesLookAlikes(t *testing.T) {
 	h := newHarness(t)
 	trig := h.createCM("t", map[string]string{"copy": "yes"}, map[string]string{"teams": "a,b"})
@@ -214,6 +216,8 @@ func TestPruneLeavesLookAlikes(t *testing.T) {
 // file broken, the directory gone — reload keeps the last good rules, but
 // the engine must be safe on its own) stops the controllers and deletes
 // nothing.
+//
+// API server: live children that must survive.
 func TestEmptyRuleSetPrunesNothing(t *testing.T) {
 	h := newHarness(t)
 	h.createCM("t", map[string]string{"copy": "yes"}, map[string]string{"teams": "a"})

@@ -28,6 +28,9 @@ var gizmosGVR = schema.GroupVersionResource{Group: "test.syncloop.dev", Version:
 // trigger. Each gets a Failed Event carrying the API server's message and
 // is retried with exponential backoff; their siblings, the other triggers
 // and another rule carry on.
+//
+// API server: the server rejecting a child: name validation, CRD schema,
+// admission policy.
 func TestRejectedChildren(t *testing.T) {
 	h := newHarness(t)
 	ctx := t.Context()
@@ -274,6 +277,8 @@ func (w *recordingMetrics) count(key string) int {
 // start (state detail, metric), its informer retries with backoff, and it
 // starts once RBAC allows it; the rule whose child is forbidden gets a
 // Failed Event; the rule with every right runs throughout.
+//
+// API server: RBAC refusing a list and a write.
 func TestForbiddenKinds(t *testing.T) {
 	h := newHarness(t)
 	ctx := t.Context()

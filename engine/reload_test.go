@@ -72,6 +72,10 @@ spec:
 `, name, selector, name, value)
 }
 
+// TestHotReload: a changed rule file replaces only its rule's loop; the
+// others keep theirs.
+//
+// API server: live informers kept, replaced and stopped across reloads.
 func TestHotReload(t *testing.T) {
 	h := newHarness(t)
 	dir := t.TempDir()
@@ -138,6 +142,8 @@ func TestHotReload(t *testing.T) {
 
 // TestRemovedRuleMetrics: the metrics of a removed rule are dropped; those
 // of a changed rule, which keeps running, are not.
+//
+// API server: live informers and workqueues stopped on removal.
 func TestRemovedRuleMetrics(t *testing.T) {
 	h := newHarness(t)
 	m := &recordingMetrics{}
@@ -155,6 +161,9 @@ func TestRemovedRuleMetrics(t *testing.T) {
 // TestRetiredKindPruned: a rule changed to no longer make a kind of child
 // has those children pruned (their kind is watched by the new controller
 // just for that); its other children stay. A further change keeps it so.
+//
+// API server: deletes of children of a kind the changed rule no longer
+// makes.
 func TestRetiredKindPruned(t *testing.T) {
 	h := newHarness(t)
 	withAccount := labelRule("retire", "retire", "v1") + `    - id: account

@@ -50,6 +50,8 @@ func removedRuleOf(name, label, settings string) string {
 // whose children are more than its maxPrunes halts: it deletes none and
 // says why, while the finalizer still comes off its triggers. A rule
 // that orphans its children on removal (the default) leaves them all.
+//
+// API server: finalizers on triggers, and deletes with preconditions.
 func TestRuleRemoval(t *testing.T) {
 	h := newHarness(t)
 	h.limitNS = h.ns // a removal lists the rule's kinds where the engine works: here, not the other tests' namespaces

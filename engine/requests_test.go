@@ -66,6 +66,9 @@ func format(m map[string]int) string {
 
 // TestRequestCounts: 100 triggers from a cold start cost one apply per
 // child and no GET of any object; a full resync afterwards costs nothing.
+//
+// API server: the requests the server sees (counted by the test's request
+// filter).
 func TestRequestCounts(t *testing.T) {
 	const n = 100
 	h := newHarness(t)
@@ -110,6 +113,9 @@ func TestRequestCounts(t *testing.T) {
 // triggers (Secrets) at first: its reconciles of the queued triggers must
 // not take them for deleted and prune their children. Once it may, it
 // syncs and still writes nothing.
+//
+// API server: the requests the server sees when a restarted syncloop lists
+// everything.
 func TestRestartWritesNothing(t *testing.T) {
 	const n = 200
 	h := newHarness(t)

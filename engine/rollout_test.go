@@ -220,6 +220,9 @@ func startRollouts(t *testing.T, n int) (*harness, *memRollouts, *rules.Set) {
 // ready halts the rollout when its deadline passes, the rest untouched; a
 // trigger created meanwhile gets the new revision; an engine started
 // again continues from the step it had reached.
+//
+// API server: readiness read from live children, across two revisions'
+// applies.
 func TestRolloutSteps(t *testing.T) {
 	h, store, _ := startRollouts(t, 500)
 	h.updates <- h.loadRules(rolloutRule("v2", true, "progressDeadline: 1h", ""))
@@ -324,6 +327,8 @@ func TestRolloutSteps(t *testing.T) {
 
 // TestRolloutRollback: a step that fails under onFailure: Rollback sends
 // its triggers back to the previous revision's children.
+//
+// API server: server-side apply moving children back between revisions.
 func TestRolloutRollback(t *testing.T) {
 	h, store, _ := startRollouts(t, 40)
 	h.updates <- h.loadRules(rolloutRule("v2", true, "step: 4, progressDeadline: 2s, onFailure: Rollback", ""))
@@ -346,6 +351,8 @@ func TestRolloutRollback(t *testing.T) {
 // TestRolloutPruneBudget: a change whose when is false for every trigger
 // removes at most maxPrunes of the children, halts and says how many it
 // would remove in all; raising maxPrunes lets it finish.
+//
+// API server: deletes counted against maxPrunes on live children.
 func TestRolloutPruneBudget(t *testing.T) {
 	h, store, _ := startRollouts(t, 100)
 	off := "  when: \"object.metadata.name == 'none'\"\n"
@@ -366,6 +373,8 @@ func TestRolloutPruneBudget(t *testing.T) {
 }
 
 // TestRolloutImmediate: strategy Immediate moves every trigger at once.
+//
+// API server: applies of a changed rule on live children.
 func TestRolloutImmediate(t *testing.T) {
 	h := newHarness(t)
 	store := newMemRollouts()
@@ -384,6 +393,8 @@ func TestRolloutImmediate(t *testing.T) {
 // newest revision out from the one the unmoved triggers are on, the
 // triggers moved so far going to the newest at once; the previous text
 // put back moves every trigger back to it at once.
+//
+// API server: applies of three revisions on live children.
 func TestRolloutSuperseded(t *testing.T) {
 	h, store, v1 := startRollouts(t, 100)
 

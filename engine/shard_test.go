@@ -90,6 +90,8 @@ func TestPatchManagerName(t *testing.T) {
 // shard owns; SetShard queues those it gains, and the children of a
 // trigger deleted while another replica owned it are pruned by the sweep of
 // the replica that gains it.
+//
+// API server: watches and deletes of the triggers a shard owns.
 func TestShard(t *testing.T) {
 	h := newHarness(t)
 	h.shard = evenShard
@@ -169,6 +171,8 @@ func (h *harness) evenAndOdd(n int) (even, odd []string) {
 
 // TestSetShardDrains: SetShard does not return while a reconcile of a
 // trigger it takes away is under way.
+//
+// API server: a reconcile held in flight by a slow request.
 func TestSetShardDrains(t *testing.T) {
 	h := newHarness(t)
 	release := make(chan struct{})
@@ -242,6 +246,8 @@ func TestOwnedSince(t *testing.T) {
 // reads the child from the API server and writes nothing. (Its caches
 // kept the trigger's objects before it owned the trigger, as sharding's
 // handovers have them: a gain its caches did not keep lists them again.)
+//
+// API server: a GET of a child the cache has not seen yet.
 func TestHandoverVerifies(t *testing.T) {
 	first := newHarness(t)
 	first.shard = allShard
@@ -317,6 +323,8 @@ func (h heldShard) Held() bool { return h.held.Load() }
 
 // TestShardNotHeld: while the shard is not held, no trigger is reconciled
 // and none is dropped: once it is held again, each is.
+//
+// API server: watch events queued while the shard is not held.
 func TestShardNotHeld(t *testing.T) {
 	h := newHarness(t)
 	held := &atomic.Bool{}

@@ -98,6 +98,8 @@ func isList(r testenv.Request) bool {
 // child deleted and a trigger that stopped matching while another replica
 // owned them are repaired and pruned, and what did not change is not
 // written again.
+//
+// API server: the objects informers receive and drop by shard.
 func TestShardFilters(t *testing.T) {
 	h := newShareHarness(t, 24)
 	c, even, odd := h.c, h.even, h.odd
@@ -191,6 +193,8 @@ func TestShardFilters(t *testing.T) {
 // reconciles wait: a gained trigger is not cached yet and would read as
 // deleted, its children as orphans to prune. Once the lists are in, what
 // changed is repaired, and nothing was deleted.
+//
+// API server: a slow list (the test's request filter delays it).
 func TestShardGainWaits(t *testing.T) {
 	h := newShareHarness(t, 12)
 	c, odd := h.c, h.odd
@@ -237,6 +241,8 @@ func TestShardGainWaits(t *testing.T) {
 // trigger it takes away, the caches keep that trigger (an event of it
 // updates it, rather than removing it under the reconcile); once the
 // reconcile has ended, they let it go.
+//
+// API server: watch events of a trigger being handed over.
 func TestShardKeepsWhileDraining(t *testing.T) {
 	h := newShareHarness(t, 12)
 	c := h.c
@@ -289,6 +295,8 @@ func objectOf(obj any) map[string]any {
 // TestShardPendingWaits: while the shard is a placeholder (a replica that
 // has not joined), a rule whose informers filter lists nothing: it lists
 // once, when the replica is given its share.
+//
+// API server: the lists informers make (counted by the request filter).
 func TestShardPendingWaits(t *testing.T) {
 	h := newHarness(t)
 	h.shard = pendingShardFunc{noShard}

@@ -58,6 +58,9 @@ const testHold = "test.syncloop.dev/hold"
 // across a restart of syncloop mid-teardown — and its status and Events
 // say which wave it waits on. The finalizer goes last, and the Widget
 // with it.
+//
+// API server: finalizers on a CRD's objects and foreground deletion, wave
+// by wave.
 func TestOrderedTeardown(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a control plane of its own")
@@ -110,6 +113,9 @@ func TestOrderedTeardown(t *testing.T) {
 // reason: it comes off a trigger that leaves the rule's selector, the
 // triggers of a rule that stops ordering its teardown, and those of a rule
 // removed from the set; a rule whose resources read no other holds none.
+//
+// API server: finalizers taken off with JSON patches and their test
+// preconditions.
 func TestTeardownFinalizerLetGo(t *testing.T) {
 	h := newHarness(t)
 	h.installWidgets()
@@ -225,6 +231,9 @@ func (h *harness) checkNotDeleting(names ...string) {
 // that a trigger deleted since the cache read it is not created again by
 // the apply — which, without the UID, would make an empty ConfigMap of its
 // name.
+//
+// API server: server-side apply to a trigger's metadata with a UID
+// precondition.
 func TestMarksNeverCreate(t *testing.T) {
 	h := newHarness(t)
 	cm := h.createCM("gone", nil, nil)
