@@ -10,11 +10,6 @@ LDFLAGS  := -X main.version=$(VERSION)
 TESTFLAGS ?= -race -count=1 -timeout=30m -parallel=4
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME ?= 3s
-# The tests `make robustness` runs before its campaigns, each in a test
-# process of its own: leaks measured on the heap and in goroutines, which
-# what an earlier test left behind would blur, and outages of the API
-# server (those two together, in parallel: + joins tests of one process).
-ROBUSTNESS_TESTS := TestTriggerChurnDoesNotLeak TestReloadCyclesDoNotLeak TestAPIServerRestart+TestWatchExpiry
 
 IMAGE    ?= ghcr.io/syncloop/syncloop:$(VERSION)
 PLATFORMS ?= linux/amd64,linux/arm64
@@ -61,12 +56,8 @@ fuzz-smoke: ## run each fuzz target for FUZZTIME (default 3s)
 		done; \
 	done
 
-test-robustness: testenv ## the leak and outage tests, each alone (CI runs them once, without the race detector)
-	@for t in $(ROBUSTNESS_TESTS); do \
-		run="^($$(echo "$$t" | tr + '|'))$$"; \
-		echo "go test -tags robustness -run '$$run' ./engine/"; \
-		$(GO) test -tags robustness -count=1 -timeout=20m -run "$$run" ./engine/ || exit 1; \
-	done
+test-robustness: testenv ## the leak and outage tests and the short fault campaign, each in a process of its own, side by side (CI runs them once, without the race detector)
+	hack/test-robustness.sh $(GO)
 
 demo: testenv build ## syncloop reconciling the examples on a local control plane it starts (and stops)
 	$(GO) run ./hack/demo --syncloop $(BIN) --examples examples

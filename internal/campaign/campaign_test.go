@@ -1,3 +1,5 @@
+//go:build robustness
+
 package campaign
 
 import (
