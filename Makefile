@@ -48,11 +48,11 @@ check: lint ## gofmt, go vet, staticcheck and the unit tests, in about a minute:
 	$(GO) run $(STATICCHECK) ./...
 	$(GO) test -short -count=1 ./...
 
-fuzz-smoke: ## run each fuzz target for FUZZTIME (default 3s)
+fuzz-smoke: ## run each fuzz target for FUZZTIME (default 3s); FUZZFLAGS are passed to go test
 	@for f in $$(grep -rl --include='*_test.go' '^func Fuzz' .); do \
 		for t in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
 			echo "fuzz $$t ($$(dirname $$f))"; \
-			$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./$$(dirname $$f) || exit 1; \
+			$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $(FUZZFLAGS) ./$$(dirname $$f) || exit 1; \
 		done; \
 	done
 
