@@ -128,9 +128,8 @@ func (h rolloutHost) Triggers() cache.Store {
 
 func (h rolloutHost) Requeue(key cache.ObjectName) { h.l.add(key) }
 
-func (h rolloutHost) Coordinates() bool {
-	return h.l.e.currentShard() == nil || h.l.e.owns(h.l.rule.Name, rolloutCoordination)
-}
+// Coordinates: unsharded, every key is owned.
+func (h rolloutHost) Coordinates() bool { return h.l.e.owns(h.l.rule.Name, rolloutCoordination) }
 
 // Settled: a loop whose informers filter drops in place, now, what is
 // not its share (share.go).

@@ -98,8 +98,8 @@ func (r *Resource) refs() []Ref        { return r.Refs }
 func (r *Resource) order() int         { return r.Index }
 
 // linkDeps sets each of nodes' dependencies — the nodes its refs name,
-// once each, in spec order — with set, and returns the nodes by id.
-func linkDeps[N node[N]](nodes []N, set func(n N, deps []N)) map[string]N {
+// once each, in spec order — with set.
+func linkDeps[N node[N]](nodes []N, set func(n N, deps []N)) {
 	byID := make(map[string]N, len(nodes))
 	for _, n := range nodes {
 		byID[n.nodeID()] = n
@@ -114,7 +114,6 @@ func linkDeps[N node[N]](nodes []N, set func(n N, deps []N)) map[string]N {
 		slices.SortFunc(deps, func(a, b N) int { return a.order() - b.order() })
 		set(n, deps)
 	}
-	return byID
 }
 
 // reportCycles reports every cycle among nodes (what they are, read via
