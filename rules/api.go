@@ -28,22 +28,20 @@ type API struct {
 	Singular   string
 	ShortNames []string
 	Categories []string
-	// Spec is the schema of the kind's spec, its validations included.
-	Spec *spec.Schema
-	// Status is the schema of its status: the types of what the rule's
-	// status template renders, and the conditions syncloop keeps.
+	// Versions are the kind's versions, in the order written: one unless
+	// spec.api.versions lists more. Version is the one the rule reads
+	// (apiVersion's), its templates typed by its schema.
+	Versions []*Version
+	Version  *Version
+	// Status is the schema of its status, the same in every version: the
+	// types of what the rule's status template renders, and the
+	// conditions syncloop keeps.
 	Status *spec.Schema
-	// Columns are the printer columns the rule asked for; Ready and Age
-	// follow them in the CRD.
-	Columns []PrinterColumn
-	// at is where the spec's fields are declared, by their path in the
-	// object ("spec.ingress.host"), for the errors of a change.
+	// at is where apiVersion, kind and scope are written.
 	at map[string]Pos
-	// defaults applies the schema's defaults to an object, as the API
-	// server does; built when the rule loads. specDefault is the default
-	// of a spec without required fields: {}, defaulted.
-	defaults    func(obj map[string]any)
-	specDefault map[string]any
+	// webhook is where the API server reaches syncloop to convert the
+	// kind's objects between versions.
+	webhook ConversionWebhook
 }
 
 // PrinterColumn is a column `kubectl get` shows for the kind.
@@ -65,27 +63,24 @@ func (a *API) GroupResource() schema.GroupResource {
 // <plural>.<group>.
 func (a *API) CRDName() string { return a.Plural + "." + a.GVK.Group }
 
-// FieldPos is where the spec field at path ("spec.ingress.host") is
-// declared, or the nearest field above it that is; spec.api when none is.
+// FieldPos is where apiVersion, kind or scope is written, or the field
+// of the rule's version at path ("spec.ingress.host") is declared.
 func (a *API) FieldPos(path string) Pos {
-	for p := path; p != ""; {
-		if pos, ok := a.at[p]; ok {
-			return pos
-		}
-		i := strings.LastIndexByte(p, '.')
-		if i < 0 {
-			break
-		}
-		p = p[:i]
+	if pos, ok := a.at[path]; ok {
+		return pos
+	}
+	if a.Version != nil {
+		return a.Version.FieldPos(path)
 	}
 	return a.Pos
 }
 
-// Default sets the fields of obj that the kind's schema defaults and obj
-// leaves out, as the API server does when it reads or creates an object.
+// Default sets the fields of obj that the schema of the rule's version
+// defaults and obj leaves out, as the API server does when it reads or
+// creates an object.
 func (a *API) Default(obj map[string]any) {
-	if a.defaults != nil {
-		a.defaults(obj)
+	if a.Version != nil {
+		a.Version.Default(obj)
 	}
 }
 
@@ -105,7 +100,7 @@ func (d *decoder) decodeAPI(n *yaml.Node) *API {
 	if f == nil {
 		return nil
 	}
-	a := &API{Pos: d.pos(resolve(n)), Namespaced: true, at: map[string]Pos{}}
+	a := &API{Pos: d.pos(resolve(n)), Namespaced: true, at: map[string]Pos{}, webhook: d.webhook.orDefault(d.identities.home)}
 	a.APIVersion, a.Kind = d.apiVersionKind(n, f, field)
 	for _, key := range []string{"apiVersion", "kind", "scope"} {
 		if kn, ok := f[key]; ok {
@@ -135,20 +130,17 @@ func (d *decoder) decodeAPI(n *yaml.Node) *API {
 		}
 	}
 	d.decodeAPINames(a, f)
-	if sn, ok := f["spec"]; !ok {
-		d.errorf(n, field+".spec", "required: the fields of the kind's spec")
-	} else {
-		a.Spec = d.compileAPISchema(sn, field+".spec", f["types"], field+".types")
-		d.apiFieldPositions(a, sn, "spec")
-		if k, _ := entry(n, "spec"); k != nil {
-			a.at["spec"] = d.pos(k)
+	if vn, ok := f["versions"]; ok {
+		for _, key := range []string{"spec", "types", "validations", "printerColumns"} {
+			if kn, _ := entry(n, key); kn != nil {
+				d.errorf(kn, field+"."+key, "with spec.api.versions, each version has its own %s", key)
+			}
 		}
-	}
-	if vn, ok := f["validations"]; ok && a.Spec != nil {
-		d.apiRules = d.decodeValidations(a.Spec, vn, field+".validations")
-	}
-	if cn, ok := f["printerColumns"]; ok {
-		a.Columns = d.decodeColumns(cn, field+".printerColumns")
+		d.decodeVersions(a, vn)
+	} else {
+		v := &Version{Name: a.GVK.Version, Pos: a.Pos, Served: true, Storage: true}
+		d.decodeVersionFields(v, n, f, field, field)
+		a.Versions, a.Version = []*Version{v}, v
 	}
 	if len(d.errs) > errsBefore {
 		return nil
@@ -229,7 +221,7 @@ func entry(n *yaml.Node, key string) (k, v *yaml.Node) {
 // apiFieldPositions records where the fields of the spec mapping n, at
 // path in the object, are declared: the errors of a breaking change name
 // them.
-func (d *decoder) apiFieldPositions(a *API, n *yaml.Node, path string) {
+func (d *decoder) apiFieldPositions(a *Version, n *yaml.Node, path string) {
 	n = resolve(n)
 	if n.Kind != yaml.MappingNode {
 		return
@@ -248,11 +240,11 @@ func (d *decoder) apiFieldPositions(a *API, n *yaml.Node, path string) {
 // decodeValidations adds spec.api.validations to the spec's schema as
 // x-kubernetes-validations, and returns the nodes of their rules;
 // checkAPI compiles them.
-func (d *decoder) decodeValidations(s *spec.Schema, n *yaml.Node, field string) []*yaml.Node {
+func (d *decoder) decodeValidations(s *spec.Schema, n *yaml.Node, field, format string) []*yaml.Node {
 	var nodes []*yaml.Node
 	for i, vn := range d.seq(n, field) {
 		at := fmt.Sprintf("%s[%d]", field, i)
-		vf := d.fields(vn, at, RuleFormat.known(field)...)
+		vf := d.fields(vn, at, RuleFormat.known(format)...)
 		if vf == nil {
 			continue
 		}
@@ -288,11 +280,11 @@ func (d *decoder) decodeValidations(s *spec.Schema, n *yaml.Node, field string) 
 }
 
 // decodeColumns decodes spec.api.printerColumns.
-func (d *decoder) decodeColumns(n *yaml.Node, field string) []PrinterColumn {
+func (d *decoder) decodeColumns(n *yaml.Node, field, format string) []PrinterColumn {
 	var out []PrinterColumn
 	for i, cn := range d.seq(n, field) {
 		at := fmt.Sprintf("%s[%d]", field, i)
-		cf := d.fields(cn, at, RuleFormat.known(field)...)
+		cf := d.fields(cn, at, RuleFormat.known(format)...)
 		if cf == nil {
 			continue
 		}
@@ -353,5 +345,5 @@ func (d *decoder) finishAPI(r *Rule, docVal any, c *expr.Compiler) {
 		r.Status = &StatusTemplate{Template: &Template{Template: t, Pos: r.API.Pos, Field: "spec.status", prefix: expr.Path{"spec", "status"}}}
 	}
 	r.API.Status = d.statusSchema(r, docVal)
-	d.checkAPI(r.API, d.apiRules)
+	d.checkAPI(r.API)
 }

@@ -303,7 +303,7 @@ func TestAPIRuleBreakingChanges(t *testing.T) {
 		{"scope changed", "    kind: App\n", "    kind: App\n    scope: Cluster\n",
 			`r.yaml:9:12: rule "r": spec.api.scope: breaking change to the served CustomResourceDefinition apps.example.com: the scope changed from Namespaced`},
 		{"version changed", "example.com/v1", "example.com/v2",
-			`r.yaml:7:17: rule "r": spec.api.apiVersion: breaking change to the served CustomResourceDefinition apps.example.com: it serves v1, not v2`},
+			`r.yaml:7:17: rule "r": spec.api.apiVersion: breaking change to the served CustomResourceDefinition apps.example.com: the kind served v1 and objects are stored in it: to serve v2, list both in spec.api.versions, with a conversion between them`},
 		{"new optional field", "      labels: map[string]string\n", "      labels: map[string]string\n      owner: string\n", ""},
 		{"new required field with a default", "      labels: map[string]string\n", "      labels: map[string]string\n      owner: string | required=true default=me\n", ""},
 		{"enum widened", "enum=gold,silver default=silver", "enum=gold,silver,bronze default=silver", ""},

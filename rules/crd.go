@@ -1,12 +1,12 @@
 package rules
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
 
-	"go.yaml.in/yaml/v3"
 	apiext "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
@@ -23,9 +23,10 @@ import (
 )
 
 // CRD is the CustomResourceDefinition of the kind the rule defines
-// (spec.api), as syncloop applies it: one version, served and stored, the
-// status subresource, the printer columns, and the labels that name the
-// rule. nil when the rule defines no kind.
+// (spec.api), as syncloop applies it: its versions, each with the status
+// subresource and its printer columns; with more than one, conversion
+// through syncloop's webhook (its CA bundle is the manager's to add); and
+// the labels that name the rule. nil when the rule defines no kind.
 func (r *Rule) CRD() *unstructured.Unstructured {
 	a := r.API
 	if a == nil {
@@ -49,13 +50,23 @@ func (r *Rule) CRD() *unstructured.Unstructured {
 				ShortNames: a.ShortNames, Categories: a.Categories,
 			},
 			Scope: scope,
-			Versions: []apiextv1.CustomResourceDefinitionVersion{{
-				Name: a.GVK.Version, Served: true, Storage: true,
-				Schema:                   &apiextv1.CustomResourceValidation{OpenAPIV3Schema: a.jsonSchema()},
-				Subresources:             &apiextv1.CustomResourceSubresources{Status: &apiextv1.CustomResourceSubresourceStatus{}},
-				AdditionalPrinterColumns: a.columns(),
-			}},
 		},
+	}
+	for _, v := range a.Versions {
+		cv := apiextv1.CustomResourceDefinitionVersion{
+			Name: v.Name, Served: v.Served, Storage: v.Storage, Deprecated: v.Deprecated,
+			Schema:                   &apiextv1.CustomResourceValidation{OpenAPIV3Schema: a.jsonSchema(v)},
+			Subresources:             &apiextv1.CustomResourceSubresources{Status: &apiextv1.CustomResourceSubresourceStatus{}},
+			AdditionalPrinterColumns: v.columns(),
+		}
+		if v.Warning != "" {
+			cv.DeprecationWarning = &v.Warning
+		}
+		crd.Spec.Versions = append(crd.Spec.Versions, cv)
+	}
+	if a.Converts() {
+		crd.Spec.Conversion = &apiextv1.CustomResourceConversion{Strategy: apiextv1.WebhookConverter,
+			Webhook: &apiextv1.WebhookConversion{ConversionReviewVersions: []string{"v1"}, ClientConfig: a.webhook.clientConfig()}}
 	}
 	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(crd)
 	if err != nil {
@@ -66,21 +77,62 @@ func (r *Rule) CRD() *unstructured.Unstructured {
 	return &unstructured.Unstructured{Object: obj}
 }
 
-// root is the schema of the kind's objects: spec and status. A spec with
-// no required field defaults to {} with its fields' defaults applied (the
-// API server checks a default against the validations as it is, without
-// defaulting it further), so that an object written without a spec gets
-// them; otherwise spec is required.
-func (a *API) root() *spec.Schema {
-	sp := *a.Spec
+// ConversionWebhook is where the API server reaches syncloop's conversion
+// webhook (/convert): a URL (a syncloop outside the cluster, and tests),
+// or the Service in front of syncloop's replicas.
+type ConversionWebhook struct {
+	URL string
+	// Namespace and Name are the Service's; Port its port (443 when 0).
+	Namespace, Name string
+	Port            int32
+}
+
+// WebhookPath is where syncloop serves conversions.
+const WebhookPath = "/convert"
+
+// DefaultWebhookService is the name of the chart's Service in front of
+// syncloop's conversion webhook.
+const DefaultWebhookService = "syncloop-webhook"
+
+// SetConversionWebhook makes the CRDs of later loads convert through w
+// (the service syncloop-webhook in syncloop's namespace when zero).
+func (l *Loader) SetConversionWebhook(w ConversionWebhook) { l.webhook = w }
+
+// orDefault is w, or the default Service in namespace home.
+func (w ConversionWebhook) orDefault(home string) ConversionWebhook {
+	if w.URL == "" && w.Name == "" {
+		w.Name = DefaultWebhookService
+	}
+	if w.URL == "" && w.Namespace == "" {
+		w.Namespace = home
+	}
+	return w
+}
+
+func (w ConversionWebhook) clientConfig() *apiextv1.WebhookClientConfig {
+	if w.URL != "" {
+		u := w.URL
+		return &apiextv1.WebhookClientConfig{URL: &u}
+	}
+	path, port := WebhookPath, cmp.Or(w.Port, 443)
+	return &apiextv1.WebhookClientConfig{Service: &apiextv1.ServiceReference{Namespace: w.Namespace, Name: w.Name, Path: &path, Port: &port}}
+}
+
+// root is the schema of the kind's objects in version v: spec and
+// status. A spec with no required field defaults to {} with its fields'
+// defaults applied (the API server checks a default against the
+// validations as it is, without defaulting it further), so that an
+// object written without a spec gets them; otherwise spec is required.
+func (a *API) root(v *Version) *spec.Schema {
+	sp := *v.Spec
 	root := &spec.Schema{}
 	root.Type = spec.StringOrArray{"object"}
 	if len(sp.Required) > 0 {
 		root.Required = []string{"spec"}
 	} else {
 		sp.Default = map[string]any{}
-		if a.specDefault != nil {
-			sp.Default = a.specDefault
+		if v.specDefault != nil {
+			sp.Default = v.specDefault
 		}
 	}
 	root.Properties = map[string]spec.Schema{"spec": sp}
@@ -91,8 +143,8 @@ func (a *API) root() *spec.Schema {
 }
 
 // jsonSchema is root as a CRD holds it.
-func (a *API) jsonSchema() *apiextv1.JSONSchemaProps {
-	data, err := json.Marshal(a.root())
+func (a *API) jsonSchema(v *Version) *apiextv1.JSONSchemaProps {
+	data, err := json.Marshal(a.root(v))
 	if err != nil {
 		panic(fmt.Sprintf("a generated schema does not marshal: %v", err))
 	}
@@ -108,10 +160,10 @@ const readyPath = `.status.conditions[?(@.type=="Ready")]`
 
 // columns are the rule's printer columns, then Ready, its reason (with
 // -o wide) and Age unless the rule names columns so.
-func (a *API) columns() []apiextv1.CustomResourceColumnDefinition {
+func (v *Version) columns() []apiextv1.CustomResourceColumnDefinition {
 	var out []apiextv1.CustomResourceColumnDefinition
 	named := map[string]bool{}
-	for _, c := range a.Columns {
+	for _, c := range v.Columns {
 		out = append(out, apiextv1.CustomResourceColumnDefinition{Name: c.Name, Type: c.Type, Format: c.Format,
 			Description: c.Description, Priority: c.Priority, JSONPath: c.JSONPath})
 		named[strings.ToLower(c.Name)] = true
@@ -256,28 +308,33 @@ func toStructural(s *spec.Schema) (*structuralschema.Structural, error) {
 	return st, nil
 }
 
-// checkAPI checks the kind's schema as the API server will: structural,
-// and its x-kubernetes-validations compiled with the API server's CEL
-// environment and within its cost limit; the errors point at the rule or
-// the field of each. validations are the nodes of spec.api.validations.
-// It sets the defaulting of a.
-func (d *decoder) checkAPI(a *API, validations []*yaml.Node) {
-	if ss, err := toStructural(a.Spec); err == nil && len(a.Spec.Required) == 0 {
+// checkAPI checks each version of the kind as the API server will:
+// structural, and its x-kubernetes-validations compiled with the API
+// server's CEL environment and within its cost limit; the errors point at
+// the rule or the field of each. It sets the defaulting of each version.
+func (d *decoder) checkAPI(a *API) {
+	for _, v := range a.Versions {
+		d.checkVersion(a, v)
+	}
+}
+
+func (d *decoder) checkVersion(a *API, v *Version) {
+	if ss, err := toStructural(v.Spec); err == nil && len(v.Spec.Required) == 0 {
 		def := map[string]any{}
 		defaulting.Default(def, ss)
-		a.specDefault = def
+		v.specDefault = def
 	}
-	st, err := toStructural(a.root())
+	st, err := toStructural(a.root(v))
 	if err != nil {
-		d.errorAt(a.Pos, "spec.api", "the generated schema is not one the API server takes: %v", err)
+		d.errorAt(v.Pos, v.field, "the generated schema is not one the API server takes: %v", err)
 		return
 	}
-	a.defaults = func(obj map[string]any) { defaulting.Default(obj, st) }
+	v.defaults = func(obj map[string]any) { defaulting.Default(obj, st) }
 	spec := st.Properties["spec"]
 	errsBefore := len(d.errs)
-	d.checkValidations(a, &spec, validations)
+	d.checkValidations(v, &spec)
 	if len(d.errs) == errsBefore {
-		d.checkDefaults(a, &spec, "spec")
+		d.checkDefaults(v, &spec, "spec")
 	}
 }
 
@@ -285,23 +342,23 @@ func (d *decoder) checkAPI(a *API, validations []*yaml.Node) {
 // validations of its schema, as the API server does when the CRD is
 // applied (each default as it is, not defaulted further): the spec's
 // default is what an object written without a spec gets.
-func (d *decoder) checkDefaults(a *API, s *structuralschema.Structural, path string) {
+func (d *decoder) checkDefaults(v *Version, s *structuralschema.Structural, path string) {
 	def := s.Default.Object
 	if path == "spec" {
 		def = nil // spec's own is root's, and nil: a spec is required
-		if a.specDefault != nil {
-			def = a.specDefault
+		if v.specDefault != nil {
+			def = v.specDefault
 		}
 	}
 	if def != nil {
-		if v := apicel.NewValidator(s, false, celconfig.PerCallLimit); v != nil {
-			errs, _ := v.Validate(context.Background(), field.NewPath(path), s, runtime.DeepCopyJSONValue(def), nil, celconfig.RuntimeCELCostBudget)
+		if cv := apicel.NewValidator(s, false, celconfig.PerCallLimit); cv != nil {
+			errs, _ := cv.Validate(context.Background(), field.NewPath(path), s, runtime.DeepCopyJSONValue(def), nil, celconfig.RuntimeCELCostBudget)
 			for _, e := range errs {
 				if path == "spec" {
-					d.errorAt(a.FieldPos("spec"), "spec.api.spec", "an object written without a spec gets %s, its fields' defaults, which the API server refuses: %s: %s (give the fields defaults that pass, or make one required)",
+					d.errorAt(v.FieldPos("spec"), v.field+".spec", "an object written without a spec gets %s, its fields' defaults, which the API server refuses: %s: %s (give the fields defaults that pass, or make one required)",
 						jsonOf(def), e.Field, e.Detail)
 				} else {
-					d.errorAt(a.FieldPos(path), "spec.api."+path, "the default %s, which the API server refuses: %s: %s (give the fields defaults that pass, or another default)", jsonOf(def), e.Field, e.Detail)
+					d.errorAt(v.FieldPos(path), v.field+"."+path, "the default %s, which the API server refuses: %s: %s (give the fields defaults that pass, or another default)", jsonOf(def), e.Field, e.Detail)
 				}
 			}
 			if len(errs) > 0 {
@@ -309,7 +366,7 @@ func (d *decoder) checkDefaults(a *API, s *structuralschema.Structural, path str
 			}
 		}
 	}
-	eachChild(s, path, func(c *structuralschema.Structural, at string) { d.checkDefaults(a, c, at) })
+	eachChild(s, path, func(c *structuralschema.Structural, at string) { d.checkDefaults(v, c, at) })
 }
 
 func jsonOf(v any) string {

@@ -122,32 +122,32 @@ func addWithOverflowGuard(a, b uint64) uint64 {
 // checkValidations compiles the kind's validations — spec's, the rules
 // of spec.api.validations (validations), and those of markers — and
 // holds them to the API server's limits.
-func (d *decoder) checkValidations(a *API, spec *structuralschema.Structural, validations []*yaml.Node) {
+func (d *decoder) checkValidations(a *Version, spec *structuralschema.Structural) {
 	errsBefore := len(d.errs)
 	total := &celCost{}
-	d.compileValidations(a, spec, "spec", validations, celScope{card: ptr.To[uint64](1), total: total})
+	d.compileValidations(a, spec, "spec", a.validations, celScope{card: ptr.To[uint64](1), total: total})
 	if total.sum > staticCRDCostLimit && len(d.errs) == errsBefore {
-		d.errorAt(a.FieldPos(total.worst), "spec.api", "the kind's validations together may cost %d, more than the API server allows one kind (%d), most of it %s's: bound the lists, maps and strings they read with maxItems, maxProperties or maxLength",
+		d.errorAt(a.FieldPos(total.worst), a.field, "the kind's validations together may cost %d, more than the API server allows one kind (%d), most of it %s's: bound the lists, maps and strings they read with maxItems, maxProperties or maxLength",
 			total.sum, staticCRDCostLimit, total.worst)
 	}
 }
 
 // compileValidations compiles the x-kubernetes-validations of s, at path
 // in the object and in scope, and of its fields.
-func (d *decoder) compileValidations(a *API, s *structuralschema.Structural, path string, validations []*yaml.Node, scope celScope) {
+func (d *decoder) compileValidations(a *Version, s *structuralschema.Structural, path string, validations []*yaml.Node, scope celScope) {
 	if len(s.XValidations) > 0 {
 		results, err := apicel.Compile(s, model.SchemaDeclType(s, false), celconfig.PerCallLimit,
 			environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()), apicel.NewExpressionsEnvLoader())
 		if err != nil {
-			d.errorAt(a.FieldPos(path), "spec.api", "%s: the validations do not compile: %v", path, err)
+			d.errorAt(a.FieldPos(path), a.field, "%s: the validations do not compile: %v", path, err)
 			return
 		}
 		for i, res := range results {
 			// The spec's own are spec.api.validations; others are markers.
 			var node *yaml.Node
-			field := "spec.api." + path
+			field := a.field + "." + path
 			if path == "spec" && i < len(validations) {
-				node, field = validations[i], fmt.Sprintf("spec.api.validations[%d].rule", i)
+				node, field = validations[i], fmt.Sprintf("%s.validations[%d].rule", a.field, i)
 			}
 			d.checkCompiled(a, res, path, field, node, scope)
 		}
@@ -175,7 +175,7 @@ func eachChild(s *structuralschema.Structural, path string, f func(c *structural
 // checkCompiled reports what is wrong with one compiled validation of
 // the field at path (field names it for errors; node is its rule's, nil
 // for a marker's) and adds its cost to the scope's total.
-func (d *decoder) checkCompiled(a *API, res apicel.CompilationResult, path, field string, node *yaml.Node, scope celScope) {
+func (d *decoder) checkCompiled(a *Version, res apicel.CompilationResult, path, field string, node *yaml.Node, scope celScope) {
 	at := func(detail string) Pos {
 		if node == nil {
 			return a.FieldPos(path)

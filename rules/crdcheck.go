@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -58,9 +59,18 @@ func (d *decoder) checkServedCRD(r *Rule) {
 			a.CRDName(), AnnotationAdopt, r.Name)
 		return
 	}
+	forward := "add a field instead, or define a new kind"
+	if v := a.Version; v != nil && !a.Converts() {
+		forward = fmt.Sprintf("add a field instead, or list a new version %s with this schema in spec.api.versions beside %s as it was, with a conversion between them: docs/rules.md, \"Evolving an API\"",
+			nextVersion(v.Name), v.Name)
+	}
 	for _, c := range breakingChanges(served, a) {
-		d.errorAt(c.pos, c.field, "breaking change to the served CustomResourceDefinition %s: %s: the objects it serves could not follow (add a field instead, or define a new kind)",
-			a.CRDName(), c.msg)
+		if c.field == "spec.api.apiVersion" {
+			d.errorAt(c.pos, c.field, "breaking change to the served CustomResourceDefinition %s: %s", a.CRDName(), c.msg)
+			continue
+		}
+		d.errorAt(c.pos, c.field, "breaking change to the served CustomResourceDefinition %s: %s: the objects it serves could not follow (%s)",
+			a.CRDName(), c.msg, forward)
 	}
 }
 
@@ -98,27 +108,57 @@ func breakingChanges(served *unstructured.Unstructured, a *API) []change {
 	if s := crd.Spec.Scope; (s == apiextv1.NamespaceScoped) != a.Namespaced {
 		out = append(out, change{a.FieldPos("scope"), "spec.api.scope", fmt.Sprintf("the scope changed from %s", s)})
 	}
-	var version *apiextv1.CustomResourceDefinitionVersion
-	var names []string
-	for i, v := range crd.Spec.Versions {
-		names = append(names, v.Name)
-		if v.Name == a.GVK.Version {
-			version = &crd.Spec.Versions[i]
+	stored := crd.Status.StoredVersions
+	if len(stored) == 0 { // not read from an API server: its storage version
+		for _, sv := range crd.Spec.Versions {
+			if sv.Storage {
+				stored = append(stored, sv.Name)
+			}
 		}
 	}
-	if version == nil {
-		return append(out, change{a.FieldPos("apiVersion"), "spec.api.apiVersion",
-			fmt.Sprintf("it serves %s, not %s: another version needs conversion of the objects stored, which syncloop does not do", strings.Join(names, ", "), a.GVK.Version)})
+	for _, sv := range crd.Spec.Versions {
+		v := a.VersionNamed(sv.Name)
+		if v == nil {
+			if slices.Contains(stored, sv.Name) {
+				out = append(out, change{a.FieldPos("apiVersion"), "spec.api.apiVersion", removedVersion(a, sv.Name, stored)})
+			}
+			continue
+		}
+		if sv.Schema == nil || sv.Schema.OpenAPIV3Schema == nil {
+			continue
+		}
+		old, err := schemaOf(sv.Schema.OpenAPIV3Schema.Properties["spec"])
+		if err != nil {
+			out = append(out, change{v.Pos, v.field, fmt.Sprintf("the served schema of %s does not decode: %v", v.Name, err)})
+			continue
+		}
+		compareSchemas(v, old, v.Spec, "spec", &out)
 	}
-	if version.Schema == nil || version.Schema.OpenAPIV3Schema == nil {
-		return out
-	}
-	old, err := schemaOf(version.Schema.OpenAPIV3Schema.Properties["spec"])
-	if err != nil {
-		return append(out, change{a.Pos, "spec.api", fmt.Sprintf("the served schema does not decode: %v", err)})
-	}
-	compareSchemas(a, old, a.Spec, "spec", &out)
 	return out
+}
+
+// removedVersion says why version name, which objects are stored in, may
+// not leave the kind yet, and what to do instead.
+func removedVersion(a *API, name string, stored []string) string {
+	if !a.Converts() {
+		return fmt.Sprintf("the kind served %s and objects are stored in it: to serve %s, list both in spec.api.versions, with a conversion between them (docs/rules.md, \"Evolving an API\")",
+			name, a.GVK.Version)
+	}
+	return fmt.Sprintf("version %s is removed while objects may still be stored in it (status.storedVersions: %s): keep it, served or not, until the objects are stored in %s",
+		name, strings.Join(stored, ", "), a.StorageVersion().Name)
+}
+
+// nextVersion is the version after name: v1alpha1 → v1alpha2, v1 → v2.
+func nextVersion(name string) string {
+	i := len(name)
+	for i > 0 && name[i-1] >= '0' && name[i-1] <= '9' {
+		i--
+	}
+	n, err := strconv.Atoi(name[i:])
+	if err != nil {
+		return name + "2"
+	}
+	return name[:i] + strconv.Itoa(n+1)
 }
 
 func schemaOf(p apiextv1.JSONSchemaProps) (*spec.Schema, error) {
@@ -132,9 +172,9 @@ func schemaOf(p apiextv1.JSONSchemaProps) (*spec.Schema, error) {
 
 // compareSchemas adds the breaking changes from old to new, the schemas
 // of the field at path.
-func compareSchemas(a *API, old, new *spec.Schema, path string, out *[]change) {
+func compareSchemas(a *Version, old, new *spec.Schema, path string, out *[]change) {
 	add := func(p, format string, args ...any) {
-		*out = append(*out, change{a.FieldPos(p), "spec.api." + p, fmt.Sprintf(format, args...)})
+		*out = append(*out, change{a.FieldPos(p), a.field + "." + p, fmt.Sprintf(format, args...)})
 	}
 	if ot, nt := schemaKind(old), schemaKind(new); ot != nt {
 		add(path, "%s is retyped from %s to %s", path, ot, nt)
@@ -222,19 +262,49 @@ func CRDDiff(served, want *unstructured.Unstructured) []string {
 	s.Spec.Names.ListKind = w.Spec.Names.ListKind // defaulted by the API server
 	differ("names", s.Spec.Names, w.Spec.Names)
 	differ("scope", s.Spec.Scope, w.Spec.Scope)
-	var sv *apiextv1.CustomResourceDefinitionVersion
-	for i := range s.Spec.Versions {
-		if s.Spec.Versions[i].Name == w.Spec.Versions[0].Name {
-			sv = &s.Spec.Versions[i]
+	servedVersions := map[string]apiextv1.CustomResourceDefinitionVersion{}
+	for _, v := range s.Spec.Versions {
+		servedVersions[v.Name] = v
+	}
+	for _, wv := range w.Spec.Versions {
+		sv, ok := servedVersions[wv.Name]
+		if !ok {
+			out = append(out, fmt.Sprintf("version %s is not served", wv.Name))
+			continue
 		}
+		delete(servedVersions, wv.Name)
+		at := ""
+		if len(w.Spec.Versions) > 1 {
+			at = wv.Name + " "
+		}
+		differ(at+"schema", sv.Schema, wv.Schema)
+		differ(at+"subresources", sv.Subresources, wv.Subresources)
+		differ(at+"printer columns", sv.AdditionalPrinterColumns, wv.AdditionalPrinterColumns)
+		differ(at+"served, storage, deprecated", []any{sv.Served, sv.Storage, sv.Deprecated, sv.DeprecationWarning},
+			[]any{wv.Served, wv.Storage, wv.Deprecated, wv.DeprecationWarning})
 	}
-	if sv == nil {
-		return append(out, fmt.Sprintf("version %s is not served", w.Spec.Versions[0].Name))
+	for _, name := range slices.Sorted(maps.Keys(servedVersions)) {
+		out = append(out, fmt.Sprintf("version %s is served but not defined", name))
 	}
-	wv := w.Spec.Versions[0]
-	differ("schema", sv.Schema, wv.Schema)
-	differ("subresources", sv.Subresources, wv.Subresources)
-	differ("printer columns", sv.AdditionalPrinterColumns, wv.AdditionalPrinterColumns)
+	differ("conversion", conversionOf(s.Spec.Conversion, w.Spec.Conversion), conversionOf(w.Spec.Conversion, nil))
+	return out
+}
+
+// conversionOf is c as CRDDiff compares it: the strategy and where the
+// webhook is; its CA bundle only when want (the generated one) has one,
+// for a CA bundle another keeps (cert-manager's) is not the rule's.
+func conversionOf(c, want *apiextv1.CustomResourceConversion) any {
+	if c == nil || c.Strategy == "" || c.Strategy == apiextv1.NoneConverter {
+		return "None"
+	}
+	out := map[string]any{"strategy": c.Strategy}
+	if c.Webhook != nil && c.Webhook.ClientConfig != nil {
+		cc := *c.Webhook.ClientConfig
+		if want != nil && (want.Webhook == nil || want.Webhook.ClientConfig == nil || len(want.Webhook.ClientConfig.CABundle) == 0) {
+			cc.CABundle = nil
+		}
+		out["clientConfig"] = cc
+	}
 	return out
 }
 

@@ -41,9 +41,6 @@ type decoder struct {
 	// at is where every value and key of the document was written (posKey),
 	// for the schema checks' errors; dropped with the decoder.
 	at map[string]Pos
-	// apiRules are the rule nodes of spec.api.validations, for the errors
-	// of their compilation.
-	apiRules []*yaml.Node
 }
 
 // settings are what a Loader decides for every rule it decodes.
@@ -61,6 +58,9 @@ type settings struct {
 	manageCRDs   bool
 	identities   identities
 	tenant       string // the namespace a tenant rule is confined to (Loader.ForTenant)
+	// webhook is where the API server reaches syncloop to convert the
+	// kinds rules define (Loader.SetConversionWebhook).
+	webhook ConversionWebhook
 }
 
 func (d *decoder) pos(n *yaml.Node) Pos {

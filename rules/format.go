@@ -125,31 +125,57 @@ var RuleFormat = fieldObj("", "A syncloop rule: what to watch, and the objects a
 // apiFormat is spec.api: the kind a rule defines and serves, whose
 // CustomResourceDefinition syncloop generates and keeps.
 var apiFormat = fieldObj("api", "A kind the rule defines and serves: syncloop generates its CustomResourceDefinition from this schema and the rule's status, keeps it in the cluster, and watches the kind.",
-	must(fieldStr("apiVersion", "The kind's group/version, e.g. example.syncloop.dev/v1: the group a domain with a dot, the version like v1 or v1alpha1.")),
-	must(fieldStr("kind", "The kind, CamelCase, e.g. App.")),
-	&Field{Name: "scope", Type: "string", Enum: []string{"Namespaced", "Cluster"}, Desc: "Namespaced (default) or Cluster."},
-	fieldStr("plural", "The resource name, lower case; derived from the kind when left out (App: apps, Policy: policies)."),
-	fieldStr("singular", "The singular name, lower case; the kind in lower case when left out."),
-	fieldList("shortNames", "Short names kubectl accepts, lower case.", fieldStr("", "A short name.")),
-	fieldList("categories", "Categories the kind belongs to (kubectl get <category>).", fieldStr("", "A category.")),
-	must(fieldAny("spec", "The fields of the kind's spec in kro's simple schema: a name to a type and markers (\"integer | default=1 minimum=0\") or to a mapping of fields.")),
-	fieldAny("types", "Named types the spec's fields may use: a name to a mapping of fields, or to a type with markers."),
-	fieldList("validations", "CEL rules on the spec (x-kubernetes-validations): the API server refuses an object that breaks one.",
-		fieldObj("", "A validation rule; self is the spec, oldSelf the spec before an update.",
-			must(fieldCEL("rule", "What must hold")),
-			fieldStr("message", "The error when it does not."),
-			fieldCEL("messageExpression", "The error, computed"),
-			fieldStr("reason", "FieldValueInvalid (default), FieldValueForbidden, FieldValueRequired or FieldValueDuplicate."),
-			fieldStr("fieldPath", "The field the error is reported at, e.g. .replicas."))),
-	fieldList("printerColumns", "Columns kubectl get shows, after NAME and before READY and AGE, which are always there.",
-		fieldObj("", "A column.",
-			must(fieldStr("name", "The column's title.")),
-			must(&Field{Name: "type", Type: "string", Enum: []string{"string", "integer", "number", "boolean", "date"}, Desc: "The values' type."}),
-			must(fieldStr("jsonPath", "Where the value is, e.g. .spec.replicas.")),
-			fieldStr("description", "What the column shows."),
-			fieldStr("format", "How the value is shown, e.g. int32 or date-time."),
-			&Field{Name: "priority", Type: "integer", Desc: "0 (default): shown always; more: only with -o wide."})),
-)
+	append([]*Field{
+		must(fieldStr("apiVersion", "The kind's group and the version the rule reads, e.g. example.syncloop.dev/v1: the group a domain with a dot, the version like v1 or v1alpha1.")),
+		must(fieldStr("kind", "The kind, CamelCase, e.g. App.")),
+		&Field{Name: "scope", Type: "string", Enum: []string{"Namespaced", "Cluster"}, Desc: "Namespaced (default) or Cluster."},
+		fieldStr("plural", "The resource name, lower case; derived from the kind when left out (App: apps, Policy: policies)."),
+		fieldStr("singular", "The singular name, lower case; the kind in lower case when left out."),
+		fieldList("shortNames", "Short names kubectl accepts, lower case.", fieldStr("", "A short name.")),
+		fieldList("categories", "Categories the kind belongs to (kubectl get <category>).", fieldStr("", "A category.")),
+		fieldList("versions", "The kind's versions, each with its schema, instead of spec, types, validations and printerColumns here: one is stored, the others convert to and from it.",
+			fieldObj("", "A version of the kind.", append([]*Field{
+				must(fieldStr("name", "The version, e.g. v1 or v1alpha1.")),
+				&Field{Name: "storage", Type: "boolean", Desc: "The version objects are stored in: exactly one has it (with one version, that one)."},
+				&Field{Name: "served", Type: "boolean", Desc: "Whether clients may read and write it (default true)."},
+				&Field{Name: "deprecated", Type: "boolean", Desc: "The API server warns every client that uses it."},
+				fieldStr("deprecationWarning", "The warning, instead of the API server's own."),
+				conversionFormat("toStorage", "How an object of this version becomes one of the storage version."),
+				conversionFormat("fromStorage", "How an object of the storage version becomes one of this version."),
+			}, versionFormat()...)...)),
+	}, versionFormat()...)...)
+
+// versionFormat are the fields of a version of a kind: spec.api's own for
+// a kind of one version, each of spec.api.versions' otherwise.
+func versionFormat() []*Field {
+	return []*Field{
+		fieldAny("spec", "The fields of the kind's spec in kro's simple schema: a name to a type and markers (\"integer | default=1 minimum=0\") or to a mapping of fields."),
+		fieldAny("types", "Named types the spec's fields may use: a name to a mapping of fields, or to a type with markers."),
+		fieldList("validations", "CEL rules on the spec (x-kubernetes-validations): the API server refuses an object that breaks one.",
+			fieldObj("", "A validation rule; self is the spec, oldSelf the spec before an update.",
+				must(fieldCEL("rule", "What must hold")),
+				fieldStr("message", "The error when it does not."),
+				fieldCEL("messageExpression", "The error, computed"),
+				fieldStr("reason", "FieldValueInvalid (default), FieldValueForbidden, FieldValueRequired or FieldValueDuplicate."),
+				fieldStr("fieldPath", "The field the error is reported at, e.g. .replicas."))),
+		fieldList("printerColumns", "Columns kubectl get shows, after NAME and before READY and AGE, which are always there.",
+			fieldObj("", "A column.",
+				must(fieldStr("name", "The column's title.")),
+				must(&Field{Name: "type", Type: "string", Enum: []string{"string", "integer", "number", "boolean", "date"}, Desc: "The values' type."}),
+				must(fieldStr("jsonPath", "Where the value is, e.g. .spec.replicas.")),
+				fieldStr("description", "What the column shows."),
+				fieldStr("format", "How the value is shown, e.g. int32 or date-time."),
+				&Field{Name: "priority", Type: "integer", Desc: "0 (default): shown always; more: only with -o wide."})),
+	}
+}
+
+// conversionFormat is a conversion between a version and the storage one.
+func conversionFormat(name, desc string) *Field {
+	return fieldObj(name, desc,
+		fieldAny("spec", "The converted object's spec: a template over object, the object being converted; fields of the same name and type in both versions are copied unless written here."),
+		fieldList("lossy", "Fields of the converted object (e.g. spec.ports) that nothing here produces: left unset, or restored from the round-trip annotation when the object was this version before.",
+			fieldStr("", "A field path, e.g. spec.ports.")))
+}
 
 // objectRefFormat names an object in a test.
 func objectRefFormat(name, desc string) *Field {

@@ -26,7 +26,7 @@ func TestKroWebApplication(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := set.Get("webapp")
-	if got := strings.Join(r.API.Spec.Required, ","); got != "name,image,values" {
+	if got := strings.Join(r.API.Version.Spec.Required, ","); got != "name,image,values" {
 		t.Errorf("required %s, want name,image,values", got)
 	}
 	if testing.Short() {

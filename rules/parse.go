@@ -225,6 +225,7 @@ func (d *decoder) decodeSpec(r *Rule, spec *yaml.Node, docVal any, pos positions
 		if r.API == nil {
 			return // the rule's kind is not known: its expressions would say so again
 		}
+		d.decodeConversions(r.API, n, docVal, pos, c)
 		r.Watch.KindRef = r.API.KindRef
 		r.Watch.LabelSelector, r.Watch.FieldSelector = labels.Everything(), fields.Everything()
 	}
