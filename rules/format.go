@@ -193,7 +193,7 @@ var TestFormat = fieldObj("", "A test of rules without a cluster: render them ag
 	must(fieldObj("metadata", "The test's name.", must(fieldStr("name", "The name PASS and FAIL lines show.")))),
 	must(fieldList("rules", "Rule files or directories, relative to this file.", fieldStr("", "A path."))),
 	must(fieldList("objects", "Object files or directories, relative to this file: triggers, lookup targets, CRDs, live children.", fieldStr("", "A path."))),
-	must(fieldList("expect", "What the rules must make of triggers.",
+	fieldList("expect", "What the rules must make of triggers (required unless conversions are given).",
 		fieldObj("", "What one rule must make of one trigger.",
 			must(fieldStr("rule", "The rule's name.")),
 			must(objectRefFormat("trigger", "The trigger.")),
@@ -203,7 +203,11 @@ var TestFormat = fieldObj("", "A test of rules without a cluster: render them ag
 			fieldList("conflicts", "Children that must be conflicts: not applied, an object among the objects that the rule may not take over holds their name, or a lookup reads them. A conflict not listed fails the test.", objectRefFormat("", "An object.")),
 			fieldAny("status", "A partial status that must match."),
 			&Field{Name: "skipped", Type: "boolean", Desc: "Whether the rule's when is false for the trigger."},
-			fieldStr("error", "A substring of the error rendering must fail with.")))),
+			fieldStr("error", "A substring of the error rendering must fail with."))),
+	fieldList("conversions", "Conversions between the versions of a kind a rule defines (spec.api.versions): an object in one version, and what it must be in another. Besides these, every object among the objects of such a kind must come back unchanged from every other version.",
+		fieldObj("", "One conversion.",
+			must(fieldAny("object", "The object converted: apiVersion, kind, metadata.name and its fields.")),
+			must(fieldAny("expect", "What it must become: a partial object in the version converted to, whose fields must all match.")))),
 )
 
 // known are the fields of the object at path in f ("spec.watch";

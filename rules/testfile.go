@@ -21,6 +21,18 @@ type Test struct {
 	Rules   []string
 	Objects []string
 	Expect  []*Expectation
+	// Conversions are conversions between the versions of a kind.
+	Conversions []*ConversionCase
+}
+
+// ConversionCase is an object in one version of a kind a rule defines,
+// and what it must be in another.
+type ConversionCase struct {
+	Pos   Pos
+	Field string // conversions[i]
+	// Object is converted to the version of Expect's apiVersion; Expect
+	// must match the result as a subset.
+	Object, Expect map[string]any
 }
 
 // Expectation is what one rule must make of one trigger.
@@ -140,9 +152,18 @@ func (d *decoder) decodeTest(root *yaml.Node, dir string) *Test {
 	}
 	t.Rules = paths("rules")
 	t.Objects = paths("objects")
+	if cn, ok := f["conversions"]; ok {
+		for i, c := range d.seq(cn, "conversions") {
+			if cc := d.decodeConversionCase(c, fmt.Sprintf("conversions[%d]", i)); cc != nil {
+				t.Conversions = append(t.Conversions, cc)
+			}
+		}
+	}
 	n, ok := f["expect"]
 	if !ok {
-		d.errorf(root, "expect", "required: what the rules must render")
+		if _, ok := f["conversions"]; !ok {
+			d.errorf(root, "expect", "required: what the rules must render")
+		}
 		return t
 	}
 	for i, en := range d.seq(n, "expect") {
@@ -154,6 +175,34 @@ func (d *decoder) decodeTest(root *yaml.Node, dir string) *Test {
 		d.errorf(n, "expect", "must list at least one expectation")
 	}
 	return t
+}
+
+// decodeConversionCase decodes one of a test's conversions.
+func (d *decoder) decodeConversionCase(n *yaml.Node, field string) *ConversionCase {
+	f := d.fields(n, field, TestFormat.known("conversions")...)
+	if f == nil {
+		return nil
+	}
+	c := &ConversionCase{Pos: d.pos(resolve(n)), Field: field}
+	for key, to := range map[string]*map[string]any{"object": &c.Object, "expect": &c.Expect} {
+		vn, ok := f[key]
+		if !ok {
+			d.errorf(n, field+"."+key, "required: an object with apiVersion and kind")
+			continue
+		}
+		v, ok := d.value(vn, nil, field+"."+key, positions{})
+		m, isMap := v.(map[string]any)
+		switch {
+		case !ok:
+		case !isMap:
+			d.errorf(vn, field+"."+key, "must be a mapping: an object")
+		case m["apiVersion"] == nil || m["kind"] == nil:
+			d.errorf(vn, field+"."+key, "apiVersion and kind are required")
+		default:
+			*to = m
+		}
+	}
+	return c
 }
 
 func (d *decoder) decodeExpectation(n *yaml.Node, field string) *Expectation {

@@ -186,10 +186,27 @@ func TestChartTemplate(t *testing.T) {
 		r.get(t, "ServiceAccount", "rel-syncloop")
 		r.get(t, "Service", "rel-syncloop-metrics")
 		r.get(t, "Pod", "rel-syncloop-validate-rules")
-		for _, absent := range []string{"ServiceMonitor/rel-syncloop", "PodDisruptionBudget/rel-syncloop"} {
+		for _, absent := range []string{"ServiceMonitor/rel-syncloop"} {
 			if r[absent] != nil {
 				t.Errorf("%s rendered by default", absent)
 			}
+		}
+		// Two replicas: one kept through drains, for the conversion
+		// webhook every replica serves (not ready ones too).
+		if pdb := r.get(t, "PodDisruptionBudget", "rel-syncloop"); fmt.Sprint(pdb.Object["spec"].(map[string]any)["minAvailable"]) != "1" {
+			t.Errorf("PodDisruptionBudget %v", pdb.Object["spec"])
+		}
+		if svc := r.get(t, "Service", "rel-syncloop-webhook"); svc.Object["spec"].(map[string]any)["publishNotReadyAddresses"] != true {
+			t.Errorf("the webhook Service does not publish replicas not ready: %v", svc.Object["spec"])
+		}
+		// The Secret syncloop names for its installation (rel), made by
+		// the chart so that syncloop needs no right to create Secrets.
+		if rules := fmt.Sprint(r.get(t, "Role", "rel-syncloop-webhook").Object["rules"]); rules != "[map[apiGroups:[] resourceNames:[syncloop-rel-webhook-tls] resources:[secrets] verbs:[get list watch update]]]" {
+			t.Errorf("the webhook's Role: %s; want its Secret alone, no create", rules)
+		}
+		r.get(t, "Secret", "syncloop-rel-webhook-tls")
+		if args := fmt.Sprint(r.get(t, "Deployment", "rel-syncloop").Object["spec"]); !strings.Contains(args, "--webhook-bind-address=:9443") || !strings.Contains(args, "--webhook-service=syncloop-system/rel-syncloop-webhook:443") {
+			t.Errorf("the Deployment does not serve the webhook behind its Service")
 		}
 	})
 

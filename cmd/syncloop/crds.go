@@ -42,5 +42,6 @@ GitOps (run --manage-crds=false). Rules that define no kind print nothing.`,
 		},
 	}
 	rf.register(cmd)
+	rf.webhook.register(cmd)
 	return cmd
 }

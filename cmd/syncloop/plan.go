@@ -63,6 +63,7 @@ or why it would halt.`,
 		},
 	}
 	rf.register(cmd)
+	rf.webhook.register(cmd)
 	rf.registerInstallation(cmd)
 	rf.registerIdentity(cmd)
 	cf.register(cmd)

@@ -28,6 +28,9 @@ type ruleFlags struct {
 	// checked against; manageCRDs as run --manage-crds.
 	served     rules.CRDSource
 	manageCRDs bool
+	// webhook is where the CRDs of kinds of several versions send their
+	// conversions.
+	webhook webhookFlags
 	// loader is what load loaded with.
 	loader *rules.Loader
 }
@@ -89,6 +92,11 @@ func (f *ruleFlags) load(stderr io.Writer, cl *manager.Clients, crds ...*unstruc
 	if err := l.SetIdentities(f.home, sa); err != nil {
 		return nil, err
 	}
+	wh, err := f.webhook.config()
+	if err != nil {
+		return nil, err
+	}
+	l.SetConversionWebhook(wh)
 	if f.tenant != "" {
 		if l, err = l.ForTenant(f.tenant); err != nil {
 			return nil, fmt.Errorf("--%w", err)

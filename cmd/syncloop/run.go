@@ -138,11 +138,13 @@ version in force; at start, files that fail are left out and reported.`,
 
 func (f *runFlags) register(cmd *cobra.Command) {
 	f.rf.register(cmd)
+	f.rf.webhook.register(cmd)
 	f.rf.registerInstallation(cmd)
 	f.rf.registerIdentity(cmd)
 	f.cf.register(cmd)
 	cmd.Flags().StringVar(&f.serve.Metrics, "metrics-bind-address", ":8080", "address of /metrics (0 turns it off)")
 	cmd.Flags().StringVar(&f.serve.Probes, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (0 turns them off)")
+	cmd.Flags().StringVar(&f.serve.Webhook, "webhook-bind-address", "0", "address of the conversion webhook (/convert, TLS) of the kinds rules define in several versions, e.g. :9443 (the chart sets it: every replica serves it); 0: off, the CRDs then convert through a webhook served elsewhere")
 	cmd.Flags().StringVar(&f.serve.Pprof, "pprof-bind-address", "", "address of /debug/pprof/, Go's profiler (empty or 0: off)")
 	cmd.Flags().DurationVar(&f.drainPeriod, "drain-timeout", 30*time.Second, "on shutdown, how long in-flight reconciles may take before their requests are cancelled")
 	cmd.Flags().StringVar(&f.events, "events", "warnings", "Events on triggers: warnings (a Failed Event for each failure) or all (also one Normal Event for each reconcile that changed something)")
@@ -197,6 +199,10 @@ func (f *runFlags) options(cmd *cobra.Command) (manager.Options, error) {
 	if err != nil {
 		return manager.Options{}, err
 	}
+	webhook, err := f.rf.webhook.config()
+	if err != nil {
+		return manager.Options{}, err
+	}
 	return manager.Options{
 		Config:       cfg,
 		Rules:        f.rf.paths,
@@ -208,7 +214,7 @@ func (f *runFlags) options(cmd *cobra.Command) (manager.Options, error) {
 		Events:       f.events,
 		DryRun:       dryRun,
 		Mode:         mode,
-		NoManageCRDs: !f.cf.manageCRDs,
+		CRDs:         manager.CRDs{NoManage: !f.cf.manageCRDs, Webhook: webhook},
 		// syncloop's own objects live with its Leases.
 		SyncloopNamespace: leaseNS,
 		RulesConfigMap:    f.rulesConfigMap,

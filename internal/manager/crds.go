@@ -2,7 +2,9 @@ package manager
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -56,6 +58,9 @@ type crdKeeper struct {
 	applied func(rule, result string)
 	// panicked counts the panics a keep contains; nil: not counted.
 	panicked func(rule, where string)
+	// caBundle is what the CRDs of kinds that convert trust to reach
+	// syncloop's webhook; nil when the webhook is not served here.
+	caBundle func() []byte
 }
 
 // failed are the CRDs the last keep could not keep, and why.
@@ -138,7 +143,10 @@ func (k *crdKeeper) keep(ctx context.Context, set *rules.Set) (failed bool) {
 
 // keepOne keeps the CRD of the kind r defines; what says what failed.
 func (k *crdKeeper) keepOne(ctx context.Context, r *rules.Rule, deadline time.Time, count func(rule, result string)) (what string, err error) {
-	want := r.CRD()
+	want, err := k.want(ctx, r, deadline)
+	if err != nil {
+		return "Waiting for the conversion webhook's certificate", err
+	}
 	served, err := k.CRD(want.GetName())
 	if err != nil {
 		return "Reading the CustomResourceDefinition", err
@@ -158,6 +166,27 @@ func (k *crdKeeper) keepOne(ctx context.Context, r *rules.Rule, deadline time.Ti
 		return "Waiting for the CustomResourceDefinition to be established", err
 	}
 	return "", nil
+}
+
+// want is the CRD of the kind r defines as it is to be served: with the
+// CA bundle of syncloop's conversion webhook when its kind converts —
+// waited for until deadline when the first rule that converts has just
+// started the webhook's certificate keeper.
+func (k *crdKeeper) want(ctx context.Context, r *rules.Rule, deadline time.Time) (*unstructured.Unstructured, error) {
+	crd := r.CRD()
+	if !r.API.Converts() || k.caBundle == nil {
+		return crd, nil
+	}
+	var bundle []byte
+	_ = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, max(time.Until(deadline), 50*time.Millisecond), true, func(context.Context) (bool, error) {
+		bundle = k.caBundle()
+		return len(bundle) > 0, nil
+	})
+	if len(bundle) == 0 {
+		return nil, errors.New("the conversion webhook has no certificate yet (its Secret is being made)")
+	}
+	err := unstructured.SetNestedField(crd.Object, base64.StdEncoding.EncodeToString(bundle), "spec", "conversion", "webhook", "clientConfig", "caBundle")
+	return crd, err
 }
 
 // needsApply reports whether the served CRD (nil: none) is not yet want:

@@ -62,10 +62,8 @@ type Options struct {
 	// the ConfigMap the rule files are mounted from: why a file did not
 	// load becomes a Warning Event on it. "": none.
 	RulesConfigMap string
-	// NoManageCRDs (--manage-crds=false) leaves the CRDs of the kinds
-	// rules define to others (GitOps): syncloop only checks that the
-	// served ones are those the rules generate.
-	NoManageCRDs bool
+	// CRDs say how the CRDs of the kinds rules define are kept.
+	CRDs CRDs
 	// DefaultServiceAccount is the identity of every rule that names none
 	// (rules.Loader.SetIdentities); zero: syncloop's own.
 	DefaultServiceAccount rules.ServiceAccount
@@ -77,6 +75,21 @@ type Options struct {
 	TenantRules bool
 }
 
+// CRDs say how the CRDs of the kinds rules define are kept, and how the
+// API server reaches syncloop to convert their objects between versions.
+type CRDs struct {
+	// NoManage (--manage-crds=false) leaves the CRDs to others (GitOps):
+	// syncloop only checks that the served ones are those the rules
+	// generate.
+	NoManage bool
+	// Webhook is where the API server reaches the conversion webhook
+	// (rules.Loader.SetConversionWebhook).
+	Webhook rules.ConversionWebhook
+	// Secret is the Secret in SyncloopNamespace that holds the webhook's
+	// CA and serving certificate (default syncloop-webhook-tls).
+	Secret string
+}
+
 // Addresses are where syncloop serves; "" or "0" turns each off.
 type Addresses struct {
 	// Metrics serves /metrics; Probes /healthz and /readyz.
@@ -85,6 +98,8 @@ type Addresses struct {
 	// never beside /metrics: a profile costs CPU, and its address is
 	// opened on purpose.
 	Pprof string
+	// Webhook serves the conversion webhook (/convert), over TLS.
+	Webhook string
 }
 
 // DryRun is where a dry run prints: the plan of every write (text, or
@@ -154,6 +169,8 @@ func newProcess(ctx context.Context, o Options) (*process, error) {
 		return nil, err
 	}
 	p.rules.announcer = &announcer{configMap: cm, core: p.clients.Core, recorder: recorder}
+	p.rules.conversions = newConversions(o, p.clients, metrics.NewConversions(p.reg), serves(o.Serve.Webhook))
+	p.rules.crds.caBundle = p.rules.conversions.caBundle()
 	p.rules.revisions.recorder = recorder
 	if p.rules.tenants != nil {
 		p.rules.tenants.recorder = recorder
@@ -208,7 +225,15 @@ func (p *process) listen() error {
 		p.servers = append(p.servers, srv)
 	}
 	if serves(o.Serve.Probes) {
-		srv, err := listen(o.Serve.Probes, "health probes", probes(p.engine, p.rules.files, p.rules.crds, p.rules.revisions, o.Mode))
+		srv, err := listen(o.Serve.Probes, "health probes", probes(p.engine, p.rules.files, p.rules.crds, p.rules.revisions, p.rules.conversions, o.Mode))
+		if err != nil {
+			p.closeServers()
+			return err
+		}
+		p.servers = append(p.servers, srv)
+	}
+	if serves(o.Serve.Webhook) {
+		srv, err := p.rules.conversions.listen(o.Serve.Webhook)
 		if err != nil {
 			p.closeServers()
 			return err

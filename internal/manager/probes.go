@@ -40,7 +40,7 @@ func (f *fileErrors) get() []reload.FileError {
 // each rule's state and why one is not running, and the rule files that
 // failed to load. A replica is ready when its mode is and every rule's
 // informers have synced, or when it stands by.
-func probes(eng *engine.Engine, files *fileErrors, crds *crdKeeper, revisions *revisionKeeper, mode Mode) http.Handler {
+func probes(eng *engine.Engine, files *fileErrors, crds *crdKeeper, revisions *revisionKeeper, conv *conversions, mode Mode) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
@@ -76,6 +76,10 @@ func probes(eng *engine.Engine, files *fileErrors, crds *crdKeeper, revisions *r
 		// A revision not recorded is history missing, not a rule stopped.
 		for _, f := range revisions.failed() {
 			fmt.Fprintln(&b, f)
+		}
+		if line, ok := conv.status(); line != "" {
+			fmt.Fprintln(&b, line)
+			ready = ready && ok
 		}
 		if failed := crds.failed(); len(failed) > 0 {
 			ready = false

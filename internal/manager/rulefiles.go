@@ -36,6 +36,8 @@ type ruleFiles struct {
 	revisions *revisionKeeper
 	announcer *announcer // Events on the rules ConfigMap; nil: none
 	tenants   *tenants   // --tenant-rules: the teams' ConfigMaps; nil: none
+	// conversions convert the kinds of every set loaded, on every replica.
+	conversions *conversions
 	// active is true while this replica runs the engine: only then does
 	// it keep the CRDs of the kinds rules define.
 	active atomic.Bool
@@ -92,7 +94,8 @@ func newRuleFiles(logger klog.Logger, o Options, c *Clients, m *metrics.Metrics)
 	}
 	loader.UseSchemas(c.Schemas)
 	loader.UseScopes(c.Mapper)
-	crds := newCRDKeeper(c, !o.NoManageCRDs)
+	loader.SetConversionWebhook(o.CRDs.Webhook)
+	crds := newCRDKeeper(c, !o.CRDs.NoManage)
 	crds.applied, crds.panicked = m.CRDApplied, m.Panicked
 	loader.UseServedCRDs(crds, crds.manage)
 	src := reload.NewSource(loader, o.Rules)
@@ -172,6 +175,15 @@ func (f *ruleFiles) load(ctx context.Context) *rules.Set {
 	if f.tenants != nil {
 		f.tenants.start(ctx)
 	}
+	if c := f.conversions.certs; c != nil {
+		// A new CA must reach every CRD that converts before the serving
+		// certificate is signed by it.
+		c.OnBundleChange(func() {
+			if f.active.Load() {
+				f.keepCRDs(ctx, f.current.get())
+			}
+		})
+	}
 	loaded := f.src.Load()
 	if f.awaitSchemas(ctx, loaded.Set) {
 		f.src.Invalidate()
@@ -181,6 +193,7 @@ func (f *ruleFiles) load(ctx context.Context) *rules.Set {
 	logWarnings(logger, loaded.Set)
 	f.metrics.RulesLoaded(loaded.Set.Len())
 	f.metrics.Reloaded(len(loaded.Errors) > 0)
+	f.conversions.use(ctx, loaded.Set)
 	f.inForce(ctx, loaded.Set)
 	f.current.put(loaded.Set)
 	return loaded.Set
@@ -248,6 +261,7 @@ func (f *ruleFiles) watch(ctx context.Context) <-chan struct{} {
 			f.metrics.Reloaded(len(st.Errors) > 0)
 			f.metrics.RulesLoaded(st.Set.Len())
 			logger.Info("Rule files reloaded", "rules", st.Set.Len(), "fileErrors", len(st.Errors))
+			f.conversions.use(ctx, st.Set)
 			f.inForce(ctx, st.Set)
 			f.current.put(st.Set)
 			select {

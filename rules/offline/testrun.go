@@ -54,6 +54,7 @@ func RunTest(ctx context.Context, opts expr.Options, t *rules.Test, tenant strin
 		}
 		failures = append(failures, check(e, set, res)...)
 	}
+	failures = append(failures, checkConversions(ctx, t, set, objs)...)
 	return failures, nil
 }
 

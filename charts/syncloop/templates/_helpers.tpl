@@ -132,3 +132,15 @@ one.
   {{- toYaml .Values.rbac.rules | nindent 2 }}
 {{- end }}
 {{- end }}
+
+{{/*
+The Secret of the conversion webhook's CA and certificate, as syncloop
+names it: syncloop-webhook-tls, or syncloop-<installation>-webhook-tls.
+*/}}
+{{- define "syncloop.webhookSecret" -}}
+{{- with include "syncloop.installation" . -}}
+syncloop-{{ . }}-webhook-tls
+{{- else -}}
+syncloop-webhook-tls
+{{- end -}}
+{{- end }}

@@ -1,0 +1,107 @@
+package manager
+
+import (
+	"cmp"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sync"
+
+	"github.com/syncloop/syncloop/internal/metrics"
+	"github.com/syncloop/syncloop/internal/webhook"
+	"github.com/syncloop/syncloop/rules"
+)
+
+// conversions serve, on every replica, the conversion webhook of the kinds
+// the rules in force define in several versions, and keep its
+// certificate once a rule needs it: a syncloop whose kinds have one
+// version each needs no Secret.
+type conversions struct {
+	converter *webhook.Converter
+	certs     *webhook.Certs // nil: the webhook is not served here
+	once      sync.Once
+}
+
+// secretName is the Secret of the webhook's certificate by default.
+func secretName(installation string) string {
+	if installation == "" {
+		return "syncloop-webhook-tls"
+	}
+	return "syncloop-" + installation + "-webhook-tls"
+}
+
+// newConversions builds the converter, and the certificate keeper when
+// the webhook is served (serve).
+func newConversions(o Options, c *Clients, reg *metrics.Conversions, serve bool) *conversions {
+	cv := &conversions{converter: webhook.NewConverter()}
+	cv.converter.Metrics = reg
+	if serve {
+		cv.certs = webhook.NewCerts(c.Core, o.SyncloopNamespace, cmp.Or(o.CRDs.Secret, secretName(o.Installation)), webhookHosts(o.CRDs.Webhook, o.SyncloopNamespace))
+		cv.certs.OnExpiry(reg.CertificateExpires)
+	}
+	return cv
+}
+
+// webhookHosts are the names the API server reaches the webhook by: the
+// URL's host, or the Service's DNS names.
+func webhookHosts(w rules.ConversionWebhook, home string) []string {
+	if w.URL != "" {
+		u, err := url.Parse(w.URL)
+		if err != nil {
+			return nil
+		}
+		return []string{u.Hostname()}
+	}
+	name, ns := cmp.Or(w.Name, rules.DefaultWebhookService), cmp.Or(w.Namespace, home)
+	return []string{name + "." + ns + ".svc", name + "." + ns + ".svc.cluster.local", name + "." + ns, name}
+}
+
+// use converts set's kinds from now on, and starts keeping the
+// certificate the first time a kind converts.
+func (cv *conversions) use(ctx context.Context, set *rules.Set) {
+	cv.converter.Use(set)
+	if cv.certs != nil && cv.converter.Kinds() > 0 {
+		cv.once.Do(func() { go cv.certs.Run(ctx) })
+	}
+}
+
+// caBundle is what the CRDs that convert must trust; nil when the
+// webhook is not served here (its CA bundle is then another's to keep).
+func (cv *conversions) caBundle() func() []byte {
+	if cv.certs == nil {
+		return nil
+	}
+	return cv.certs.CABundle
+}
+
+// listen opens the webhook's TLS listener on addr.
+func (cv *conversions) listen(addr string) (*server, error) {
+	mux := http.NewServeMux()
+	mux.Handle(rules.WebhookPath, cv.converter)
+	srv, err := listen(addr, "conversion webhook", mux)
+	if err != nil {
+		return nil, err
+	}
+	srv.ln = tls.NewListener(srv.ln, &tls.Config{GetCertificate: cv.certs.GetCertificate, MinVersion: tls.VersionTLS12})
+	return srv, nil
+}
+
+// status is the webhook's line of /readyz, and whether it serves: a kind
+// that converts needs the serving certificate.
+func (cv *conversions) status() (string, bool) {
+	if cv == nil {
+		return "", true
+	}
+	n := cv.converter.Kinds()
+	switch {
+	case n == 0:
+		return "", true
+	case cv.certs == nil:
+		return fmt.Sprintf("conversion webhook: not served here (--webhook-bind-address=0), %d kinds convert elsewhere", n), true
+	case cv.certs.CABundle() == nil:
+		return "conversion webhook: no serving certificate yet", false
+	}
+	return fmt.Sprintf("conversion webhook: serving %d kinds", n), true
+}
