@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"slices"
@@ -42,6 +43,9 @@ type API struct {
 	// webhook is where the API server reaches syncloop to convert the
 	// kind's objects between versions.
 	webhook ConversionWebhook
+	// source is spec.api as JSON: a CRD that converts carries it
+	// (AnnotationConversion), so that its conversion outlives the rule.
+	source []byte
 }
 
 // PrinterColumn is a column `kubectl get` shows for the kind.
@@ -102,6 +106,10 @@ func (d *decoder) decodeAPI(n *yaml.Node) *API {
 	}
 	a := &API{Pos: d.pos(resolve(n)), Namespaced: true, at: map[string]Pos{}, webhook: d.webhook.orDefault(d.identities.home)}
 	a.APIVersion, a.Kind = d.apiVersionKind(n, f, field)
+	var src any
+	if err := resolve(n).Decode(&src); err == nil {
+		a.source, _ = json.Marshal(src)
+	}
 	for _, key := range []string{"apiVersion", "kind", "scope"} {
 		if kn, ok := f[key]; ok {
 			a.at[key] = d.pos(resolve(kn))

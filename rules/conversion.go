@@ -20,6 +20,38 @@ import (
 // JSON, until the object is converted back to it.
 const AnnotationConversionPrefix = "conversion.syncloop.dev/"
 
+// AnnotationConversion, on the CRD of a kind that converts, holds the
+// spec.api that defines it (JSON): syncloop converts the kind's objects
+// from it when no rule loaded defines the kind — a rule removed, or
+// broken since before a restart — for its objects must stay readable.
+const AnnotationConversion = Group + "/conversion"
+
+// ConversionOf compiles the kind a CRD's AnnotationConversion defines
+// (crd names the CRD, for errors): its versions and conversions.
+func ConversionOf(crd string, source []byte) (*API, error) {
+	var api any
+	if err := json.Unmarshal(source, &api); err != nil {
+		return nil, fmt.Errorf("%s: annotation %s: %w", crd, AnnotationConversion, err)
+	}
+	doc, err := json.Marshal(map[string]any{"apiVersion": APIVersion, "kind": "Rule", "metadata": map[string]any{"name": "conversion"},
+		"spec": map[string]any{"api": api, "status": map[string]any{}}})
+	if err != nil {
+		return nil, err
+	}
+	l, err := NewLoader(expr.Options{CostLimit: expr.DefaultCostLimit})
+	if err != nil {
+		return nil, err
+	}
+	f, err := l.Parse(crd+" ("+AnnotationConversion+")", doc)
+	if err != nil {
+		return nil, err
+	}
+	if len(f.Rules) != 1 || f.Rules[0].API == nil {
+		return nil, fmt.Errorf("%s: annotation %s defines no kind", crd, AnnotationConversion)
+	}
+	return f.Rules[0].API, nil
+}
+
 // Conversion turns an object of one version of a kind into one of
 // another (the storage version, or from it): a template of the new
 // object's spec over object, the object converted. Fields of the same

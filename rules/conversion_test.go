@@ -196,3 +196,26 @@ func TestConversionErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestConversionOf: the CRD of a kind that converts carries its spec.api,
+// from which the same conversions compile without the rule.
+func TestConversionOf(t *testing.T) {
+	r := loadVersions(t)
+	crd := r.CRD()
+	a, err := ConversionOf(crd.GetName(), []byte(crd.GetAnnotations()[AnnotationConversion]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := object(t, `{apiVersion: example.syncloop.dev/v1alpha1, kind: App, metadata: {name: web}, spec: {size: 3, image: "nginx:1.29"}}`)
+	want, err := r.API.Convert(context.Background(), old, "v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := a.Convert(context.Background(), old, "v1")
+	if err != nil || !equality.Semantic.DeepEqual(got, want) {
+		t.Errorf("from the annotation: %s, %v; from the rule: %s", js(got), err, js(want))
+	}
+	if _, err := ConversionOf("x", []byte(`{"apiVersion": "example.syncloop.dev/v1", "kind": "App", "versions": [{"name": "v1"}]}`)); err == nil || !strings.Contains(err.Error(), "spec.api.versions[0].spec: required") {
+		t.Errorf("a broken annotation: %v", err)
+	}
+}

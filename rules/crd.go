@@ -67,6 +67,7 @@ func (r *Rule) CRD() *unstructured.Unstructured {
 	if a.Converts() {
 		crd.Spec.Conversion = &apiextv1.CustomResourceConversion{Strategy: apiextv1.WebhookConverter,
 			Webhook: &apiextv1.WebhookConversion{ConversionReviewVersions: []string{"v1"}, ClientConfig: a.webhook.clientConfig()}}
+		crd.Annotations = map[string]string{AnnotationConversion: string(a.source)}
 	}
 	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(crd)
 	if err != nil {

@@ -92,8 +92,10 @@ func TestConversionWebhook(t *testing.T) {
 	ns := newNamespace(t, cs, "conversion")
 	hook := freeAddr(t)
 	file := writeFile(t, t.TempDir(), "gadget.yaml", versionedRule)
-	metricsAddr, probes := runInProcess(t, "-f", file, "--kubeconfig", env.Kubeconfig(), "--leader-elect-namespace", ns,
-		"--webhook-bind-address", hook, "--webhook-url", "https://"+hook+rules.WebhookPath)
+	args := []string{"--kubeconfig", env.Kubeconfig(), "--leader-elect-namespace", ns,
+		"--webhook-bind-address", hook, "--webhook-url", "https://" + hook + rules.WebhookPath}
+	metricsAddr, probes, stop := startInProcess(t, append([]string{"-f", file}, args...)...)
+	t.Cleanup(stop)
 	readyz, poll := probing(t, probes, 60*time.Second)
 	poll("the rule running and the webhook serving", func() bool {
 		r := readyz()
@@ -191,4 +193,33 @@ func TestConversionWebhook(t *testing.T) {
 	poll("conversions counted", func() bool {
 		return strings.Contains(httpGet("http://"+metricsAddr+"/metrics"), `syncloop_conversions_total{from="v1",kind="Gadget",result="converted",to="v1alpha1"}`)
 	})
+
+	// The rule gone and syncloop restarted: the CRD stays, and so does
+	// its conversion, compiled from the CRD itself.
+	stop()
+	other := writeFile(t, t.TempDir(), "other.yaml", strings.ReplaceAll(`apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata:
+  name: other
+spec:
+  watch: {apiVersion: v1, kind: Namespace, fieldSelector: metadata.name=NS}
+  resources:
+    - id: cm
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: other, namespace: "${object.metadata.name}"}
+`, "NS", ns))
+	_, probes = runInProcess(t, append([]string{"-f", other}, args...)...)
+	readyz, poll = probing(t, probes, 60*time.Second)
+	poll("the webhook serving the removed rule's kind", func() bool {
+		return strings.Contains(readyz(), "conversion webhook: serving 1 kinds")
+	})
+	alpha, err := gvr("v1alpha1").Get(ctx, "new", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("reading in v1alpha1 with the rule removed: %v", err)
+	}
+	if size, _, _ := unstructured.NestedInt64(alpha.Object, "spec", "size"); size != 4 {
+		t.Errorf("with the rule removed, v1alpha1 size %d, want 4", size)
+	}
 }

@@ -9,6 +9,10 @@ import (
 	"net/url"
 	"sync"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/klog/v2"
+
 	"github.com/syncloop/syncloop/internal/metrics"
 	"github.com/syncloop/syncloop/internal/webhook"
 	"github.com/syncloop/syncloop/rules"
@@ -22,6 +26,8 @@ type conversions struct {
 	converter *webhook.Converter
 	certs     *webhook.Certs // nil: the webhook is not served here
 	once      sync.Once
+	// installation is this installation's name: its CRDs are recovered.
+	installation string
 }
 
 // secretName is the Secret of the webhook's certificate by default.
@@ -35,7 +41,7 @@ func secretName(installation string) string {
 // newConversions builds the converter, and the certificate keeper when
 // the webhook is served (serve).
 func newConversions(o Options, c *Clients, reg *metrics.Conversions, serve bool) *conversions {
-	cv := &conversions{converter: webhook.NewConverter()}
+	cv := &conversions{converter: webhook.NewConverter(), installation: o.Installation}
 	cv.converter.Metrics = reg
 	if serve {
 		cv.certs = webhook.NewCerts(c.Core, o.SyncloopNamespace, cmp.Or(o.CRDs.Secret, secretName(o.Installation)), webhookHosts(o.CRDs.Webhook, o.SyncloopNamespace))
@@ -62,9 +68,42 @@ func webhookHosts(w rules.ConversionWebhook, home string) []string {
 // certificate the first time a kind converts.
 func (cv *conversions) use(ctx context.Context, set *rules.Set) {
 	cv.converter.Use(set)
+	cv.start(ctx)
+}
+
+// start starts keeping the certificate once a kind converts.
+func (cv *conversions) start(ctx context.Context) {
 	if cv.certs != nil && cv.converter.Kinds() > 0 {
 		cv.once.Do(func() { go cv.certs.Run(ctx) })
 	}
+}
+
+// recover converts the kinds whose CRDs, this installation's, carry
+// their conversion (rules.AnnotationConversion) and that no rule of the
+// set loaded defines: a rule removed, or broken since before this start,
+// whose objects must stay readable. One LIST of syncloop's CRDs, at start.
+func (cv *conversions) recover(ctx context.Context, crds dynamic.ResourceInterface) {
+	logger := klog.FromContext(ctx)
+	list, err := crds.List(ctx, metav1.ListOptions{LabelSelector: rules.LabelManagedBy + "=" + rules.ManagedByValue})
+	if err != nil {
+		logger.V(1).Info("Cannot list syncloop's CRDs: only the kinds of the rules loaded convert", "err", err)
+		return
+	}
+	for _, crd := range list.Items {
+		src, ok := crd.GetAnnotations()[rules.AnnotationConversion]
+		if !ok || crd.GetLabels()[rules.LabelInstallation] != cv.installation {
+			continue
+		}
+		a, err := rules.ConversionOf(crd.GetName(), []byte(src))
+		if err != nil {
+			logger.Error(err, "A CRD's conversion does not compile: its objects convert only once a rule defines the kind", "crd", crd.GetName())
+			continue
+		}
+		if cv.converter.Keep(a) {
+			logger.Info("Converting a kind no rule loaded defines, as its CRD keeps it", "crd", crd.GetName(), "rule", crd.GetLabels()[rules.LabelRule])
+		}
+	}
+	cv.start(ctx)
 }
 
 // caBundle is what the CRDs that convert must trust; nil when the

@@ -200,7 +200,8 @@ func needsApply(served, want *unstructured.Unstructured) bool {
 			return true
 		}
 	}
-	return false
+	// The conversion a CRD keeps for when no rule defines its kind.
+	return served.GetAnnotations()[rules.AnnotationConversion] != want.GetAnnotations()[rules.AnnotationConversion]
 }
 
 // apply server-side applies crd with syncloop's CRD field manager, taking

@@ -194,6 +194,7 @@ func (f *ruleFiles) load(ctx context.Context) *rules.Set {
 	f.metrics.RulesLoaded(loaded.Set.Len())
 	f.metrics.Reloaded(len(loaded.Errors) > 0)
 	f.conversions.use(ctx, loaded.Set)
+	f.conversions.recover(ctx, f.crds.crds)
 	f.inForce(ctx, loaded.Set)
 	f.current.put(loaded.Set)
 	return loaded.Set

@@ -56,6 +56,19 @@ func (c *Converter) Use(set *rules.Set) {
 	}
 }
 
+// Keep converts a's kind as a says unless a kind of the rules used
+// already converts it: a is the conversion a CRD kept of a rule no longer
+// loaded.
+func (c *Converter) Keep(a *rules.API) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.kinds[a.GVK.GroupKind()]; ok {
+		return false
+	}
+	c.kinds[a.GVK.GroupKind()] = a
+	return true
+}
+
 // Kinds is how many kinds it converts.
 func (c *Converter) Kinds() int {
 	c.mu.RLock()
