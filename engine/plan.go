@@ -34,6 +34,10 @@ const (
 	// ActionConflict is a child that would not be applied: an object
 	// syncloop may not take over holds its name (render.ConflictError).
 	ActionConflict = "conflict"
+	// ActionMigrate is a CRD whose objects would be moved to its new
+	// storage version (read and updated each), then its
+	// status.storedVersions trimmed.
+	ActionMigrate = "migrate"
 )
 
 // Action is one write a dry run would make.
@@ -119,7 +123,7 @@ func (p *PlanPrinter) print(a Action) {
 		return
 	}
 	sym := map[string]string{ActionCreate: "+", ActionUpdate: "~", ActionAdopt: "~", ActionDelete: "-", ActionStatus: "~",
-		ActionWait: "=", ActionConflict: "!"}[a.Action]
+		ActionWait: "=", ActionConflict: "!", ActionMigrate: ">"}[a.Action]
 	object := a.Object.String()
 	if a.Action == ActionWait {
 		object = fmt.Sprintf("resource %s (%s)", a.Resource, strings.TrimSpace(object))
@@ -199,6 +203,9 @@ func (p *PlanPrinter) Summary() (actions, failures int) {
 		}
 		if n := p.counts[ActionWait]; n > 0 {
 			more += fmt.Sprintf(", %d waiting", n)
+		}
+		if n := p.counts[ActionMigrate]; n > 0 {
+			more += fmt.Sprintf(", %d storage migration(s)", n)
 		}
 		if n := p.counts[ActionConflict]; n == 1 {
 			more += ", 1 conflict"

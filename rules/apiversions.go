@@ -18,19 +18,19 @@ type Version struct {
 	// ("spec.api", or "spec.api.versions[1]").
 	Pos   Pos
 	field string
-	// Served: clients may use it. Storage: objects are stored in it.
-	// Deprecated: the API server warns each client that uses it, with
-	// Warning when set.
-	Served, Storage, Deprecated bool
-	Warning                     string
+	// Served: clients may use it. Storage: objects are stored in it. Hub:
+	// the other versions convert to and from it. Deprecated: the API
+	// server warns each client that uses it, with Warning when set.
+	Served, Storage, Hub, Deprecated bool
+	Warning                          string
 	// Spec is the schema of the version's spec, its validations included.
 	Spec *spec.Schema
 	// Columns are the printer columns the rule asked for; Ready and Age
 	// follow them in the CRD.
 	Columns []PrinterColumn
-	// ToStorage and FromStorage convert an object between this version
-	// and the storage version; nil for the storage version.
-	ToStorage, FromStorage *Conversion
+	// ToHub and FromHub convert an object between this version and the
+	// hub; nil for the hub.
+	ToHub, FromHub *Conversion
 	// at is where the spec's fields are declared, by their path in the
 	// object ("spec.ingress.host"), for the errors of a change.
 	at map[string]Pos
@@ -91,6 +91,17 @@ func (a *API) StorageVersion() *Version {
 	return a.Versions[0]
 }
 
+// Hub is the version the others convert to and from: the one marked
+// hub, or else the storage version.
+func (a *API) Hub() *Version {
+	for _, v := range a.Versions {
+		if v.Hub {
+			return v
+		}
+	}
+	return a.StorageVersion()
+}
+
 // Converts reports whether the kind has more than one version: the API
 // server then converts its objects through syncloop.
 func (a *API) Converts() bool { return len(a.Versions) > 1 }
@@ -144,7 +155,7 @@ func (d *decoder) decodeVersions(a *API, n *yaml.Node) {
 				d.errorf(nn, field+".name", "version %s is listed twice", name)
 			}
 		}
-		for key, to := range map[string]*bool{"storage": &v.Storage, "served": &v.Served, "deprecated": &v.Deprecated} {
+		for key, to := range map[string]*bool{"storage": &v.Storage, "hub": &v.Hub, "served": &v.Served, "deprecated": &v.Deprecated} {
 			if bn, ok := f[key]; ok {
 				if b, ok := d.boolean(bn, field+"."+key); ok {
 					*to = b
@@ -166,11 +177,17 @@ func (d *decoder) decodeVersions(a *API, n *yaml.Node) {
 // checkVersions checks the versions as a whole: one stored, the rule's
 // own served, conversions where they must be.
 func (d *decoder) checkVersions(a *API, n *yaml.Node) {
-	var stored []string
+	var stored, hubs []string
 	for _, v := range a.Versions {
 		if v.Storage {
 			stored = append(stored, v.Name)
 		}
+		if v.Hub {
+			hubs = append(hubs, v.Name)
+		}
+	}
+	if len(hubs) > 1 {
+		d.errorf(n, "spec.api.versions", "versions %s are all marked hub: one version is the hub the others convert to and from", strings.Join(hubs, ", "))
 	}
 	switch {
 	case len(a.Versions) == 1 && len(stored) == 0:

@@ -53,7 +53,7 @@ func ConversionOf(crd string, source []byte) (*API, error) {
 }
 
 // Conversion turns an object of one version of a kind into one of
-// another (the storage version, or from it): a template of the new
+// another (the hub, or from it): a template of the new
 // object's spec over object, the object converted. Fields of the same
 // name and shape in both versions that the template does not write are
 // copied; status and metadata are kept as they are (the status schema is
@@ -72,7 +72,7 @@ type Conversion struct {
 }
 
 // Convert returns obj, an object of one of the kind's versions, as an
-// object of version to: through the storage version when neither is.
+// object of version to: through the hub when neither is.
 // obj is not changed.
 func (a *API) Convert(ctx context.Context, obj map[string]any, to string) (map[string]any, error) {
 	apiVersion, _ := obj["apiVersion"].(string)
@@ -102,12 +102,12 @@ func (a *API) path(from, to *Version) []*Conversion {
 	switch {
 	case from == to:
 		return nil
-	case from.Storage:
-		return []*Conversion{to.FromStorage}
-	case to.Storage:
-		return []*Conversion{from.ToStorage}
+	case from == a.Hub():
+		return []*Conversion{to.FromHub}
+	case to == a.Hub():
+		return []*Conversion{from.ToHub}
 	}
-	return []*Conversion{from.ToStorage, to.FromStorage}
+	return []*Conversion{from.ToHub, to.FromHub}
 }
 
 func nameOf(obj map[string]any) string {
@@ -179,10 +179,10 @@ func (c *Conversion) convert(ctx context.Context, a *API, obj map[string]any) (m
 
 // reverse is the conversion back from c.To to c.From.
 func (c *Conversion) reverse(a *API) *Conversion {
-	if c.To.Storage {
-		return c.From.FromStorage
+	if c.To == a.Hub() {
+		return c.From.FromHub
 	}
-	return c.To.ToStorage
+	return c.To.ToHub
 }
 
 // produces reports whether a conversion writes path or a field above it.

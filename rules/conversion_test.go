@@ -3,6 +3,7 @@ package rules
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -155,17 +156,17 @@ func TestConversionErrors(t *testing.T) {
 	}
 	for _, tt := range []struct{ name, from, to, want string }{
 		{"required field produced by nothing", "            replicas: ${object.spec.size}\n", "",
-			`r.yaml:35:11: rule "app": spec.api.versions[1].toStorage.spec: spec.replicas is required in v1 and nothing produces it from v1alpha1`},
+			`r.yaml:35:11: rule "app": spec.api.versions[1].toHub.spec: spec.replicas is required in v1 and nothing produces it from v1alpha1`},
 		{"field neither produced nor lossy", "          lossy: [spec.ports]\n", "",
-			`r.yaml:35:11: rule "app": spec.api.versions[1].toStorage.spec: spec.ports of v1 is produced by nothing from v1alpha1 (no field of the same name and type): write it in spec.api.versions[1].toStorage.spec, or list it in spec.api.versions[1].toStorage.lossy`},
+			`r.yaml:35:11: rule "app": spec.api.versions[1].toHub.spec: spec.ports of v1 is produced by nothing from v1alpha1 (no field of the same name and type): write it in spec.api.versions[1].toHub.spec, or list it in spec.api.versions[1].toHub.lossy`},
 		{"lossy names no field", "lossy: [spec.ports]", "lossy: [spec.port]",
-			`r.yaml:39:19: rule "app": spec.api.versions[1].toStorage.lossy[0]: v1 has no field spec.port`},
+			`r.yaml:39:19: rule "app": spec.api.versions[1].toHub.lossy[0]: v1 has no field spec.port`},
 		{"unknown field written", "            size: ${object.spec.replicas}\n", "            size: ${object.spec.replicas}\n            sizes: 1\n",
-			`r.yaml:43:13: rule "app": spec.api.versions[1].fromStorage.spec.sizes: unknown field "sizes": App v1alpha1's spec has no such field (did you mean "size"?)`},
+			`r.yaml:43:13: rule "app": spec.api.versions[1].fromHub.spec.sizes: unknown field "sizes": App v1alpha1's spec has no such field (did you mean "size"?)`},
 		{"wrong type written", "replicas: ${object.spec.size}", "replicas: ${string(object.spec.size)}",
-			`r.yaml:36:23: rule "app": spec.api.versions[1].toStorage.spec.replicas:`},
+			`r.yaml:36:23: rule "app": spec.api.versions[1].toHub.spec.replicas:`},
 		{"field of the other version read", "size: ${object.spec.replicas}", "size: ${object.spec.size}",
-			`r.yaml:42:33: rule "app": spec.api.versions[1].fromStorage.spec.size: ${object.spec.size}: example.syncloop.dev/v1.App.spec has no field "size"`},
+			`r.yaml:42:33: rule "app": spec.api.versions[1].fromHub.spec.size: ${object.spec.size}: example.syncloop.dev/v1.App.spec has no field "size"`},
 		{"two storage versions", "        deprecated: true\n", "        deprecated: true\n        storage: true\n",
 			`rule "app": spec.api.versions: versions v1, v1alpha1 are all marked storage`},
 		{"no storage version", "        storage: true\n", "",
@@ -174,8 +175,12 @@ func TestConversionErrors(t *testing.T) {
 			`r.yaml:10:17: rule "app": spec.api.apiVersion: version v2 is not among spec.api.versions (v1, v1alpha1)`},
 		{"spec beside versions", "    kind: App\n", "    kind: App\n    spec: {a: string}\n",
 			`rule "app": spec.api.spec: with spec.api.versions, each version has its own spec`},
-		{"conversion on the storage version", "        storage: true\n", "        storage: true\n        toStorage: {}\n",
-			`rule "app": spec.api.versions[0].toStorage: v1 is the storage version`},
+		{"conversion on the hub", "        storage: true\n", "        storage: true\n        toHub: {}\n",
+			`rule "app": spec.api.versions[0].toHub: v1 is the hub, being the storage version and no version marked hub: true`},
+		{"storage moved, hub not kept", "        storage: true\n", "",
+			`spec.api.versions[1].toHub: v1alpha1 is the hub, being the storage version and no version marked hub: true: the other versions convert to and from it (moving the storage version to v1alpha1? mark the version these conversions go to and from hub: true`},
+		{"two hubs", "        storage: true\n", "        storage: true\n        hub: true\n",
+			`spec.api.versions: versions v1, v1alpha1 are all marked hub`},
 		{"version twice", "      - name: v1alpha1\n", "      - name: v1\n",
 			`rule "app": spec.api.versions[1].name: version v1 is listed twice`},
 		{"warning without deprecated", "        deprecated: true\n", "",
@@ -183,6 +188,12 @@ func TestConversionErrors(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			doc := strings.Replace(string(base), tt.from, tt.to, 1)
+			switch tt.name {
+			case "storage moved, hub not kept":
+				doc = strings.Replace(doc, "        deprecated: true\n", "        deprecated: true\n        storage: true\n", 1)
+			case "two hubs":
+				doc = strings.Replace(doc, "        deprecated: true\n", "        deprecated: true\n        hub: true\n", 1)
+			}
 			if tt.name == "required field produced by nothing" {
 				doc = strings.Replace(doc, "replicas: integer | default=1", "replicas: integer | required=true", 1)
 			}
@@ -217,5 +228,33 @@ func TestConversionOf(t *testing.T) {
 	}
 	if _, err := ConversionOf("x", []byte(`{"apiVersion": "example.syncloop.dev/v1", "kind": "App", "versions": [{"name": "v1"}]}`)); err == nil || !strings.Contains(err.Error(), "spec.api.versions[0].spec: required") {
 		t.Errorf("a broken annotation: %v", err)
+	}
+}
+
+// TestStorageMovesHubStays: the storage version moves to v1alpha1 while
+// v1 stays the hub (hub: true): the conversions, written to and from v1,
+// stay as they are and convert the same.
+func TestStorageMovesHubStays(t *testing.T) {
+	base, err := os.ReadFile(filepath.Join("testdata", "api", "versions.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := strings.Replace(string(base), "        storage: true\n", "        hub: true\n", 1)
+	doc = strings.Replace(doc, "        deprecated: true\n", "        deprecated: true\n        storage: true\n", 1)
+	f, err := newLoader(t).Parse("r.yaml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := f.Rules[0].API
+	if a.StorageVersion().Name != "v1alpha1" || a.Hub().Name != "v1" {
+		t.Fatalf("stored in %s, hub %s", a.StorageVersion().Name, a.Hub().Name)
+	}
+	old := object(t, `{apiVersion: example.syncloop.dev/v1alpha1, kind: App, metadata: {name: web}, spec: {size: 3, image: "nginx:1.29"}}`)
+	got, err := a.Convert(context.Background(), old, "v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec := got["spec"].(map[string]any); fmt.Sprint(spec["replicas"]) != "3" || spec["tag"] != "1.29" {
+		t.Errorf("v1alpha1 → v1 with v1 the hub, not stored: %s", js(got))
 	}
 }

@@ -15,7 +15,7 @@ import (
 )
 
 // decodeConversions compiles the conversions of each version of the kind
-// (n is spec.api) to and from the storage version, and checks each is
+// (n is spec.api) to and from the hub, and checks each is
 // complete: every field of the version converted to is written by the
 // template, copied from a field of the same name and shape, or declared
 // lossy; a required one is never lossy.
@@ -24,7 +24,7 @@ func (d *decoder) decodeConversions(a *API, n *yaml.Node, docVal any, pos positi
 	if vs == nil {
 		return
 	}
-	storage := a.StorageVersion()
+	hub := a.Hub()
 	for i, vn := range d.seq(vs, "spec.api.versions") {
 		if i >= len(a.Versions) {
 			break
@@ -32,20 +32,30 @@ func (d *decoder) decodeConversions(a *API, n *yaml.Node, docVal any, pos positi
 		v := a.Versions[i]
 		prefix := expr.Path{"spec", "api", "versions", i}
 		field := fmt.Sprintf("spec.api.versions[%d]", i)
-		to, toN := entry(vn, "toStorage")
-		from, fromN := entry(vn, "fromStorage")
-		if v.Storage {
+		to, toN := entry(vn, "toHub")
+		from, fromN := entry(vn, "fromHub")
+		if v == hub {
 			for _, k := range []*yaml.Node{to, from} {
 				if k != nil {
-					d.errorf(k, field+"."+k.Value, "%s is the storage version: the other versions convert to and from it", v.Name)
+					d.errorf(k, field+"."+k.Value, "%s", hubError(a, v))
 				}
 			}
 			continue
 		}
 		at := d.pos(resolve(vn))
-		v.ToStorage = d.conversion(a, v, storage, toN, at, prefix.With("toStorage"), field+".toStorage", docVal, pos, c)
-		v.FromStorage = d.conversion(a, storage, v, fromN, at, prefix.With("fromStorage"), field+".fromStorage", docVal, pos, c)
+		v.ToHub = d.conversion(a, v, hub, toN, at, prefix.With("toHub"), field+".toHub", docVal, pos, c)
+		v.FromHub = d.conversion(a, hub, v, fromN, at, prefix.With("fromHub"), field+".fromHub", docVal, pos, c)
 	}
+}
+
+// hubError says why the hub v has no conversions, and, when it is the
+// hub for being the storage version, how to keep them.
+func hubError(a *API, v *Version) string {
+	if v.Hub {
+		return fmt.Sprintf("%s is the hub: the other versions convert to and from it", v.Name)
+	}
+	return fmt.Sprintf("%s is the hub, being the storage version and no version marked hub: true: the other versions convert to and from it "+
+		"(moving the storage version to %s? mark the version these conversions go to and from hub: true, and they stay as they are)", v.Name, v.Name)
 }
 
 // conversion compiles one conversion, written at n (nil: not written, so
@@ -54,7 +64,7 @@ func (d *decoder) conversion(a *API, from, to *Version, n *yaml.Node, at Pos, pr
 	conv := &Conversion{From: from, To: to, Pos: at}
 	if n != nil {
 		conv.Pos = d.pos(resolve(n))
-		f := d.fields(n, field, RuleFormat.known("spec.api.versions.toStorage")...)
+		f := d.fields(n, field, RuleFormat.known("spec.api.versions.toHub")...)
 		if f == nil {
 			return conv
 		}

@@ -116,11 +116,12 @@ func breakingChanges(served *unstructured.Unstructured, a *API) []change {
 			}
 		}
 	}
+	servesRead := slices.ContainsFunc(crd.Spec.Versions, func(sv apiextv1.CustomResourceDefinitionVersion) bool { return sv.Name == a.GVK.Version })
 	for _, sv := range crd.Spec.Versions {
 		v := a.VersionNamed(sv.Name)
 		if v == nil {
 			if slices.Contains(stored, sv.Name) {
-				out = append(out, change{a.FieldPos("apiVersion"), "spec.api.apiVersion", removedVersion(a, sv.Name, stored)})
+				out = append(out, change{a.FieldPos("apiVersion"), "spec.api.apiVersion", removedVersion(a, sv.Name, stored, servesRead)})
 			}
 			continue
 		}
@@ -138,13 +139,14 @@ func breakingChanges(served *unstructured.Unstructured, a *API) []change {
 }
 
 // removedVersion says why version name, which objects are stored in, may
-// not leave the kind yet, and what to do instead.
-func removedVersion(a *API, name string, stored []string) string {
-	if !a.Converts() {
+// not leave the kind yet, and what to do instead; servesRead is whether
+// the served CRD has the version the rule reads already.
+func removedVersion(a *API, name string, stored []string, servesRead bool) string {
+	if !a.Converts() && !servesRead {
 		return fmt.Sprintf("the kind served %s and objects are stored in it: to serve %s, list both in spec.api.versions, with a conversion between them (docs/rules.md, \"Evolving an API\")",
 			name, a.GVK.Version)
 	}
-	return fmt.Sprintf("version %s is removed while objects may still be stored in it (status.storedVersions: %s): keep it, served or not, until the objects are stored in %s",
+	return fmt.Sprintf("version %s is removed while objects may still be stored in it (status.storedVersions: %s): keep it, served or not, until syncloop has moved them to %s, the storage version",
 		name, strings.Join(stored, ", "), a.StorageVersion().Name)
 }
 

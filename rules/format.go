@@ -133,15 +133,16 @@ var apiFormat = fieldObj("api", "A kind the rule defines and serves: syncloop ge
 		fieldStr("singular", "The singular name, lower case; the kind in lower case when left out."),
 		fieldList("shortNames", "Short names kubectl accepts, lower case.", fieldStr("", "A short name.")),
 		fieldList("categories", "Categories the kind belongs to (kubectl get <category>).", fieldStr("", "A category.")),
-		fieldList("versions", "The kind's versions, each with its schema, instead of spec, types, validations and printerColumns here: one is stored, the others convert to and from it.",
+		fieldList("versions", "The kind's versions, each with its schema, instead of spec, types, validations and printerColumns here: one is stored, one is the hub the others convert to and from (the storage version unless marked).",
 			fieldObj("", "A version of the kind.", append([]*Field{
 				must(fieldStr("name", "The version, e.g. v1 or v1alpha1.")),
 				&Field{Name: "storage", Type: "boolean", Desc: "The version objects are stored in: exactly one has it (with one version, that one)."},
+				&Field{Name: "hub", Type: "boolean", Desc: "The version the others convert to and from (default: the storage version): moving the storage version leaves the conversions as they are."},
 				&Field{Name: "served", Type: "boolean", Desc: "Whether clients may read and write it (default true)."},
 				&Field{Name: "deprecated", Type: "boolean", Desc: "The API server warns every client that uses it."},
 				fieldStr("deprecationWarning", "The warning, instead of the API server's own."),
-				conversionFormat("toStorage", "How an object of this version becomes one of the storage version."),
-				conversionFormat("fromStorage", "How an object of the storage version becomes one of this version."),
+				conversionFormat("toHub", "How an object of this version becomes one of the hub (the storage version, unless a version is marked hub)."),
+				conversionFormat("fromHub", "How an object of the hub becomes one of this version."),
 			}, versionFormat()...)...)),
 	}, versionFormat()...)...)
 

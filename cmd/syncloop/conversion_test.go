@@ -41,13 +41,13 @@ spec:
         spec:
           size: integer | default=1
           image: string | required=true
-        toStorage:
+        toHub:
           spec:
             replicas: ${object.spec.size}
             image: ${object.spec.image.split(':')[0]}
             tag: "${object.spec.image.contains(':') ? object.spec.image.split(':')[1] : 'latest'}"
           lossy: [spec.ports]
-        fromStorage:
+        fromHub:
           spec:
             size: ${object.spec.replicas}
             image: ${object.spec.image + ':' + object.spec.?tag.orValue('latest')}

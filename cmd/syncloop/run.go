@@ -24,6 +24,8 @@ type clusterFlags struct {
 	burst          int
 	watchNamespace string
 	manageCRDs     bool
+	// migrationQPS is run's --storage-migration-qps.
+	migrationQPS float64
 }
 
 func (f *clusterFlags) register(cmd *cobra.Command) {
@@ -144,6 +146,7 @@ func (f *runFlags) register(cmd *cobra.Command) {
 	f.cf.register(cmd)
 	cmd.Flags().StringVar(&f.serve.Metrics, "metrics-bind-address", ":8080", "address of /metrics (0 turns it off)")
 	cmd.Flags().StringVar(&f.serve.Probes, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (0 turns them off)")
+	cmd.Flags().Float64Var(&f.cf.migrationQPS, "storage-migration-qps", manager.DefaultMigrationQPS, "objects per second a storage migration rewrites, when a kind a rule defines changes its storage version")
 	cmd.Flags().StringVar(&f.serve.Webhook, "webhook-bind-address", "0", "address of the conversion webhook (/convert, TLS) of the kinds rules define in several versions, e.g. :9443 (the chart sets it: every replica serves it); 0: off, the CRDs then convert through a webhook served elsewhere")
 	cmd.Flags().StringVar(&f.serve.Pprof, "pprof-bind-address", "", "address of /debug/pprof/, Go's profiler (empty or 0: off)")
 	cmd.Flags().DurationVar(&f.drainPeriod, "drain-timeout", 30*time.Second, "on shutdown, how long in-flight reconciles may take before their requests are cancelled")
@@ -214,7 +217,7 @@ func (f *runFlags) options(cmd *cobra.Command) (manager.Options, error) {
 		Events:       f.events,
 		DryRun:       dryRun,
 		Mode:         mode,
-		CRDs:         manager.CRDs{NoManage: !f.cf.manageCRDs, Webhook: webhook},
+		CRDs:         manager.CRDs{NoManage: !f.cf.manageCRDs, Webhook: webhook, MigrationQPS: f.cf.migrationQPS},
 		// syncloop's own objects live with its Leases.
 		SyncloopNamespace: leaseNS,
 		RulesConfigMap:    f.rulesConfigMap,

@@ -61,6 +61,9 @@ type crdKeeper struct {
 	// caBundle is what the CRDs of kinds that convert trust to reach
 	// syncloop's webhook; nil when the webhook is not served here.
 	caBundle func() []byte
+	// migrations move the objects of a kind whose storage version
+	// changed; nil: none (plan).
+	migrations *migrations
 }
 
 // failed are the CRDs the last keep could not keep, and why.
@@ -164,6 +167,9 @@ func (k *crdKeeper) keepOne(ctx context.Context, r *rules.Rule, deadline time.Ti
 	}
 	if err := k.established(ctx, current, time.Until(deadline)); err != nil {
 		return "Waiting for the CustomResourceDefinition to be established", err
+	}
+	if k.migrations != nil {
+		k.migrations.ensure(ctx, current, r.Identity)
 	}
 	return "", nil
 }
@@ -288,6 +294,28 @@ func (k *crdKeeper) plan(set *rules.Set, p engine.Planner) (created map[string]b
 			p.Plan(engine.Action{Action: engine.ActionUpdate, Rule: r.Name, Object: ref,
 				Diff: engine.Diff("CustomResourceDefinition.apiextensions.k8s.io", served.Object, want.Object)})
 		}
+		if served != nil && r.OwnsCRD(served) {
+			planMigration(p, r, ref, served)
+		}
 	}
 	return created
+}
+
+// planMigration adds to p the storage migration keeping r's CRD would
+// start: objects stored in a version other than the storage version the
+// rule says.
+func planMigration(p engine.Planner, r *rules.Rule, ref rules.ObjectRef, served *unstructured.Unstructured) {
+	storage := r.API.StorageVersion().Name
+	stored, _, _ := unstructured.NestedStringSlice(served.Object, "status", "storedVersions")
+	var old []string
+	for _, v := range stored {
+		if v != storage {
+			old = append(old, v)
+		}
+	}
+	if len(old) == 0 {
+		return
+	}
+	p.Plan(engine.Action{Action: engine.ActionMigrate, Rule: r.Name, Object: ref,
+		Reason: fmt.Sprintf("objects stored in %s are rewritten in %s, the storage version, then status.storedVersions is trimmed to it", strings.Join(old, ", "), storage)})
 }

@@ -88,6 +88,9 @@ type CRDs struct {
 	// Secret is the Secret in SyncloopNamespace that holds the webhook's
 	// CA and serving certificate (default syncloop-webhook-tls).
 	Secret string
+	// MigrationQPS paces storage migrations: objects rewritten per second
+	// (default DefaultMigrationQPS).
+	MigrationQPS float64
 }
 
 // Addresses are where syncloop serves; "" or "0" turns each off.
@@ -169,8 +172,13 @@ func newProcess(ctx context.Context, o Options) (*process, error) {
 		return nil, err
 	}
 	p.rules.announcer = &announcer{configMap: cm, core: p.clients.Core, recorder: recorder}
-	p.rules.conversions = newConversions(o, p.clients, metrics.NewConversions(p.reg), serves(o.Serve.Webhook))
+	conv := metrics.NewConversions(p.reg)
+	p.rules.conversions = newConversions(o, p.clients, conv, serves(o.Serve.Webhook))
 	p.rules.crds.caBundle = p.rules.conversions.caBundle()
+	if o.DryRun == nil {
+		p.rules.crds.migrations = &migrations{client: p.clients.Dynamic, crds: p.rules.crds.crds, qps: cmp.Or(o.CRDs.MigrationQPS, DefaultMigrationQPS),
+			active: p.rules.active.Load, count: conv.Migrated, running: conv.Migrating}
+	}
 	p.rules.revisions.recorder = recorder
 	if p.rules.tenants != nil {
 		p.rules.tenants.recorder = recorder

@@ -77,6 +77,9 @@ func probes(eng *engine.Engine, files *fileErrors, crds *crdKeeper, revisions *r
 		for _, f := range revisions.failed() {
 			fmt.Fprintln(&b, f)
 		}
+		for _, line := range crds.migrations.status() {
+			fmt.Fprintln(&b, line)
+		}
 		if line, ok := conv.status(); line != "" {
 			fmt.Fprintln(&b, line)
 			ready = ready && ok

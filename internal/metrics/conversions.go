@@ -11,6 +11,9 @@ type Conversions struct {
 	total   *prometheus.CounterVec
 	latency *prometheus.HistogramVec
 	expires prometheus.Gauge
+	// migrated and migrating are the storage migrations'.
+	migrated  *prometheus.CounterVec
+	migrating *prometheus.GaugeVec
 }
 
 // NewConversions registers the conversion webhook's metrics on reg.
@@ -27,7 +30,13 @@ func NewConversions(reg prometheus.Registerer) *Conversions {
 			Name: "syncloop_webhook_certificate_expiry_timestamp_seconds", Help: "When the conversion webhook's serving certificate expires (syncloop renews it a third of its life before).",
 		}),
 	}
-	reg.MustRegister(c.total, c.latency, c.expires)
+	c.migrated = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "syncloop_storage_migration_objects_total", Help: "Objects a storage migration read and updated so that they are stored in their kind's storage version, by CRD and result (rewritten, gone, failed).",
+	}, []string{"crd", "result"})
+	c.migrating = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "syncloop_storage_migration_running", Help: "1 while the objects of a CRD are being moved to its storage version.",
+	}, []string{"crd"})
+	reg.MustRegister(c.total, c.latency, c.expires, c.migrated, c.migrating)
 	return c
 }
 
@@ -43,3 +52,15 @@ func (c *Conversions) Reviewed(kind string, d time.Duration) {
 
 // CertificateExpires records when the serving certificate expires.
 func (c *Conversions) CertificateExpires(t time.Time) { c.expires.Set(float64(t.Unix())) }
+
+// Migrated counts one object of a storage migration.
+func (c *Conversions) Migrated(crd, result string) { c.migrated.WithLabelValues(crd, result).Inc() }
+
+// Migrating marks a storage migration of crd running or not.
+func (c *Conversions) Migrating(crd string, on bool) {
+	v := 0.0
+	if on {
+		v = 1
+	}
+	c.migrating.WithLabelValues(crd).Set(v)
+}
