@@ -52,6 +52,8 @@ func main() {
 	shard := flag.Int("shard", 0, "run the sharding phase: this many CEL-heavy triggers converged by one replica and by -shard-replicas replicas sharing them (needs -syncloop; 0: skip)")
 	shardReplicas := flag.Int("shard-replicas", 3, "replicas of the sharding and memory phases' sharded runs")
 	memory := flag.Int("memory", 0, "run the memory phase on a control plane of its own: this many Tenants converged by the hand-written controller, by syncloop and by -shard-replicas replicas sharing them, each process's memory recorded (needs -syncloop; 0: skip)")
+	conversion := flag.Int("conversion", 0, "run the conversion phase: this many objects of a kind of two versions, listed and written in each (0: skip)")
+	conversionWrites := flag.Int("conversion-writes", 1000, "the conversion phase's writes in each version")
 	syncloopArgs := flag.String("syncloop-args", "", "extra `syncloop run` flags for the tenant workload, space-separated (none: its defaults)")
 	flag.Parse()
 	if cfg.MemProfile != "" {
@@ -127,6 +129,15 @@ func main() {
 				return "", nil, err
 			}
 			return reportIdentities(res), res, nil
+		})
+	}
+	if *conversion > 0 {
+		phase("conversion", func() (string, any, error) {
+			res, err := runConversion(ctx, env, *conversion, *conversionWrites, logf)
+			if err != nil {
+				return "", nil, err
+			}
+			return reportConversion(res), res, nil
 		})
 	}
 	if *chain > 0 {

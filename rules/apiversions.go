@@ -37,11 +37,16 @@ type Version struct {
 	// validations are the nodes of the version's validations' rules,
 	// for their errors.
 	validations []*yaml.Node
-	// defaults applies the schema's defaults to an object, as the API
-	// server does; built when the rule loads. specDefault is the default
-	// of a spec without required fields: {}, defaulted.
-	defaults    func(obj map[string]any)
-	specDefault map[string]any
+	// defaults are the schema's defaults, built when the rule loads.
+	defaults defaults
+}
+
+// defaults are a version's defaults: apply sets them in an object, as the
+// API server does; spec is the default of a spec without required
+// fields: {}, defaulted.
+type defaults struct {
+	apply func(obj map[string]any)
+	spec  map[string]any
 }
 
 // FieldPos is where the spec field at path ("spec.ingress.host") is
@@ -65,8 +70,8 @@ func (v *Version) FieldPos(path string) Pos {
 // obj leaves out, as the API server does when it reads or creates an
 // object.
 func (v *Version) Default(obj map[string]any) {
-	if v.defaults != nil {
-		v.defaults(obj)
+	if v.defaults.apply != nil {
+		v.defaults.apply(obj)
 	}
 }
 

@@ -132,8 +132,8 @@ func (a *API) root(v *Version) *spec.Schema {
 		root.Required = []string{"spec"}
 	} else {
 		sp.Default = map[string]any{}
-		if v.specDefault != nil {
-			sp.Default = v.specDefault
+		if v.defaults.spec != nil {
+			sp.Default = v.defaults.spec
 		}
 	}
 	root.Properties = map[string]spec.Schema{"spec": sp}
@@ -323,14 +323,14 @@ func (d *decoder) checkVersion(a *API, v *Version) {
 	if ss, err := toStructural(v.Spec); err == nil && len(v.Spec.Required) == 0 {
 		def := map[string]any{}
 		defaulting.Default(def, ss)
-		v.specDefault = def
+		v.defaults.spec = def
 	}
 	st, err := toStructural(a.root(v))
 	if err != nil {
 		d.errorAt(v.Pos, v.field, "the generated schema is not one the API server takes: %v", err)
 		return
 	}
-	v.defaults = func(obj map[string]any) { defaulting.Default(obj, st) }
+	v.defaults.apply = func(obj map[string]any) { defaulting.Default(obj, st) }
 	spec := st.Properties["spec"]
 	errsBefore := len(d.errs)
 	d.checkValidations(v, &spec)
@@ -347,8 +347,8 @@ func (d *decoder) checkDefaults(v *Version, s *structuralschema.Structural, path
 	def := s.Default.Object
 	if path == "spec" {
 		def = nil // spec's own is root's, and nil: a spec is required
-		if v.specDefault != nil {
-			def = v.specDefault
+		if v.defaults.spec != nil {
+			def = v.defaults.spec
 		}
 	}
 	if def != nil {

@@ -163,6 +163,11 @@ func TestStorageMigration(t *testing.T) {
 		t.Errorf("storedVersions %v mid-migration, want [v1alpha1 v1]", s)
 	}
 	t.Logf("killed with %d of %d objects rewritten", done, objects)
+	var status strings.Builder
+	if code := runContext(ctx, []string{"rollout", "status", "-n", ns, "--kubeconfig", env.Kubeconfig()}, &status, io.Discard); code != 0 ||
+		!strings.Contains(status.String(), fmt.Sprintf("storage migration gauges.migration.syncloop.dev (rule gauge): to v1, %d objects rewritten; objects may be stored in v1alpha1, v1", done)) {
+		t.Errorf("rollout status mid-migration: exit %d\n%s", code, status.String())
+	}
 
 	metrics := freeAddr(t)
 	_ = syncloopProcess(t, "second", append(args, "--metrics-bind-address="+metrics)...)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -36,7 +37,9 @@ ControllerRevisions in its namespace (-n; the Leases' namespace of syncloop
 run) — and prints them newest first: number, object name, content hash,
 when it was recorded and the state of the rollout to it. The newest is the
 version put in force last; where its rollout stands follows the table:
-the step, the triggers moved, and why it halted or rolled back.`,
+the step, the triggers moved, and why it halted or rolled back. Then the
+storage migrations under way of the kinds the rules define (spec.api):
+the storage version objects move to, and how many have moved.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if output != "text" && output != "json" {
@@ -57,16 +60,23 @@ the step, the triggers moved, and why it halted or rolled back.`,
 			if err != nil {
 				return err
 			}
+			// Storage migrations, from the CRDs: shown when they can be read.
+			migrations, _ := manager.Migrations(cmd.Context(), cl, installation, rule)
 			if output == "json" {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
-				return enc.Encode(map[string]any{"namespace": namespace, "revisions": revs})
+				return enc.Encode(map[string]any{"namespace": namespace, "revisions": revs, "migrations": migrations})
 			}
 			if len(revs) == 0 {
 				fmt.Fprintf(cmd.OutOrStdout(), "no revisions in namespace %s\n", namespace)
-				return nil
+			} else if err := printRevisions(cmd.OutOrStdout(), revs); err != nil {
+				return err
 			}
-			return printRevisions(cmd.OutOrStdout(), revs)
+			for _, m := range migrations {
+				fmt.Fprintf(cmd.OutOrStdout(), "storage migration %s (rule %s): to %s, %d objects rewritten; objects may be stored in %s\n",
+					m.CRD, m.Rule, m.To, m.Rewritten, strings.Join(m.Stored, ", "))
+			}
+			return nil
 		},
 	}
 	cf.registerKubeconfig(cmd)

@@ -124,6 +124,7 @@ func (cv *conversions) listen(addr string) (*server, error) {
 		return nil, err
 	}
 	srv.ln = tls.NewListener(srv.ln, &tls.Config{GetCertificate: cv.certs.GetCertificate, MinVersion: tls.VersionTLS12})
+	srv.graceful = true
 	return srv, nil
 }
 

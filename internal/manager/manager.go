@@ -336,6 +336,8 @@ type server struct {
 	what string
 	ln   net.Listener
 	srv  *http.Server
+	// graceful: closing lets requests under way finish.
+	graceful bool
 }
 
 // serves reports whether addr turns its server on.
@@ -361,9 +363,33 @@ func (s *server) serve(ctx context.Context) {
 
 // Close stops serving; a server never served closes its listener.
 func (s *server) Close() {
+	if s.graceful {
+		// The conversion webhook, whose callers (the API server) do not
+		// retry a conversion that broke: first every answer says
+		// Connection: close, so that no client holds a connection to
+		// reuse as this replica goes, and new connections are still
+		// served while its endpoint leaves the Service; then requests
+		// under way finish.
+		s.srv.SetKeepAlivesEnabled(false)
+		time.Sleep(serverLinger)
+		ctx, cancel := context.WithTimeout(context.Background(), serverDrain)
+		defer cancel()
+		if s.srv.Shutdown(ctx) == nil {
+			return
+		}
+	}
 	s.srv.Close()
 	s.ln.Close()
 }
+
+// serverDrain bounds how long a graceful server waits for its requests
+// under way when syncloop stops; serverLinger is how long it serves
+// without keep-alives before (kube-proxy stops sending new connections
+// to a terminating endpoint within it).
+const (
+	serverDrain  = 10 * time.Second
+	serverLinger = 2 * time.Second
+)
 
 // usesGroup reports whether a rule of set reads or writes a kind of group.
 func usesGroup(set *rules.Set, group string) bool {

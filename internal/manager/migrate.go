@@ -288,3 +288,45 @@ func (m *migrations) status() []string {
 	}
 	return out
 }
+
+// Migration is where the storage migration of a kind a rule defines
+// stands, as its CRD says: for syncloop rollout status.
+type Migration struct {
+	CRD  string `json:"crd"`
+	Rule string `json:"rule"`
+	// To is the storage version; Stored the versions objects may still be
+	// stored in (status.storedVersions); Rewritten how many objects the
+	// migration under way has rewritten.
+	To        string   `json:"to"`
+	Stored    []string `json:"storedVersions"`
+	Rewritten int64    `json:"rewritten"`
+}
+
+// Migrations are the storage migrations pending or under way of the kinds
+// installation's rules (or rule's alone) define: one LIST of syncloop's
+// CRDs. A CRD stored in its storage version alone has none.
+func Migrations(ctx context.Context, c *Clients, installation, rule string) ([]Migration, error) {
+	list, err := c.Dynamic.Dynamic.Resource(crdResource).List(ctx, metav1.ListOptions{LabelSelector: rules.LabelManagedBy + "=" + rules.ManagedByValue})
+	if err != nil {
+		return nil, err
+	}
+	var out []Migration
+	for _, crd := range list.Items {
+		l := crd.GetLabels()
+		if l[rules.LabelInstallation] != installation || (rule != "" && l[rules.LabelRule] != rule) {
+			continue
+		}
+		storage, old := pending(&crd)
+		if len(old) == 0 {
+			continue
+		}
+		stored, _, _ := unstructured.NestedStringSlice(crd.Object, "status", "storedVersions")
+		m := Migration{CRD: crd.GetName(), Rule: l[rules.LabelRule], To: storage, Stored: stored}
+		var prog migrationProgress
+		if json.Unmarshal([]byte(crd.GetAnnotations()[AnnotationMigration]), &prog) == nil && prog.To == storage {
+			m.Rewritten = prog.Rewritten
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
