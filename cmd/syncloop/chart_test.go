@@ -208,6 +208,23 @@ func TestChartTemplate(t *testing.T) {
 		if args := fmt.Sprint(r.get(t, "Deployment", "rel-syncloop").Object["spec"]); !strings.Contains(args, "--webhook-bind-address=:9443") || !strings.Contains(args, "--webhook-service=syncloop-system/rel-syncloop-webhook:443") {
 			t.Errorf("the Deployment does not serve the webhook behind its Service")
 		}
+		// cert-manager's: a Certificate into the same Secret, a
+		// self-signed Issuer, syncloop told, and its Secret read only.
+		viaCM := template(t, "--set", "webhook.certManager.enabled=true")
+		cert := viaCM.get(t, "Certificate", "rel-syncloop-webhook")
+		if spec := fmt.Sprint(cert.Object["spec"]); !strings.Contains(spec, "secretName:syncloop-rel-webhook-tls") || !strings.Contains(spec, "rel-syncloop-webhook.syncloop-system.svc") {
+			t.Errorf("the Certificate: %s", spec)
+		}
+		viaCM.get(t, "Issuer", "rel-syncloop-webhook")
+		if viaCM["Secret/syncloop-rel-webhook-tls"] != nil {
+			t.Error("the chart makes the Secret cert-manager issues")
+		}
+		if args := fmt.Sprint(viaCM.get(t, "Deployment", "rel-syncloop").Object["spec"]); !strings.Contains(args, "--webhook-cert-manager=syncloop-system/rel-syncloop-webhook") {
+			t.Error("syncloop is not told the Certificate")
+		}
+		if rules := fmt.Sprint(viaCM.get(t, "Role", "rel-syncloop-webhook").Object["rules"]); !strings.Contains(rules, "verbs:[get list watch]]") {
+			t.Errorf("with cert-manager, syncloop may write its Secret: %s", rules)
+		}
 	})
 
 	t.Run("CRDs of the kinds rules define", func(t *testing.T) {

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -147,6 +149,7 @@ func (f *runFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.serve.Metrics, "metrics-bind-address", ":8080", "address of /metrics (0 turns it off)")
 	cmd.Flags().StringVar(&f.serve.Probes, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (0 turns them off)")
 	cmd.Flags().Float64Var(&f.cf.migrationQPS, "storage-migration-qps", manager.DefaultMigrationQPS, "objects per second a storage migration rewrites, when a kind a rule defines changes its storage version")
+	cmd.Flags().StringVar(&f.rf.webhook.certManager, "webhook-cert-manager", "", "NAMESPACE/NAME of the cert-manager Certificate that issues the conversion webhook's certificate into its Secret (the chart's webhook.certManager): syncloop then only reads the Secret, and the CRDs trust the Certificate's CA through cert-manager's CA injector")
 	cmd.Flags().StringVar(&f.serve.Webhook, "webhook-bind-address", "0", "address of the conversion webhook (/convert, TLS) of the kinds rules define in several versions, e.g. :9443 (the chart sets it: every replica serves it); 0: off, the CRDs then convert through a webhook served elsewhere")
 	cmd.Flags().StringVar(&f.serve.Pprof, "pprof-bind-address", "", "address of /debug/pprof/, Go's profiler (empty or 0: off)")
 	cmd.Flags().DurationVar(&f.drainPeriod, "drain-timeout", 30*time.Second, "on shutdown, how long in-flight reconciles may take before their requests are cancelled")
@@ -206,6 +209,11 @@ func (f *runFlags) options(cmd *cobra.Command) (manager.Options, error) {
 	if err != nil {
 		return manager.Options{}, err
 	}
+	if c := f.rf.webhook.certManager; c != "" {
+		if ns, name, ok := strings.Cut(c, "/"); !ok || len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1123Subdomain(name)) > 0 {
+			return manager.Options{}, fmt.Errorf("--webhook-cert-manager %q: NAMESPACE/NAME of a cert-manager Certificate", c)
+		}
+	}
 	return manager.Options{
 		Config:       cfg,
 		Rules:        f.rf.paths,
@@ -217,7 +225,8 @@ func (f *runFlags) options(cmd *cobra.Command) (manager.Options, error) {
 		Events:       f.events,
 		DryRun:       dryRun,
 		Mode:         mode,
-		CRDs:         manager.CRDs{NoManage: !f.cf.manageCRDs, Webhook: webhook, MigrationQPS: f.cf.migrationQPS},
+		CRDs: manager.CRDs{NoManage: !f.cf.manageCRDs, Webhook: webhook, MigrationQPS: f.cf.migrationQPS,
+			CertManager: f.rf.webhook.certManager},
 		// syncloop's own objects live with its Leases.
 		SyncloopNamespace: leaseNS,
 		RulesConfigMap:    f.rulesConfigMap,

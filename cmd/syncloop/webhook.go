@@ -16,6 +16,8 @@ import (
 // the kinds rules define in several versions.
 type webhookFlags struct {
 	url, service string
+	// certManager is run's --webhook-cert-manager.
+	certManager string
 }
 
 func (f *webhookFlags) register(cmd *cobra.Command) {

@@ -28,6 +28,9 @@ type conversions struct {
 	once      sync.Once
 	// installation is this installation's name: its CRDs are recovered.
 	installation string
+	// issuer is the cert-manager Certificate (NAMESPACE/NAME) that issues
+	// the webhook's certificate; "": syncloop's own.
+	issuer string
 }
 
 // secretName is the Secret of the webhook's certificate by default.
@@ -41,11 +44,14 @@ func secretName(installation string) string {
 // newConversions builds the converter, and the certificate keeper when
 // the webhook is served (serve).
 func newConversions(o Options, c *Clients, reg *metrics.Conversions, serve bool) *conversions {
-	cv := &conversions{converter: webhook.NewConverter(), installation: o.Installation}
+	cv := &conversions{converter: webhook.NewConverter(), installation: o.Installation, issuer: o.CRDs.CertManager}
 	cv.converter.Metrics = reg
 	if serve {
 		cv.certs = webhook.NewCerts(c.Core, o.SyncloopNamespace, cmp.Or(o.CRDs.Secret, secretName(o.Installation)), webhookHosts(o.CRDs.Webhook, o.SyncloopNamespace))
 		cv.certs.OnExpiry(reg.CertificateExpires)
+		if cv.issuer != "" {
+			cv.certs.IssuedBy(cv.issuer)
+		}
 	}
 	return cv
 }
@@ -109,11 +115,15 @@ func (cv *conversions) recover(ctx context.Context, crds dynamic.ResourceInterfa
 // caBundle is what the CRDs that convert must trust; nil when the
 // webhook is not served here (its CA bundle is then another's to keep).
 func (cv *conversions) caBundle() func() []byte {
-	if cv.certs == nil {
+	if cv.certs == nil || cv.issuer != "" {
 		return nil
 	}
 	return cv.certs.CABundle
 }
+
+// AnnotationInjectCA asks cert-manager's CA injector to keep a CRD's CA
+// bundle: the CA of the Certificate it names.
+const AnnotationInjectCA = "cert-manager.io/inject-ca-from"
 
 // listen opens the webhook's TLS listener on addr.
 func (cv *conversions) listen(addr string) (*server, error) {
@@ -140,7 +150,9 @@ func (cv *conversions) status() (string, bool) {
 		return "", true
 	case cv.certs == nil:
 		return fmt.Sprintf("conversion webhook: not served here (--webhook-bind-address=0), %d kinds convert elsewhere", n), true
-	case cv.certs.CABundle() == nil:
+	case !cv.certs.Serving() && cv.issuer != "":
+		return fmt.Sprintf("conversion webhook: waiting for cert-manager's Certificate %s to issue its certificate", cv.issuer), false
+	case !cv.certs.Serving():
 		return "conversion webhook: no serving certificate yet", false
 	}
 	return fmt.Sprintf("conversion webhook: serving %d kinds", n), true

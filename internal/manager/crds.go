@@ -64,6 +64,10 @@ type crdKeeper struct {
 	// migrations move the objects of a kind whose storage version
 	// changed; nil: none (plan).
 	migrations *migrations
+	// injectCA, when set, is the cert-manager Certificate whose CA the
+	// CRDs of kinds that convert trust (AnnotationInjectCA), instead of
+	// caBundle.
+	injectCA string
 }
 
 // failed are the CRDs the last keep could not keep, and why.
@@ -180,6 +184,12 @@ func (k *crdKeeper) keepOne(ctx context.Context, r *rules.Rule, deadline time.Ti
 // started the webhook's certificate keeper.
 func (k *crdKeeper) want(ctx context.Context, r *rules.Rule, deadline time.Time) (*unstructured.Unstructured, error) {
 	crd := r.CRD()
+	if r.API.Converts() && k.injectCA != "" {
+		a := crd.GetAnnotations()
+		a[AnnotationInjectCA] = k.injectCA
+		crd.SetAnnotations(a)
+		return crd, nil
+	}
 	if !r.API.Converts() || k.caBundle == nil {
 		return crd, nil
 	}
@@ -206,8 +216,14 @@ func needsApply(served, want *unstructured.Unstructured) bool {
 			return true
 		}
 	}
-	// The conversion a CRD keeps for when no rule defines its kind.
-	return served.GetAnnotations()[rules.AnnotationConversion] != want.GetAnnotations()[rules.AnnotationConversion]
+	// The conversion a CRD keeps for when no rule defines its kind, and
+	// whose CA it trusts.
+	for k, v := range want.GetAnnotations() {
+		if served.GetAnnotations()[k] != v {
+			return true
+		}
+	}
+	return false
 }
 
 // apply server-side applies crd with syncloop's CRD field manager, taking

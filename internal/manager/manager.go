@@ -88,6 +88,10 @@ type CRDs struct {
 	// Secret is the Secret in SyncloopNamespace that holds the webhook's
 	// CA and serving certificate (default syncloop-webhook-tls).
 	Secret string
+	// CertManager, NAMESPACE/NAME, is the cert-manager Certificate that
+	// issues the webhook's certificate into Secret, whose CA its injector
+	// keeps in the CRDs; "": syncloop's own CA and certificate.
+	CertManager string
 	// MigrationQPS paces storage migrations: objects rewritten per second
 	// (default DefaultMigrationQPS).
 	MigrationQPS float64
@@ -174,7 +178,7 @@ func newProcess(ctx context.Context, o Options) (*process, error) {
 	p.rules.announcer = &announcer{configMap: cm, core: p.clients.Core, recorder: recorder}
 	conv := metrics.NewConversions(p.reg)
 	p.rules.conversions = newConversions(o, p.clients, conv, serves(o.Serve.Webhook))
-	p.rules.crds.caBundle = p.rules.conversions.caBundle()
+	p.rules.crds.caBundle, p.rules.crds.injectCA = p.rules.conversions.caBundle(), o.CRDs.CertManager
 	if o.DryRun == nil {
 		p.rules.crds.migrations = &migrations{client: p.clients.Dynamic, crds: p.rules.crds.crds, qps: cmp.Or(o.CRDs.MigrationQPS, DefaultMigrationQPS),
 			active: p.rules.active.Load, count: conv.Migrated, running: conv.Migrating}

@@ -74,17 +74,21 @@ func decode(data map[string][]byte) *material {
 
 // encode is m as the Secret's data.
 func (m *material) encode() map[string][]byte {
-	var bundle bytes.Buffer
+	data := map[string][]byte{keyCABundle: m.bundle(), keyCert: m.certPEM, keyKey: m.keyPEM}
+	if m.caKey != nil {
+		keyDER, _ := x509.MarshalECPrivateKey(m.caKey)
+		data[keyCAKey] = pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+	}
+	return data
+}
+
+// bundle is the PEM of every CA m holds, newest first.
+func (m *material) bundle() []byte {
+	var b bytes.Buffer
 	for _, c := range m.cas {
-		_ = pem.Encode(&bundle, &pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
+		_ = pem.Encode(&b, &pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
 	}
-	keyDER, _ := x509.MarshalECPrivateKey(m.caKey)
-	return map[string][]byte{
-		keyCABundle: bundle.Bytes(),
-		keyCAKey:    pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
-		keyCert:     m.certPEM,
-		keyKey:      m.keyPEM,
-	}
+	return b.Bytes()
 }
 
 // due reports whether c should be renewed at now: less than a third of

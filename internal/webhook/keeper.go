@@ -37,6 +37,9 @@ type Certs struct {
 	expires func(time.Time)
 	store   cache.Store
 	wake    chan struct{}
+	// issuer, when set, is the cert-manager Certificate (NAMESPACE/NAME)
+	// that issues the Secret: it is then only read.
+	issuer string
 }
 
 // keyPair is what the webhook serves and the CRDs trust.
@@ -51,6 +54,11 @@ func NewCerts(core kubernetes.Interface, namespace, name string, hosts []string)
 	return &Certs{core: core, namespace: namespace, name: name, hosts: hosts, now: time.Now, wake: make(chan struct{}, 1)}
 }
 
+// IssuedBy makes the keeper only read the Secret, which cert-manager's
+// Certificate certificate (NAMESPACE/NAME) issues and renews; its CA
+// injector keeps the CA bundle of the CRDs.
+func (c *Certs) IssuedBy(certificate string) { c.issuer = certificate }
+
 // OnBundleChange makes f called whenever the CA bundle changes.
 func (c *Certs) OnBundleChange(f func()) { c.bundleChanged = f }
 
@@ -64,6 +72,9 @@ func (c *Certs) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	}
 	return nil, errors.New("no serving certificate yet")
 }
+
+// Serving reports whether it has a certificate to serve.
+func (c *Certs) Serving() bool { return c.current.Load() != nil }
 
 // CABundle is the PEM of every CA the CRDs must trust; nil until the
 // Secret is read.
@@ -95,7 +106,7 @@ func (c *Certs) Run(ctx context.Context) {
 	}
 	backoff := time.Second
 	for {
-		next, err := c.ensure(ctx)
+		next, err := c.safeEnsure(ctx)
 		wait := time.Until(next)
 		if err != nil {
 			logger.Error(err, "Keeping the conversion webhook's certificate")
@@ -112,6 +123,17 @@ func (c *Certs) Run(ctx context.Context) {
 	}
 }
 
+// safeEnsure is ensure, a panic contained as its error: a Secret nobody
+// expected must not take the process down.
+func (c *Certs) safeEnsure(ctx context.Context) (next time.Time, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			next, err = c.now(), fmt.Errorf("panic keeping the certificate: %v", p)
+		}
+	}()
+	return c.ensure(ctx)
+}
+
 // ensure makes or renews the material in the Secret when it is due, serves
 // what the Secret holds, and returns when it is next due.
 func (c *Certs) ensure(ctx context.Context) (time.Time, error) {
@@ -126,6 +148,13 @@ func (c *Certs) ensure(ctx context.Context) (time.Time, error) {
 		m = decode(secret.Data)
 	} else {
 		m = &material{}
+	}
+	if c.issuer != "" {
+		if m.cert == nil {
+			return now, fmt.Errorf("no serving certificate in Secret %s/%s yet: cert-manager's Certificate %s issues it", c.namespace, c.name, c.issuer)
+		}
+		// cert-manager renews it; its watch event brings the new one.
+		return now.Add(time.Hour), c.serve(m)
 	}
 	changed, err := m.renew(now, c.hosts)
 	if err != nil {
@@ -168,7 +197,7 @@ func (c *Certs) serve(m *material) error {
 	if err != nil {
 		return fmt.Errorf("the serving certificate: %w", err)
 	}
-	bundle := m.encode()[keyCABundle]
+	bundle := m.bundle()
 	old := c.current.Swap(&keyPair{cert: &cert, bundle: bundle})
 	if c.expires != nil {
 		c.expires(m.cert.NotAfter)
