@@ -472,3 +472,14 @@ current-context: x
 		}
 	}
 }
+
+// TestValidateVersions: validate says, for a kind of several versions,
+// which is stored, which is the hub, which the rule reads and which are
+// deprecated.
+func TestValidateVersions(t *testing.T) {
+	code, out, errOut := syncloop(t, "validate", "-f", "../../examples/app")
+	want := "rule app: App (apps.example.syncloop.dev) in versions v1 (stored, hub, read by the rule), v1alpha1 (deprecated), converted by syncloop's webhook (syncloop crds prints the CRD)\n"
+	if code != 0 || !strings.HasSuffix(out, want) {
+		t.Errorf("exit %d, stdout %q, stderr %q: want it to end with %q", code, out, errOut, want)
+	}
+}

@@ -2,8 +2,11 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/syncloop/syncloop/rules"
 )
 
 func newValidateCommand() *cobra.Command {
@@ -30,10 +33,37 @@ CustomResourceDefinitions) are skipped.`,
 				fmt.Fprintf(cmd.OutOrStdout(), " (%d non-rule document(s) skipped)", skipped)
 			}
 			fmt.Fprintln(cmd.OutOrStdout())
+			for _, r := range set.Rules() {
+				if r.API != nil && r.API.Converts() {
+					fmt.Fprintf(cmd.OutOrStdout(), "rule %s: %s\n", r.Name, versionsLine(r.API))
+				}
+			}
 			return nil
 		},
 	}
 	rf.register(cmd)
 	rf.registerTenant(cmd)
 	return cmd
+}
+
+// versionsLine says which versions a kind has and what each is for.
+func versionsLine(a *rules.API) string {
+	var vs []string
+	for _, v := range a.Versions {
+		var roles []string
+		for _, role := range []struct {
+			on   bool
+			name string
+		}{{v.Storage, "stored"}, {v == a.Hub(), "hub"}, {v == a.Version, "read by the rule"}, {!v.Served, "not served"}, {v.Deprecated, "deprecated"}} {
+			if role.on {
+				roles = append(roles, role.name)
+			}
+		}
+		if len(roles) > 0 {
+			vs = append(vs, v.Name+" ("+strings.Join(roles, ", ")+")")
+		} else {
+			vs = append(vs, v.Name)
+		}
+	}
+	return fmt.Sprintf("%s (%s) in versions %s, converted by syncloop's webhook (syncloop crds prints the CRD)", a.Kind, a.CRDName(), strings.Join(vs, ", "))
 }
