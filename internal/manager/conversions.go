@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
@@ -127,14 +128,20 @@ const AnnotationInjectCA = "cert-manager.io/inject-ca-from"
 
 // listen opens the webhook's TLS listener on addr.
 func (cv *conversions) listen(addr string) (*server, error) {
+	draining := &atomic.Bool{}
 	mux := http.NewServeMux()
-	mux.Handle(rules.WebhookPath, cv.converter)
+	mux.Handle(rules.WebhookPath, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if draining.Load() {
+			w.Header().Set("Connection", "close")
+		}
+		cv.converter.ServeHTTP(w, r)
+	}))
 	srv, err := listen(addr, "conversion webhook", mux)
 	if err != nil {
 		return nil, err
 	}
 	srv.ln = tls.NewListener(srv.ln, &tls.Config{GetCertificate: cv.certs.GetCertificate, MinVersion: tls.VersionTLS12})
-	srv.graceful = true
+	srv.draining = draining
 	return srv, nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"net/http/pprof"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -340,8 +341,9 @@ type server struct {
 	what string
 	ln   net.Listener
 	srv  *http.Server
-	// graceful: closing lets requests under way finish.
-	graceful bool
+	// draining, when not nil, makes closing graceful: it is set first, and
+	// the handler then ends each connection with its answer.
+	draining *atomic.Bool
 }
 
 // serves reports whether addr turns its server on.
@@ -367,14 +369,14 @@ func (s *server) serve(ctx context.Context) {
 
 // Close stops serving; a server never served closes its listener.
 func (s *server) Close() {
-	if s.graceful {
+	if s.draining != nil {
 		// The conversion webhook, whose callers (the API server) do not
 		// retry a conversion that broke: first every answer says
-		// Connection: close, so that no client holds a connection to
-		// reuse as this replica goes, and new connections are still
-		// served while its endpoint leaves the Service; then requests
-		// under way finish.
-		s.srv.SetKeepAlivesEnabled(false)
+		// Connection: close, so that a client's connections end cleanly,
+		// each after an answer, rather than under a request it writes;
+		// new connections are still served while the endpoint leaves the
+		// Service; then requests under way finish.
+		s.draining.Store(true)
 		time.Sleep(serverLinger)
 		ctx, cancel := context.WithTimeout(context.Background(), serverDrain)
 		defer cancel()
