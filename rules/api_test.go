@@ -40,19 +40,7 @@ func TestAPIRuleCRD(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden := filepath.Join("testdata", "api", "app.crd.golden.yaml")
-	if *update {
-		if err := os.WriteFile(golden, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(want) != string(got) {
-		t.Errorf("CRD differs from %s (-update rewrites it):\n%s", golden, got)
-	}
+	checkGolden(t, filepath.Join("testdata", "api", "app.crd.golden.yaml"), "CRD", got)
 	st := r.API.Status.Properties
 	for field, typ := range map[string]string{"readyReplicas": "integer", "address": "string", "available": "boolean",
 		"rollout": "array", "images": "array", "tier": "string", "literal": "object", "conditions": "array"} {

@@ -90,19 +90,7 @@ func TestAPISchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden := filepath.Join("testdata", "apischema.golden.json")
-	if *update {
-		if err := os.WriteFile(golden, append(got, '\n'), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.TrimSpace(string(want)) != strings.TrimSpace(string(got)) {
-		t.Errorf("schema differs from %s (-update rewrites it):\n%s", golden, got)
-	}
+	checkGolden(t, filepath.Join("testdata", "apischema.golden.json"), "schema", append(got, '\n'))
 	if r := s.Properties["replicas"]; r.Default != int64(1) || *r.Minimum != 0 || *r.Maximum != 50 {
 		t.Errorf("replicas: default %v (%T), range %v–%v", r.Default, r.Default, *r.Minimum, *r.Maximum)
 	}

@@ -45,19 +45,7 @@ func TestVersionsCRD(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden := filepath.Join("testdata", "api", "versions.crd.golden.yaml")
-	if *update {
-		if err := os.WriteFile(golden, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(want) != string(got) {
-		t.Errorf("CRD differs from %s (-update rewrites it):\n%s", golden, got)
-	}
+	checkGolden(t, filepath.Join("testdata", "api", "versions.crd.golden.yaml"), "CRD", got)
 }
 
 // TestConvert: each direction renders its template, copies what both

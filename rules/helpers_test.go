@@ -1,6 +1,8 @@
 package rules
 
 import (
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/syncloop/syncloop/rules/expr"
@@ -18,4 +20,22 @@ func parseRule(t *testing.T, doc string) *Rule {
 		t.Fatal(err)
 	}
 	return f.Rules[0]
+}
+
+// checkGolden fails t unless got is the golden file's content (-update
+// rewrites it); what names got in the message.
+func checkGolden(t *testing.T, golden, what string, got []byte) {
+	t.Helper()
+	if *update {
+		if err := os.WriteFile(golden, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(string(want)) != strings.TrimSpace(string(got)) {
+		t.Errorf("%s differs from %s (-update rewrites it):\n%s", what, golden, got)
+	}
 }
