@@ -322,13 +322,7 @@ func (k *crdKeeper) plan(set *rules.Set, p engine.Planner) (created map[string]b
 // rule says.
 func planMigration(p engine.Planner, r *rules.Rule, ref rules.ObjectRef, served *unstructured.Unstructured) {
 	storage := r.API.StorageVersion().Name
-	stored, _, _ := unstructured.NestedStringSlice(served.Object, "status", "storedVersions")
-	var old []string
-	for _, v := range stored {
-		if v != storage {
-			old = append(old, v)
-		}
-	}
+	old := storedBesides(served, storage)
 	if len(old) == 0 {
 		return
 	}

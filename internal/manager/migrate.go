@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -85,13 +84,30 @@ func pending(crd *unstructured.Unstructured) (storage string, old []string) {
 			storage, _ = m["name"].(string)
 		}
 	}
+	return storage, storedBesides(crd, storage)
+}
+
+// storedBesides are the versions of crd's status.storedVersions other
+// than storage.
+func storedBesides(crd *unstructured.Unstructured, storage string) []string {
 	stored, _, _ := unstructured.NestedStringSlice(crd.Object, "status", "storedVersions")
+	var old []string
 	for _, v := range stored {
 		if v != storage {
 			old = append(old, v)
 		}
 	}
-	return storage, old
+	return old
+}
+
+// progressOf is the progress crd records of a migration to storage; zero
+// when it records none (or one to another version).
+func progressOf(crd *unstructured.Unstructured, storage string) migrationProgress {
+	var prog migrationProgress
+	if err := json.Unmarshal([]byte(crd.GetAnnotations()[AnnotationMigration]), &prog); err != nil || prog.To != storage {
+		return migrationProgress{To: storage}
+	}
+	return prog
 }
 
 // ensure starts migrating the objects of crd (as served after a keep) when
@@ -143,10 +159,7 @@ func (m *migrations) migrate(ctx context.Context, crd *unstructured.Unstructured
 		}
 	}
 	res := c.Dynamic.Resource(schema.GroupVersionResource{Group: group, Version: storage, Resource: plural})
-	var prog migrationProgress
-	if err := json.Unmarshal([]byte(crd.GetAnnotations()[AnnotationMigration]), &prog); err != nil || prog.To != storage {
-		prog = migrationProgress{To: storage}
-	}
+	prog := progressOf(crd, storage)
 	m.setRewritten(st, prog.Rewritten)
 	klog.FromContext(ctx).Info("Storage migration: rewriting the objects stored in older versions", "crd", crd.GetName(), "to", storage, "from", old, "resumingAfter", prog.After)
 	limiter := flowcontrol.NewTokenBucketRateLimiter(float32(m.qps), max(1, int(m.qps)))
@@ -163,10 +176,8 @@ func (m *migrations) migrate(ctx context.Context, crd *unstructured.Unstructured
 		if err != nil {
 			return err
 		}
-		items := list.Items
-		sort.Slice(items, func(i, j int) bool { return key(&items[i]) < key(&items[j]) })
-		for i := range items {
-			obj := &items[i]
+		for i := range list.Items {
+			obj := &list.Items[i]
 			if prog.After != "" && key(obj) <= prog.After {
 				continue
 			}
@@ -199,7 +210,8 @@ func (m *migrations) setRewritten(st *migrationState, n int64) {
 	m.mu.Unlock()
 }
 
-// key orders objects as a list returns them.
+// key orders objects as a list returns them (the order of their keys in
+// etcd), which resuming after the last one rewritten relies on.
 func key(obj *unstructured.Unstructured) string {
 	if ns := obj.GetNamespace(); ns != "" {
 		return ns + "/" + obj.GetName()
@@ -322,10 +334,7 @@ func Migrations(ctx context.Context, c *Clients, installation, rule string) ([]M
 		}
 		stored, _, _ := unstructured.NestedStringSlice(crd.Object, "status", "storedVersions")
 		m := Migration{CRD: crd.GetName(), Rule: l[rules.LabelRule], To: storage, Stored: stored}
-		var prog migrationProgress
-		if json.Unmarshal([]byte(crd.GetAnnotations()[AnnotationMigration]), &prog) == nil && prog.To == storage {
-			m.Rewritten = prog.Rewritten
-		}
+		m.Rewritten = progressOf(&crd, storage).Rewritten
 		out = append(out, m)
 	}
 	return out, nil
