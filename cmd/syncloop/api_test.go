@@ -95,19 +95,7 @@ func TestAPIMode(t *testing.T) {
 	}
 	write("")
 	// A bystander rule, which a change to the widget rule must not restart.
-	writeFile(t, dir, "bystander.yaml", strings.ReplaceAll(`apiVersion: syncloop.dev/v1alpha1
-kind: Rule
-metadata:
-  name: bystander
-spec:
-  watch: {apiVersion: v1, kind: Namespace, fieldSelector: metadata.name=NS}
-  resources:
-    - id: cm
-      template:
-        apiVersion: v1
-        kind: ConfigMap
-        metadata: {name: bystander, namespace: "${object.metadata.name}"}
-`, "NS", ns))
+	writeFile(t, dir, "bystander.yaml", namespaceRule("bystander", ns))
 	metricsAddr, probes := runInProcess(t, "-f", dir, "--kubeconfig", env.Kubeconfig())
 	metric := func(series string) string {
 		for _, l := range strings.Split(httpGet("http://"+metricsAddr+"/metrics"), "\n") {

@@ -197,19 +197,7 @@ func TestConversionWebhook(t *testing.T) {
 	// The rule gone and syncloop restarted: the CRD stays, and so does
 	// its conversion, compiled from the CRD itself.
 	stop()
-	other := writeFile(t, t.TempDir(), "other.yaml", strings.ReplaceAll(`apiVersion: syncloop.dev/v1alpha1
-kind: Rule
-metadata:
-  name: other
-spec:
-  watch: {apiVersion: v1, kind: Namespace, fieldSelector: metadata.name=NS}
-  resources:
-    - id: cm
-      template:
-        apiVersion: v1
-        kind: ConfigMap
-        metadata: {name: other, namespace: "${object.metadata.name}"}
-`, "NS", ns))
+	other := writeFile(t, t.TempDir(), "other.yaml", namespaceRule("other", ns))
 	_, probes = runInProcess(t, append([]string{"-f", other}, args...)...)
 	readyz, poll = probing(t, probes, 60*time.Second)
 	poll("the webhook serving the removed rule's kind", func() bool {

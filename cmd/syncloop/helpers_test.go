@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -111,4 +112,22 @@ func grantConfigMaps(t *testing.T, cs kubernetes.Interface, ns, sa string) {
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: ns}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// namespaceRule is a rule named name that makes one ConfigMap, also named
+// name, in namespace ns: a rule beside the one a test is about.
+func namespaceRule(name, ns string) string {
+	return strings.NewReplacer("NAME", name, "NS", ns).Replace(`apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata:
+  name: NAME
+spec:
+  watch: {apiVersion: v1, kind: Namespace, fieldSelector: metadata.name=NS}
+  resources:
+    - id: cm
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: NAME, namespace: "${object.metadata.name}"}
+`)
 }
