@@ -87,7 +87,7 @@ func TestRenderExamples(t *testing.T) {
 			checkJSONShape(t, jsonOut)
 			golden(t, filepath.Join("testdata", "examples", name+".yaml"), yamlOut)
 			golden(t, filepath.Join("testdata", "examples", name+".json"), jsonOut)
-			readmeBlock(t, filepath.Join(dir, "README.md"), yamlOut)
+			readmeBlock(t, filepath.Join(dir, "README.md"), "render-output", "yaml", yamlOut)
 		})
 	}
 }
@@ -112,17 +112,18 @@ func golden(t *testing.T, path, got string) {
 	}
 }
 
-var renderBlock = regexp.MustCompile("(?s)(<!-- render-output -->\n```yaml\n)(.*?)(```\n)")
-
-func readmeBlock(t *testing.T, path, output string) {
+// readmeBlock checks that the README at path shows output in the fenced
+// block of lang after the marker <!-- name -->; -update rewrites it.
+func readmeBlock(t *testing.T, path, name, lang, output string) {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := renderBlock.FindSubmatchIndex(data)
+	block := regexp.MustCompile("(?s)(<!-- " + regexp.QuoteMeta(name) + " -->\n```" + lang + "\n)(.*?)(```\n)")
+	m := block.FindSubmatchIndex(data)
 	if m == nil {
-		t.Fatalf("%s has no <!-- render-output --> yaml block", path)
+		t.Fatalf("%s has no <!-- %s --> %s block", path, name, lang)
 	}
 	if *update {
 		updated := string(data[:m[4]]) + output + string(data[m[5]:])
@@ -132,7 +133,7 @@ func readmeBlock(t *testing.T, path, output string) {
 		return
 	}
 	if got := string(data[m[4]:m[5]]); got != output {
-		t.Errorf("%s shows stale render output (go test ./cmd/syncloop -update rewrites it):\n%s", path, diffLines(output, got))
+		t.Errorf("%s shows a stale %s (go test ./cmd/syncloop -update rewrites it):\n%s", path, name, diffLines(output, got))
 	}
 }
 

@@ -61,7 +61,7 @@ pruned when no longer desired, with status written back.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCommand(), newValidateCommand(), newRenderCommand(), newTestCommand(), newSchemaCommand(), newCRDsCommand(), newRunCommand(), newPlanCommand(), newRolloutCommand(), newFinalizersCommand())
+	root.AddCommand(newVersionCommand(), newValidateCommand(), newRenderCommand(), newTestCommand(), newSchemaCommand(), newCRDsCommand(), newRunCommand(), newPlanCommand(), newRolloutCommand(), newFinalizersCommand(), newGraphCommand())
 	// klog's verbosity flags for every command; logs go to stderr.
 	logFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(logFlags)
