@@ -132,6 +132,10 @@ func (cv *conversions) listen(addr string) (*server, error) {
 	mux := http.NewServeMux()
 	mux.Handle(rules.WebhookPath, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if draining.Load() {
+			// HTTP/1.1: the connection ends after this answer; HTTP/2
+			// (what the API server speaks): a GOAWAY, after which the
+			// client sends again, elsewhere, every request the server
+			// had not begun.
 			w.Header().Set("Connection", "close")
 		}
 		cv.converter.ServeHTTP(w, r)
@@ -140,7 +144,11 @@ func (cv *conversions) listen(addr string) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv.ln = tls.NewListener(srv.ln, &tls.Config{GetCertificate: cv.certs.GetCertificate, MinVersion: tls.VersionTLS12})
+	// HTTP/2 first: a stop then says which requests were not begun, which
+	// the client retries (HTTP/1.1 cannot, and the API server does not
+	// retry a conversion call that broke).
+	srv.ln = tls.NewListener(srv.ln, &tls.Config{GetCertificate: cv.certs.GetCertificate, MinVersion: tls.VersionTLS12,
+		NextProtos: []string{"h2", "http/1.1"}})
 	srv.draining = draining
 	return srv, nil
 }

@@ -372,10 +372,11 @@ func (s *server) Close() {
 	if s.draining != nil {
 		// The conversion webhook, whose callers (the API server) do not
 		// retry a conversion that broke: first every answer says
-		// Connection: close, so that a client's connections end cleanly,
-		// each after an answer, rather than under a request it writes;
-		// new connections are still served while the endpoint leaves the
-		// Service; then requests under way finish.
+		// Connection: close — over HTTP/2 a GOAWAY, after which the
+		// client sends the requests not begun elsewhere — so that a
+		// client's connections end cleanly rather than under a request
+		// it writes; new connections are still served while the
+		// endpoint leaves the Service; then requests under way finish.
 		s.draining.Store(true)
 		time.Sleep(serverLinger)
 		ctx, cancel := context.WithTimeout(context.Background(), serverDrain)
