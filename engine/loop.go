@@ -45,6 +45,12 @@ func childrenSelector(installation string) string {
 	return rules.LabelManagedBy + "=" + rules.ManagedByValue + "," + rules.LabelInstallation + "=" + installation
 }
 
+// TriggerChildren selects the children rule r made for the trigger of
+// uid: what `syncloop trace` lists.
+func TriggerChildren(r *rules.Rule, uid string) string {
+	return childrenSelector(r.Installation) + "," + rules.LabelRule + "=" + r.Name + "," + rules.LabelOwnerUID + "=" + uid
+}
+
 // ruleLoop is one rule's control loop: it resolves and watches the rule's
 // kinds, turns events into trigger keys on a rate-limited workqueue, runs
 // the rule's workers over it, resyncs and sweeps for orphans, and keeps to

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # testenv.sh builds what syncloop's tests and demo run against: the local
 # control plane — etcd, kube-apiserver and kube-controller-manager, compiled
-# from Go modules pinned in hack/controlplane/{etcd,kube} (README.md, "Two commands") — and
+# from Go modules pinned in hack/controlplane/{etcd,kube} (README.md, "Two commands") —
+# kubectl, from the same module, and
 # helm 3 and 4, from the modules pinned in hack/helm and hack/helm4, for the
 # chart's tests.
 #
@@ -66,6 +67,16 @@ if ((${#missing[@]})); then
   (cd "$here/controlplane/kube" && go build -trimpath -ldflags "$ldflags" -o "$tmp/" "${pkgs[@]}")
   for b in "${missing[@]}"; do mv "$tmp/$b" "$cache/$b"; done
   log "${missing[*]} built in $((SECONDS - start))s"
+fi
+
+# kubectl, of the same pinned module, for the test of `kubectl syncloop`
+# (syncloop as a kubectl plugin): about 1 minute more.
+if ! have kubectl; then
+  log "building kubectl $KUBE_VERSION (about 1 minute on 2 cores)"
+  start=$SECONDS
+  (cd "$here/controlplane/kube" && go build -trimpath -ldflags "-s -w" -o "$cache/.kubectl.tmp" k8s.io/kubernetes/cmd/kubectl)
+  mv "$cache/.kubectl.tmp" "$cache/kubectl"
+  log "kubectl built in $((SECONDS - start))s"
 fi
 
 # build_helm VERSION MODULE_DIR MAJOR DEST builds helm from the pinned

@@ -78,39 +78,10 @@ func (f *ruleFlags) defaultServiceAccount() (rules.ServiceAccount, error) {
 // error it prints every problem, one per line, to stderr and returns
 // exitCode 1.
 func (f *ruleFlags) load(stderr io.Writer, cl *manager.Clients, crds ...*unstructured.Unstructured) (*rules.Set, error) {
-	l, err := rules.NewLoader(expr.Options{CostLimit: f.costLimit})
+	l, err := f.newLoader(cl, crds...)
 	if err != nil {
 		return nil, err
 	}
-	if err := l.SetInstallation(f.installation); err != nil {
-		return nil, fmt.Errorf("--%w", err)
-	}
-	sa, err := f.defaultServiceAccount()
-	if err != nil {
-		return nil, err
-	}
-	if err := l.SetIdentities(f.home, sa); err != nil {
-		return nil, err
-	}
-	wh, err := f.webhook.config()
-	if err != nil {
-		return nil, err
-	}
-	l.SetConversionWebhook(wh)
-	if f.tenant != "" {
-		if l, err = l.ForTenant(f.tenant); err != nil {
-			return nil, fmt.Errorf("--%w", err)
-		}
-	}
-	if cl != nil {
-		l.UseSchemas(cl.Schemas)
-		l.UseScopes(cl.Mapper)
-	}
-	l.UseCRDs(crds)
-	if f.served != nil {
-		l.UseServedCRDs(f.served, f.manageCRDs)
-	}
-	f.loader = l
 	set, err := l.Load(f.paths...)
 	if err != nil {
 		var list rules.ErrorList
@@ -144,4 +115,44 @@ func printLoadError(w io.Writer, err error) {
 		return
 	}
 	fmt.Fprintln(w, err)
+}
+
+// newLoader is the loader of the flags: installation, identities,
+// conversion webhook, tenant; the cluster's schemas and scopes when cl is
+// not nil, and crds's kinds.
+func (f *ruleFlags) newLoader(cl *manager.Clients, crds ...*unstructured.Unstructured) (*rules.Loader, error) {
+	l, err := rules.NewLoader(expr.Options{CostLimit: f.costLimit})
+	if err != nil {
+		return nil, err
+	}
+	if err := l.SetInstallation(f.installation); err != nil {
+		return nil, fmt.Errorf("--%w", err)
+	}
+	sa, err := f.defaultServiceAccount()
+	if err != nil {
+		return nil, err
+	}
+	if err := l.SetIdentities(f.home, sa); err != nil {
+		return nil, err
+	}
+	wh, err := f.webhook.config()
+	if err != nil {
+		return nil, err
+	}
+	l.SetConversionWebhook(wh)
+	if f.tenant != "" {
+		if l, err = l.ForTenant(f.tenant); err != nil {
+			return nil, fmt.Errorf("--%w", err)
+		}
+	}
+	if cl != nil {
+		l.UseSchemas(cl.Schemas)
+		l.UseScopes(cl.Mapper)
+	}
+	l.UseCRDs(crds)
+	if f.served != nil {
+		l.UseServedCRDs(f.served, f.manageCRDs)
+	}
+	f.loader = l
+	return l, nil
 }

@@ -11,6 +11,11 @@
 // engine, in the manner of controller-runtime's manager and its
 // runnables; a mode is given what it needs (runner), not the process.
 //
+// Beside the process, two passes over the cluster use the same pieces:
+// Plan (one reconcile of every trigger, as dry-run requests) and Trace
+// (one trigger rendered against the cluster as it is, writing nothing:
+// trace.go, tracechildren.go).
+//
 // It owns the process's wiring and nothing of what a rule does (package
 // rules), how a rule is reconciled (package engine) or how shard members
 // agree on who has which trigger (package internal/shard). Command-line

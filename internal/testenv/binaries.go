@@ -68,6 +68,9 @@ func helmAt(dir string) (string, error) {
 	return p, nil
 }
 
+// Kubectl returns the path of the kubectl hack/testenv.sh builds.
+func Kubectl() (string, error) { return findBinary("kubectl") }
+
 // findBinary returns the path of the named control plane binary: in
 // $KUBEBUILDER_ASSETS when it holds it, else in CacheDir.
 func findBinary(name string) (string, error) {
