@@ -31,7 +31,7 @@ image: ## build the image as docker-load-able archives bin/syncloop-image-<arch>
 image-push: ## push the multi-platform image to IMAGE=registry/repo:tag (credentials as docker login keeps them)
 	$(GO) run ./hack/image -version $(VERSION) -platforms $(PLATFORMS) -push $(IMAGE)
 
-testenv: ## build the local control plane (etcd, kube-apiserver, kube-controller-manager) and helm into the cache, once
+testenv: ## build the local control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok), kubectl and helm into the cache, once
 	@bash hack/testenv.sh
 
 openapi-snapshot: testenv ## refresh the compiled-in schemas of the built-in kinds from the local kube-apiserver

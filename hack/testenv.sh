@@ -2,7 +2,7 @@
 # testenv.sh builds what syncloop's tests and demo run against: the local
 # control plane — etcd, kube-apiserver and kube-controller-manager, compiled
 # from Go modules pinned in hack/controlplane/{etcd,kube} (README.md, "Two commands") —
-# kubectl, from the same module, and
+# kube-scheduler and kubectl from the same module, kwok (hack/kwok), and
 # helm 3 and 4, from the modules pinned in hack/helm and hack/helm4, for the
 # chart's tests.
 #
@@ -20,12 +20,14 @@ KUBE_VERSION=v1.37.2
 ETCD_VERSION=v3.6.16
 HELM_VERSION=v3.22.0
 HELM4_VERSION=v4.3.2
+KWOK_VERSION=v0.8.0
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cache_root=${XDG_CACHE_HOME:-$HOME/.cache}/syncloop/testenv
 cache=${SYNCLOOP_TESTENV_DIR:-$cache_root/kube-${KUBE_VERSION}_etcd-${ETCD_VERSION}}
 helm_cache=${SYNCLOOP_HELM_DIR:-$cache_root/helm-${HELM_VERSION}}
 helm4_cache=$cache_root/helm-${HELM4_VERSION}
+kwok_cache=$cache_root/kwok-${KWOK_VERSION}
 quiet=false
 [[ "${1:-}" == "--print-dir" ]] && quiet=true
 
@@ -49,7 +51,7 @@ if ! have etcd; then
 fi
 
 missing=()
-for b in kube-apiserver kube-controller-manager; do
+for b in kube-apiserver kube-controller-manager kube-scheduler; do
   have "$b" || missing+=("$b")
 done
 if ((${#missing[@]})); then
@@ -77,6 +79,30 @@ if ! have kubectl; then
   (cd "$here/controlplane/kube" && go build -trimpath -ldflags "-s -w" -o "$cache/.kubectl.tmp" k8s.io/kubernetes/cmd/kubectl)
   mv "$cache/.kubectl.tmp" "$cache/kubectl"
   log "kubectl built in $((SECONDS - start))s"
+fi
+
+# kwok, from the module pinned in hack/kwok: the kubelet of a fake Node,
+# so that the Pods of Deployments become Running and Ready (with
+# kube-scheduler and kube-controller-manager's deployment and replicaset
+# controllers; internal/testenv's Options.Workloads).
+if [[ ! -x "$kwok_cache/kwok" ]]; then
+  log "building kwok $KWOK_VERSION (about 1 minute on 2 cores)"
+  start=$SECONDS
+  mkdir -p "$kwok_cache"
+  (cd "$here/kwok" && go build -trimpath -ldflags "-s -w" -o "$kwok_cache/.kwok.tmp" sigs.k8s.io/kwok/cmd/kwok)
+  mv "$kwok_cache/.kwok.tmp" "$kwok_cache/kwok"
+  log "kwok built in $((SECONDS - start))s"
+fi
+# kwok's fast stages (as kwokctl's defaults): a Node becomes Ready at once,
+# a Pod scheduled on it Running and Ready; kwok run alone needs them given.
+if [[ ! -s "$kwok_cache/stages.yaml" ]]; then
+  src=$(cd "$here/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
+  for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+    pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
+    echo "---"
+    cat "$src/kustomize/stage/$f"
+  done > "$kwok_cache/.stages.tmp"
+  mv "$kwok_cache/.stages.tmp" "$kwok_cache/stages.yaml"
 fi
 
 # build_helm VERSION MODULE_DIR MAJOR DEST builds helm from the pinned

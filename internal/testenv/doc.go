@@ -1,6 +1,7 @@
 // Package testenv starts a real, local Kubernetes control plane — etcd,
-// kube-apiserver and, when asked, kube-controller-manager — on loopback, for
-// syncloop's integration tests and its demo.
+// kube-apiserver and, when asked, kube-controller-manager, and for
+// workloads kube-scheduler and kwok (the kubelet of a fake Node) — on
+// loopback, for syncloop's integration tests and its demo.
 //
 // It owns the processes it starts, their scratch directory, the PKI they use
 // (a throwaway CA, serving certificate and service-account key) and an admin

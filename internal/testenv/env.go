@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -36,6 +37,13 @@ type Options struct {
 	// Dir is the scratch directory (etcd data, PKI, logs, kubeconfig). Empty:
 	// a new temporary directory, removed by Stop.
 	Dir string
+	// Workloads also starts kube-controller-manager's deployment and
+	// replicaset controllers (with those ControllerManager starts),
+	// kube-scheduler, and kwok playing the kubelet of one fake Node
+	// (FakeNode): a Deployment's Pods are scheduled and become Running
+	// and Ready, so its availableReplicas means something. It implies
+	// ControllerManager and costs about a second and 100 MB more.
+	Workloads bool
 	// APIServerArgs are extra kube-apiserver flags ("--name=value"), e.g. a
 	// short --etcd-compaction-interval for watch-expiry tests.
 	APIServerArgs []string
@@ -50,6 +58,8 @@ type Env struct {
 	etcd       *process
 	apiServer  *process
 	kcm        *process // nil unless Options.ControllerManager
+	// workloads are kube-scheduler and kwok (Options.Workloads).
+	workloads []*process
 	// startKCM starts kube-controller-manager again: RestartControllerManager.
 	startKCM func() (*process, error)
 
@@ -81,6 +91,10 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 func start(ctx context.Context, opts Options) (*Env, error) {
 	bins := map[string]string{}
 	names := []string{etcdBinary, apiServerBinary}
+	if opts.Workloads {
+		opts.ControllerManager = true
+		names = append(names, schedulerBinary)
+	}
 	if opts.ControllerManager {
 		names = append(names, controllerManagerBinary)
 	}
@@ -90,6 +104,13 @@ func start(ctx context.Context, opts Options) (*Env, error) {
 			return nil, err
 		}
 		bins[n] = p
+	}
+	if opts.Workloads {
+		p, err := Kwok()
+		if err != nil {
+			return nil, err
+		}
+		bins["kwok"] = p
 	}
 
 	e := &Env{dir: opts.Dir}
@@ -148,12 +169,24 @@ func (e *Env) start(ctx context.Context, bins map[string]string, opts Options) e
 		return err
 	}
 	if opts.ControllerManager {
-		e.startKCM = func() (*process, error) {
-			return e.startControllerManager(bins[controllerManagerBinary], certs, opts.Controllers)
+		controllers := opts.Controllers
+		if opts.Workloads {
+			if len(controllers) == 0 {
+				controllers = defaultControllers
+			}
+			controllers = append(slices.Clone(controllers), workloadControllers...)
 		}
-		e.kcm, err = e.startKCM()
+		e.startKCM = func() (*process, error) {
+			return e.startControllerManager(bins[controllerManagerBinary], certs, controllers)
+		}
+		if e.kcm, err = e.startKCM(); err != nil {
+			return err
+		}
 	}
-	return err
+	if opts.Workloads {
+		return e.startWorkloads(ctx, bins[schedulerBinary], bins["kwok"])
+	}
+	return nil
 }
 
 // startEtcd starts etcd, serving clients at client.
@@ -205,7 +238,7 @@ func (e *Env) startAPIServer(bin, etcd string, port int, certs *pki, tokenFile s
 // the ci-robot example waits for one).
 func (e *Env) startControllerManager(bin string, certs *pki, controllers []string) (*process, error) {
 	if len(controllers) == 0 {
-		controllers = []string{"garbagecollector", "namespace", "serviceaccount-token"}
+		controllers = defaultControllers
 	}
 	return startProcess(e.dir, "kube-controller-manager", bin,
 		"--kubeconfig="+e.kubeconfig,
@@ -217,6 +250,10 @@ func (e *Env) startControllerManager(bin string, certs *pki, controllers []strin
 		"--use-service-account-credentials=false",
 	)
 }
+
+// defaultControllers are the controllers kube-controller-manager runs
+// unless Options.Controllers says.
+var defaultControllers = []string{"garbagecollector", "namespace", "serviceaccount-token"}
 
 // waitReady polls /readyz until the API server reports ready and the default
 // namespace exists, failing early if a process exits.
@@ -327,11 +364,11 @@ func (e *Env) AddAPIServer(ctx context.Context) (*rest.Config, func(), error) {
 	return cfg, stop, nil
 }
 
-// Stop stops the processes (kube-controller-manager, kube-apiserver, etcd,
-// in that order) and removes the scratch directory if Start created it. It
+// Stop stops the processes (kwok and kube-scheduler,
+// kube-controller-manager, kube-apiserver, etcd, in that order) and removes the scratch directory if Start created it. It
 // may be called more than once.
 func (e *Env) Stop() {
-	for _, p := range append(append([]*process{e.kcm}, e.extra...), e.apiServer, e.etcd) {
+	for _, p := range append(append(append(slices.Clone(e.workloads), e.kcm), e.extra...), e.apiServer, e.etcd) {
 		if p != nil {
 			p.stop(10 * time.Second)
 		}
