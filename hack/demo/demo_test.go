@@ -7,8 +7,10 @@ import (
 )
 
 // TestDemo runs what `make demo` runs, so the README's first command keeps
-// working: a freshly built syncloop reconciles every example, follows a
-// change, prunes after a delete and exits cleanly on SIGTERM.
+// working: a freshly built syncloop reconciles every example, its Apps
+// become Ready (trace exits 0), a change of the app rule rolls out step
+// by step to completion, it follows a change of a trigger, prunes after
+// a delete and exits cleanly on SIGTERM.
 func TestDemo(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test: starts the local control plane")

@@ -1,9 +1,12 @@
 // Command demo shows syncloop at work on a local control plane: it starts
-// etcd, kube-apiserver and kube-controller-manager (internal/testenv),
-// installs the examples' CRDs and sample objects, runs `syncloop run -f
-// examples/` as a separate process, prints the children syncloop creates,
-// changes and deletes a trigger to show syncloop following, and stops
-// everything. `make demo` runs it; hack/testenv.sh must have built the
+// etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok
+// (internal/testenv's Workloads: Deployments' Pods become Ready), installs
+// the examples' CRDs and sample objects, runs `syncloop run -f` on a copy
+// of the examples as a separate process, prints the children syncloop
+// creates, waits for the Apps to be Ready, shows `syncloop trace` of one
+// and the graph of its rule, changes the rule and follows its rollout step
+// by step, changes and deletes a trigger to show syncloop following, and
+// stops everything. `make demo` runs it; hack/testenv.sh must have built the
 // control plane.
 package main
 
@@ -62,9 +65,9 @@ type cluster struct {
 }
 
 func demo(ctx context.Context, bin, examples string) error {
-	step("Starting a local control plane (etcd, kube-apiserver, kube-controller-manager)")
+	step("Starting a local control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, and kwok as the kubelet of a fake Node)")
 	start := time.Now()
-	env, err := testenv.Start(ctx, testenv.Options{ControllerManager: true})
+	env, err := testenv.Start(ctx, testenv.Options{Workloads: true})
 	if err != nil {
 		return err
 	}
@@ -88,6 +91,12 @@ func demo(ctx context.Context, bin, examples string) error {
 		return err
 	}
 	c := &cluster{cs: cs, dyn: dyn, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))}
+	// syncloop runs from a copy, whose app rule the demo changes.
+	original := examples
+	examples = filepath.Join(env.Dir(), "examples")
+	if err := copyExamples(original, examples); err != nil {
+		return err
+	}
 
 	step("Creating the examples' sample objects")
 	objects, _ := filepath.Glob(filepath.Join(examples, "*", "objects.yaml"))
@@ -187,8 +196,18 @@ func demo(ctx context.Context, bin, examples string) error {
 	if err := c.printChain(ctx); err != nil {
 		return err
 	}
+	if err := showTrace(ctx, bin, env.Kubeconfig()); err != nil {
+		return err
+	}
+	if err := showGraph(ctx, bin, examples); err != nil {
+		return err
+	}
 
 	if err := showMetrics(ctx, probe, metricsAddr); err != nil {
+		return err
+	}
+	if err := rollOut(ctx, bin, env.Kubeconfig(), examples, logPath); err != nil {
+		tail(logPath)
 		return err
 	}
 
@@ -386,13 +405,13 @@ func printChildren(children []child) {
 
 func (c *cluster) printAppStatus(ctx context.Context) error {
 	gvr := schema.GroupVersionResource{Group: "example.syncloop.dev", Version: "v1", Resource: "apps"}
-	return c.waitFor(ctx, "the Apps' status", func(ctx context.Context) (bool, error) {
+	return c.waitFor(ctx, "the Apps Ready", func(ctx context.Context) (bool, error) {
 		list, err := c.dyn.Resource(gvr).Namespace("shop").List(ctx, metav1.ListOptions{})
 		if err != nil || len(list.Items) == 0 {
 			return false, nil
 		}
 		for _, a := range list.Items {
-			if st, _ := a.Object["status"].(map[string]any); st == nil || st["address"] == "" || readyCondition(&a) == nil {
+			if st, _ := a.Object["status"].(map[string]any); st == nil || st["address"] == "" || readyCondition(&a)["status"] != "True" {
 				return false, nil
 			}
 		}
@@ -403,7 +422,7 @@ func (c *cluster) printAppStatus(ctx context.Context) error {
 			fmt.Printf("   App %s/%s status: ready=%v readyReplicas=%v address=%v (the Service's clusterIP)\n", a.GetNamespace(), a.GetName(), st["ready"], st["readyReplicas"], st["address"])
 			fmt.Printf("     condition Ready=%v reason=%v: %v\n", rc["status"], rc["reason"], rc["message"])
 		}
-		fmt.Println("   (no kubelet runs here, so no replica becomes ready: kubectl wait --for=condition=Ready would wait)")
+		fmt.Println("   (kwok's fake Node runs the Deployments' Pods: they become Ready, and so do the Apps)")
 		return true, nil
 	})
 }
@@ -450,7 +469,7 @@ func (c *cluster) labelNamespace(ctx context.Context, name, key, value string) e
 
 func (c *cluster) waitFor(ctx context.Context, what string, cond wait.ConditionWithContextFunc) error {
 	start := time.Now()
-	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, cond); err != nil {
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, cond); err != nil {
 		return fmt.Errorf("waiting for %s: %w", what, err)
 	}
 	fmt.Printf("   (%s after %v)\n", what, time.Since(start).Round(10*time.Millisecond))
