@@ -15,19 +15,11 @@ import (
 func Mermaid(w io.Writer, graphs []*Graph) error {
 	b := bufio.NewWriter(w)
 	fmt.Fprintln(b, "flowchart LR")
-	indent := "  "
-	for _, g := range graphs {
-		if len(graphs) > 1 {
-			fmt.Fprintf(b, "  subgraph %s[%s]\n", sanitize("rule_"+g.Rule), mermaidText("rule "+g.Rule))
-			indent = "    "
-		}
-		for _, n := range g.Nodes {
-			fmt.Fprintf(b, "%s%s%s\n", indent, n.ID, mermaidShape(n))
-		}
-		if len(graphs) > 1 {
-			fmt.Fprintln(b, "  end")
-		}
-	}
+	writeNodes(b, graphs, "  end", func(g *Graph) {
+		fmt.Fprintf(b, "  subgraph %s[%s]\n", sanitize("rule_"+g.Rule), mermaidText("rule "+g.Rule))
+	}, func(indent string, n Node) {
+		fmt.Fprintf(b, "%s%s%s\n", indent, n.ID, mermaidShape(n))
+	})
 	for _, g := range graphs {
 		for _, e := range g.Edges {
 			arrow := "-->"
@@ -58,6 +50,24 @@ func Mermaid(w io.Writer, graphs []*Graph) error {
 		fmt.Fprintf(b, "  classDef required stroke-width:3px\n  class %s required\n", strings.Join(required, ","))
 	}
 	return b.Flush()
+}
+
+// writeNodes writes each graph's nodes with node, in a group of its own
+// (begun by open, ended by the line end) when there are several.
+func writeNodes(b *bufio.Writer, graphs []*Graph, end string, open func(*Graph), node func(indent string, n Node)) {
+	indent := "  "
+	for _, g := range graphs {
+		if len(graphs) > 1 {
+			open(g)
+			indent = "    "
+		}
+		for _, n := range g.Nodes {
+			node(indent, n)
+		}
+		if len(graphs) > 1 {
+			fmt.Fprintln(b, end)
+		}
+	}
 }
 
 func mermaidShape(n Node) string {
@@ -104,19 +114,11 @@ func Dot(w io.Writer, graphs []*Graph) error {
 	fmt.Fprintln(b, "  rankdir=LR;")
 	fmt.Fprintln(b, `  node [fontname="Helvetica", fontsize=11];`)
 	fmt.Fprintln(b, `  edge [fontname="Helvetica", fontsize=9];`)
-	indent := "  "
-	for _, g := range graphs {
-		if len(graphs) > 1 {
-			fmt.Fprintf(b, "  subgraph %s {\n    label=%s;\n", dotID("cluster_"+g.Rule), dotQuote("rule "+g.Rule))
-			indent = "    "
-		}
-		for _, n := range g.Nodes {
-			fmt.Fprintf(b, "%s%s [%s];\n", indent, n.ID, dotAttrs(n))
-		}
-		if len(graphs) > 1 {
-			fmt.Fprintln(b, "  }")
-		}
-	}
+	writeNodes(b, graphs, "  }", func(g *Graph) {
+		fmt.Fprintf(b, "  subgraph %s {\n    label=%s;\n", dotID("cluster_"+g.Rule), dotQuote("rule "+g.Rule))
+	}, func(indent string, n Node) {
+		fmt.Fprintf(b, "%s%s [%s];\n", indent, n.ID, dotAttrs(n))
+	})
 	for _, g := range graphs {
 		for _, e := range g.Edges {
 			var attrs []string
