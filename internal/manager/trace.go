@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -276,7 +277,11 @@ func recordedRules(ctx context.Context, c *Clients, o TraceOptions, obj *unstruc
 				state += ": this trigger moved"
 			}
 		}
-		r, err := compile(&rules.Rule{Name: name}, on.Name, on.Data.Raw)
+		stub := &rules.Rule{Name: name}
+		if ns, _, tenant := strings.Cut(name, "."); tenant { // a tenant rule is <namespace>.<name>
+			stub.Tenant = ns
+		}
+		r, err := compile(stub, on.Name, on.Data.Raw)
 		if err != nil {
 			return nil, fmt.Errorf("revision %s: %w", on.Name, err)
 		}
