@@ -138,7 +138,7 @@ type Engine struct {
 	ns       string // Options.Namespace
 	rollouts RolloutStore
 	removals removals         // of rules removed from the set
-	planned  []rollout.Status // PlanOnce's rollouts
+	planned  planned // what PlanOnce did, once it has
 	fights   FightPolicy
 	share    shares // the engine's share of the triggers (shard.go)
 
@@ -201,7 +201,8 @@ func (e *Engine) PlanOnce(ctx context.Context, set *rules.Set) error {
 	e.Enforce(ctx, set)
 	e.removals.wg.Wait() // the removals of rules no longer in set: planned in full
 	defer func() {
-		e.planned = e.Rollouts()
+		e.planned.rollouts = e.Rollouts()
+		e.planned.reconciles, _ = e.Progress()
 		e.Enforce(ctx, nil)
 		e.actors.shutdown()
 	}()
@@ -228,6 +229,30 @@ func (e *Engine) PlanOnce(ctx context.Context, set *rules.Set) error {
 		quiet++
 		return quiet >= 2, nil
 	})
+}
+
+// planned is what PlanOnce did: the rollouts it planned, and its
+// reconciles (its rules' loops are gone once it returns).
+type planned struct {
+	rollouts   []rollout.Status
+	reconciles int64
+}
+
+// Progress is how far the rules in force have come: the reconciles done
+// since they started (in a plan, the triggers planned; once PlanOnce has
+// returned, all it did), and the triggers queued or being reconciled now.
+// Cheap: counters and queue lengths.
+func (e *Engine) Progress() (reconciled, queued int64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.loops) == 0 {
+		return e.planned.reconciles, 0
+	}
+	for _, l := range e.loops {
+		reconciled += l.reconciles.Load()
+		queued += int64(l.queue.Len()) + l.inFlight.Load()
+	}
+	return reconciled, queued
 }
 
 // Run runs the rules of set, and then of each set received from updates

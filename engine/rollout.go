@@ -293,7 +293,7 @@ func (l *ruleLoop) rolloutStarting() bool {
 
 // PlanRollouts are, after PlanOnce, the rollouts the plan went through:
 // what Rollouts returned before the engine stopped.
-func (e *Engine) PlanRollouts() []rollout.Status { return e.planned }
+func (e *Engine) PlanRollouts() []rollout.Status { return e.planned.rollouts }
 
 // Rollouts returns the rollouts of the rules in force, by rule.
 func (e *Engine) Rollouts() []rollout.Status {

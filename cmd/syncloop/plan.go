@@ -44,11 +44,18 @@ or why it would halt.`,
 			if err != nil {
 				return err
 			}
-			actions, failures, err := manager.Plan(cmd.Context(), cl, set, manager.PlanOptions{
+			o := manager.PlanOptions{
 				Namespace: cf.watchNamespace, JSON: output == "json", Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(),
 				NoManageCRDs: !cf.manageCRDs,
 				Revisions:    rf.loader.ForRevisions(), SyncloopNamespace: rf.home, Installation: rf.installation,
-			})
+			}
+			// On a terminal, a line on stderr says how far the plan is.
+			status := &statusLine{w: cmd.ErrOrStderr(), width: terminalWidth(cmd.ErrOrStderr())}
+			if status.width > 0 {
+				o.Progress = func(planned, queued int64) { status.set(planProgress(set.Len(), planned, queued)) }
+			}
+			actions, failures, err := manager.Plan(cmd.Context(), cl, set, o)
+			status.clear()
 			if err != nil {
 				fmt.Fprintln(cmd.ErrOrStderr(), "error:", err)
 				return exitCode(1)
@@ -70,4 +77,13 @@ or why it would halt.`,
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "plan format: text or json (one object per line)")
 	cmd.Flags().StringVar(&syncloopNamespace, "syncloop-namespace", "", "syncloop's namespace (run's --leader-elect-namespace), where the rules' revisions are: a changed rule is planned as its rollout goes, step by step (default: the kubeconfig context's)")
 	return cmd
+}
+
+// planProgress is plan's status line.
+func planProgress(rules int, planned, queued int64) string {
+	noun := "rules"
+	if rules == 1 {
+		noun = "rule"
+	}
+	return fmt.Sprintf("planning %d %s: %d reconciles planned, %d queued…", rules, noun, planned, queued)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/syncloop/syncloop/dynamic"
 	"github.com/syncloop/syncloop/engine"
+	"github.com/syncloop/syncloop/internal/manager"
 	"github.com/syncloop/syncloop/internal/testenv"
 	"github.com/syncloop/syncloop/rules"
 	"github.com/syncloop/syncloop/rules/expr"
@@ -210,6 +212,25 @@ func TestPlan(t *testing.T) {
 	}
 	if strings.Contains(errText, "d-copy") {
 		t.Errorf("the conflict was reported as a failure: %s", errText)
+	}
+	// The progress a terminal shows, at its end: the 5 triggers (3
+	// ConfigMaps, the Secret, the Widget) planned, none left queued.
+	l, _ := rules.NewLoader(expr.Options{})
+	set, err := l.Load(rulesPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc, err := manager.NewClients(env.Config(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var progress [2]int64
+	if _, _, err := manager.Plan(ctx, mc, set, manager.PlanOptions{Stdout: io.Discard, Stderr: io.Discard,
+		Progress: func(planned, queued int64) { progress = [2]int64{planned, queued} }}); err != nil {
+		t.Fatal(err)
+	}
+	if progress[0] < 5 || progress[1] != 0 {
+		t.Errorf("plan's last progress: %d reconciles planned, %d queued; want at least 5, and 0", progress[0], progress[1])
 	}
 	code, jsonOut, errJSON := plan("-o", "json")
 	if code != 2 {

@@ -25,6 +25,8 @@ func newTraceCommand() *cobra.Command {
 		syncloopNamespace string
 		output            string
 		events            int
+		watch             bool
+		timeout           time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "trace KIND[.GROUP] NAME [-n NAMESPACE] [-o text|wide|json|yaml]",
@@ -46,6 +48,11 @@ lookups, the revisions and the Events: nothing else.
 As a kubectl plugin (the binary installed as kubectl-syncloop on PATH):
 kubectl syncloop trace app web -n shop.
 
+With --watch it traces again every second until every resource is ready,
+redrawing the tree in place on a terminal (elsewhere, printing each report
+that differs from the one before), and exits 0 then, or 3 once --timeout
+has passed.
+
 Exit status: 0 when every resource is ready, 3 when one is not, 1 on error.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -65,6 +72,9 @@ Exit status: 0 when every resource is ready, 3 when one is not, 1 on error.`,
 				}
 			} else if o.Revisions, err = rf.newLoader(cl); err != nil {
 				return err
+			}
+			if watch {
+				return watchTrace(cmd, cl, o, output, timeout)
 			}
 			rep, err := manager.Trace(cmd.Context(), cl, o)
 			if err != nil {
@@ -86,6 +96,8 @@ Exit status: 0 when every resource is ready, 3 when one is not, 1 on error.`,
 	cmd.Flags().StringVar(&syncloopNamespace, "syncloop-namespace", "", "syncloop's namespace (run's --leader-elect-namespace), where the rules' revisions are (default: the kubeconfig context's)")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "text, wide (ages, UIDs, messages whole), json or yaml")
 	cmd.Flags().IntVar(&events, "events", 5, "how many of the trigger's last Events to show")
+	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "trace again every second until every resource is ready")
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "with --watch: give up (exit 3) after this long; 0: wait until interrupted")
 	return cmd
 }
 

@@ -194,7 +194,14 @@ func TestTrace(t *testing.T) {
 	}
 
 	// Once the gate is approved, and the rest repaired by syncloop, every
-	// resource is ready: exit 0.
+	// resource is ready: exit 0. trace --watch, started before, prints each
+	// report that changes until then, and exits 0.
+	watched := make(chan int, 1)
+	var watchOut, watchErr syncBuffer
+	go func() {
+		watched <- runContext(ctx, append(args, "--watch", "--timeout", "2m"), &watchOut, &watchErr)
+	}()
+	pollUntil(t, 30*time.Second, "trace --watch's first report", func() bool { return strings.Contains(watchOut.String(), "Conditions:") })
 	if _, err := cs.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "web-db"}, StringData: map[string]string{"password": "s3cret"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -211,6 +218,14 @@ func TestTrace(t *testing.T) {
 	})
 	_, out, _ = syncloop(t, args...)
 	golden(t, filepath.Join("testdata", "trace", "ready.txt"), normalizeTrace(out, ns))
+	if code := <-watched; code != 0 {
+		t.Fatalf("trace --watch exited %d once the Shop was ready: %s%s", code, watchOut.String(), watchErr.String())
+	}
+	reports := strings.Split(watchOut.String(), "\n\nNAME ")
+	first, last := reports[0], reports[len(reports)-1]
+	if len(reports) < 2 || !strings.Contains(first, "WaitingForLookupDb") || !regexp.MustCompile(`rule shop revision 1 +- +True `).MatchString(last) {
+		t.Errorf("trace --watch printed %d reports, the first not ready, the last ready; got:\n%s", len(reports), watchOut.String())
+	}
 
 	// As a kubectl plugin: kubectl finds kubectl-syncloop on PATH and
 	// runs it with the words after "syncloop".

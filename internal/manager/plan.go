@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/syncloop/syncloop/engine"
 	"github.com/syncloop/syncloop/engine/rollout"
@@ -30,7 +31,13 @@ type PlanOptions struct {
 	Revisions         *rules.Loader
 	SyncloopNamespace string
 	Installation      string
+	// Progress, when set, is called every ProgressInterval while the
+	// triggers are planned: how many are done and how many are queued.
+	Progress func(planned, queued int64)
 }
+
+// ProgressInterval is how often Plan reports its progress.
+const ProgressInterval = 250 * time.Millisecond
 
 // CRDSource reads the cluster's CRDs for a rule load that checks the kinds
 // rules define against them (rules.Loader.UseServedCRDs), as run does.
@@ -56,7 +63,10 @@ func Plan(ctx context.Context, c *Clients, set *rules.Set, o PlanOptions) (actio
 		}
 	}
 	eng := engine.New(eo)
-	if err := eng.PlanOnce(ctx, set); err != nil {
+	stop := reportProgress(eng, o.Progress)
+	err = eng.PlanOnce(ctx, set)
+	stop()
+	if err != nil {
 		return 0, 0, err
 	}
 	for _, r := range eng.PlanRollouts() {
@@ -64,6 +74,31 @@ func Plan(ctx context.Context, c *Clients, set *rules.Set, o PlanOptions) (actio
 	}
 	actions, failures = printer.Summary()
 	return actions, failures, nil
+}
+
+// reportProgress calls progress with eng's progress every
+// ProgressInterval until stop is called, and once more then, with where
+// the plan ended; stop returns after that last call.
+func reportProgress(eng *engine.Engine, progress func(planned, queued int64)) (stop func()) {
+	if progress == nil {
+		return func() {}
+	}
+	done, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		tick := time.NewTicker(ProgressInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				progress(eng.Progress())
+				return
+			case <-tick.C:
+				progress(eng.Progress())
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
 }
 
 // printRollout says, in a plan, how a changed rule rolls out: the step

@@ -171,7 +171,7 @@ func (o *traceObserver) resource(ctx context.Context, gvk schema.GroupVersionKin
 func (o *traceObserver) Apply(ctx context.Context, c render.Child) (map[string]any, error) {
 	k := childKey(c.Object)
 	t := &ChildTrace{TraceObject: objectOf(c.Object), Resource: c.ResourceID, Patch: c.Patch}
-	t.UID, t.Created = "", time.Time{}
+	t.UID, t.Created = "", time.Time{} // a template's, if it has any: not the child's
 	o.traces[k] = t
 	live := o.found[k]
 	if live == nil {
