@@ -25,7 +25,9 @@ import (
 	"github.com/syncloop/syncloop/rules/expr"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m, testenv.Options{ControllerManager: true}) }
+// Workloads: Deployments whose Pods become Ready (workloads_test.go);
+// it implies the garbage collector, namespace and token controllers.
+func TestMain(m *testing.M) { testenv.Main(m, testenv.Options{Workloads: true}) }
 
 // harness is one test's view of the cluster and a running engine.
 type harness struct {
