@@ -137,8 +137,8 @@ type Engine struct {
 	drain    time.Duration
 	ns       string // Options.Namespace
 	rollouts RolloutStore
-	removals removals         // of rules removed from the set
-	planned  planned // what PlanOnce did, once it has
+	removals removals // of rules removed from the set
+	planned  planned  // what PlanOnce did, once it has
 	fights   FightPolicy
 	share    shares // the engine's share of the triggers (shard.go)
 
