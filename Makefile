@@ -14,7 +14,7 @@ FUZZTIME ?= 3s
 IMAGE    ?= ghcr.io/syncloop/syncloop:$(VERSION)
 PLATFORMS ?= linux/amd64,linux/arm64
 
-.PHONY: help check fuzz-smoke test-robustness build build-static image image-push test test-short testenv openapi-snapshot demo cluster bench bench-full soak robustness lint clean
+.PHONY: help check fuzz-smoke test-robustness build build-static image image-push krew test test-short testenv openapi-snapshot demo cluster bench bench-full soak robustness lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -31,7 +31,10 @@ image: ## build the image as docker-load-able archives bin/syncloop-image-<arch>
 image-push: ## push the multi-platform image to IMAGE=registry/repo:tag (credentials as docker login keeps them)
 	$(GO) run ./hack/image -version $(VERSION) -platforms $(PLATFORMS) -push $(IMAGE)
 
-testenv: ## build the local control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok), kubectl and helm into the cache, once
+krew: ## the kubectl plugin for krew, VERSION=v0.9.0: bin/krew/syncloop-<os>-<arch>.tar.gz and the manifest bin/krew/syncloop.yaml
+	$(GO) run ./hack/krew-release -version $(VERSION) -out bin/krew
+
+testenv: ## build the local control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok), kubectl, krew and helm into the cache, once
 	@bash hack/testenv.sh
 
 openapi-snapshot: testenv ## refresh the compiled-in schemas of the built-in kinds from the local kube-apiserver

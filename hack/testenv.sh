@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # testenv.sh builds what syncloop's tests and demo run against: the local
 # control plane — etcd, kube-apiserver and kube-controller-manager, compiled
-# from Go modules pinned in hack/controlplane/{etcd,kube} (README.md, "Two commands") —
-# kube-scheduler and kubectl from the same module, kwok (hack/kwok), and
-# helm 3 and 4, from the modules pinned in hack/helm and hack/helm4, for the
-# chart's tests.
+# from Go modules pinned in hack/controlplane/{etcd,kube} (docs/development.md) —
+# kube-scheduler and kubectl from the same module, kwok (hack/kwok), krew
+# (hack/krew: the plugin manifest's test installs with it), and helm 3 and
+# 4, from the modules pinned in hack/helm and hack/helm4, for the chart's
+# tests.
 #
 # Binaries go to a cache outside the checkout, keyed by version:
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/syncloop/testenv/<versions>/
@@ -21,6 +22,7 @@ ETCD_VERSION=v3.6.16
 HELM_VERSION=v3.22.0
 HELM4_VERSION=v4.3.2
 KWOK_VERSION=v0.8.0
+KREW_VERSION=v0.4.3
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cache_root=${XDG_CACHE_HOME:-$HOME/.cache}/syncloop/testenv
@@ -28,6 +30,7 @@ cache=${SYNCLOOP_TESTENV_DIR:-$cache_root/kube-${KUBE_VERSION}_etcd-${ETCD_VERSI
 helm_cache=${SYNCLOOP_HELM_DIR:-$cache_root/helm-${HELM_VERSION}}
 helm4_cache=$cache_root/helm-${HELM4_VERSION}
 kwok_cache=$cache_root/kwok-${KWOK_VERSION}
+krew_cache=$cache_root/krew-${KREW_VERSION}
 quiet=false
 [[ "${1:-}" == "--print-dir" ]] && quiet=true
 
@@ -103,6 +106,17 @@ if [[ ! -s "$kwok_cache/stages.yaml" ]]; then
     cat "$src/kustomize/stage/$f"
   done > "$kwok_cache/.stages.tmp"
   mv "$kwok_cache/.stages.tmp" "$kwok_cache/stages.yaml"
+fi
+
+# krew, kubectl's plugin manager, from the module pinned in hack/krew: the
+# test of `make krew` installs syncloop with it from the manifest it writes.
+if [[ ! -x "$krew_cache/krew" ]]; then
+  log "building krew $KREW_VERSION (about 15 seconds on 2 cores)"
+  start=$SECONDS
+  mkdir -p "$krew_cache"
+  (cd "$here/krew" && go build -trimpath -ldflags "-s -w" -o "$krew_cache/.krew.tmp" sigs.k8s.io/krew/cmd/krew)
+  mv "$krew_cache/.krew.tmp" "$krew_cache/krew"
+  log "krew built in $((SECONDS - start))s"
 fi
 
 # build_helm VERSION MODULE_DIR MAJOR DEST builds helm from the pinned

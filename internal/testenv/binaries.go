@@ -71,6 +71,19 @@ func helmAt(dir string) (string, error) {
 // Kubectl returns the path of the kubectl hack/testenv.sh builds.
 func Kubectl() (string, error) { return findBinary("kubectl") }
 
+// KrewVersion is the krew hack/testenv.sh builds (pinned in hack/krew).
+const KrewVersion = "v0.4.3"
+
+// Krew returns the path of the krew binary hack/testenv.sh builds:
+// kubectl's plugin manager, for the test of the plugin's manifest.
+func Krew() (string, error) {
+	p := filepath.Join(defaultCacheRoot(), "krew-"+KrewVersion, "krew")
+	if fi, err := os.Stat(p); err != nil || fi.Mode()&0o111 == 0 {
+		return "", fmt.Errorf("krew not found at %s: run hack/testenv.sh (or make test) to build it", p)
+	}
+	return p, nil
+}
+
 // findBinary returns the path of the named control plane binary: in
 // $KUBEBUILDER_ASSETS when it holds it, else in CacheDir.
 func findBinary(name string) (string, error) {
