@@ -67,7 +67,7 @@ type Planner interface {
 	Rollout(rule, reason, message string)
 }
 
-// PlanPrinter prints actions as README.md's "Dry run and plan" shows
+// PlanPrinter prints actions as docs/cli.md's "Dry run and plan" shows
 // them: text blocks and a summary line, or one JSON object per line. Safe
 // for concurrent use.
 type PlanPrinter struct {

@@ -14,11 +14,11 @@ import (
 	"github.com/syncloop/syncloop/internal/metrics"
 )
 
-// TestREADMECommandLine: the README's command list names every command
-// cobra has (help aside) and nothing else, and each command's line names
-// exactly its flags (help and the logging flags aside).
-func TestREADMECommandLine(t *testing.T) {
-	_, block, _ := strings.Cut(readmeSection(t, "Command line"), "```\n")
+// TestDocsCommandLine: the command list of docs/cli.md names every
+// command cobra has (help aside) and nothing else, and each command's line
+// names exactly its flags (help and the logging flags aside).
+func TestDocsCommandLine(t *testing.T) {
+	_, block, _ := strings.Cut(docSection(t, "cli.md", "Command line"), "```\n")
 	block, _, _ = strings.Cut(block, "```")
 
 	// Each command's text: its line and the indented lines after it.
@@ -55,7 +55,7 @@ func TestREADMECommandLine(t *testing.T) {
 	sort.Strings(want)
 	sort.Strings(got)
 	if !slices.Equal(got, want) {
-		t.Fatalf("README commands %v, cobra's %v", got, want)
+		t.Fatalf("docs/cli.md commands %v, cobra's %v", got, want)
 	}
 
 	flagRE := regexp.MustCompile(`(?:^|[\s\[])(--?[a-z][a-z-]*)`)
@@ -85,7 +85,7 @@ func TestREADMECommandLine(t *testing.T) {
 				}
 			}
 			if !slices.Contains(have, long) {
-				t.Errorf("README: syncloop %s %s: no such flag", name, d)
+				t.Errorf("docs/cli.md: syncloop %s %s: no such flag", name, d)
 			}
 		}
 		cmd.Flags().VisitAll(func(f *pflag.Flag) {
@@ -93,23 +93,23 @@ func TestREADMECommandLine(t *testing.T) {
 				return
 			}
 			if !slices.Contains(documented, "--"+f.Name) && !slices.Contains(documented, "-"+f.Shorthand) {
-				t.Errorf("README: syncloop %s does not show --%s", name, f.Name)
+				t.Errorf("docs/cli.md: syncloop %s does not show --%s", name, f.Name)
 			}
 		})
 	}
 }
 
-// readmeSection is the text of the README's section "## heading", up to
+// docSection is the text of the section "## heading" of docs/file, up to
 // the next one.
-func readmeSection(t *testing.T, heading string) string {
+func docSection(t *testing.T, file, heading string) string {
 	t.Helper()
-	data, err := os.ReadFile("../../README.md")
+	data, err := os.ReadFile("../../docs/" + file)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, section, ok := strings.Cut(string(data), "\n## "+heading+"\n")
 	if !ok {
-		t.Fatalf("README has no %s section", heading)
+		t.Fatalf("docs/%s has no %s section", file, heading)
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
 	return section
@@ -153,10 +153,11 @@ func (d *describing) MustRegister(cs ...prometheus.Collector) {
 
 func (d *describing) Unregister(prometheus.Collector) bool { return true }
 
-// TestREADMEMetrics: the README's metrics section names every metric
-// syncloop registers (the Go and process collectors aside) and no other.
-func TestREADMEMetrics(t *testing.T) {
-	section := readmeSection(t, "Metrics")
+// TestDocsMetrics: the metrics section of docs/seeing.md names every
+// metric syncloop registers (the Go and process collectors aside) and no
+// other.
+func TestDocsMetrics(t *testing.T) {
+	section := docSection(t, "seeing.md", "Metrics")
 	var documented []string
 	for _, m := range regexp.MustCompile("`((?:syncloop|workqueue|rest_client)_[a-z_]+)").FindAllStringSubmatch(section, -1) {
 		if !slices.Contains(documented, m[1]) {
@@ -175,6 +176,6 @@ func TestREADMEMetrics(t *testing.T) {
 	}
 	sort.Strings(documented)
 	if !slices.Equal(documented, registered) {
-		t.Errorf("README metrics %v\nregistered       %v", documented, registered)
+		t.Errorf("docs/seeing.md metrics %v\nregistered       %v", documented, registered)
 	}
 }

@@ -3,7 +3,7 @@
 // and client-go's workqueue metrics per rule. Everything is registered on a
 // registry the caller owns; nothing here is global.
 //
-// It knows the metric names README.md's "Metrics" lists and nothing of
+// It knows the metric names docs/seeing.md's "Metrics" lists and nothing of
 // how the engine works: the engine reports through its Metrics interface,
 // which *Metrics implements.
 package metrics

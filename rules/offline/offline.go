@@ -122,7 +122,7 @@ func renderOne(ctx context.Context, r *rules.Rule, obj *unstructured.Unstructure
 	return res
 }
 
-// WriteJSON writes the JSON document README.md describes: {"results":[…]}.
+// WriteJSON writes the JSON document docs/cli.md describes: {"results":[…]}.
 func (o *Report) WriteJSON(w io.Writer) error {
 	if o.Results == nil {
 		o.Results = []Result{}
