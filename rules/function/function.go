@@ -1,0 +1,217 @@
+// Package function runs the code a rule calls when YAML is not enough:
+// WebAssembly modules in the WASI command convention — the input as JSON on
+// stdin, the output as JSON on stdout, diagnostics on stderr, a non-zero
+// exit a failure — in process, with wazero (pure Go).
+//
+// A call is sandboxed and bounded: no filesystem, no network, a clock and
+// a random source that are fakes (deterministic: what a call returns
+// depends on its input and the module alone, so that render, test and plan
+// run a function offline exactly as run does), memory capped, and a
+// deadline past which the call is stopped. A module is compiled once per
+// content and runtime. The package knows nothing of rules or Kubernetes
+// objects: bytes in, bytes out.
+package function
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+	"github.com/tetratelabs/wazero/sys"
+)
+
+// Limits bound each call of a module. (What memory a module may have is
+// the Runtime's.)
+type Limits struct {
+	// Timeout is how long a call may run; it is stopped past it.
+	Timeout time.Duration
+	// Output is the most a call may write to stdout, in bytes.
+	Output int
+}
+
+// DefaultLimits are a call's limits unless a rule says otherwise.
+var DefaultLimits = Limits{Timeout: 2 * time.Second, Output: 16 << 20}
+
+// DefaultMemory is the most linear memory a module may have: 256 MiB.
+const DefaultMemory = 256 << 20
+
+// maxStderr is how much of a call's stderr is kept: its end.
+const maxStderr = 8 << 10
+
+// Runtime compiles and runs modules. Safe for concurrent use: at most
+// two calls per CPU run at once (a call is CPU-bound, and each instance
+// holds its own memory); the others wait their turn.
+type Runtime struct {
+	rt    wazero.Runtime
+	slots chan struct{}
+
+	mu      sync.Mutex
+	modules map[[sha256.Size]byte]*Module
+}
+
+// NewRuntime makes a runtime whose modules may have at most memory bytes
+// of linear memory (rounded down to 64 KiB pages; a module that grows past
+// it fails). Close releases it.
+func NewRuntime(ctx context.Context, memory int64) (*Runtime, error) {
+	cfg := wazero.NewRuntimeConfig().
+		WithCloseOnContextDone(true). // a call past its deadline is stopped, loops included
+		WithMemoryLimitPages(uint32(max(memory/65536, 1)))
+	rt := wazero.NewRuntimeWithConfig(ctx, cfg)
+	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
+		_ = rt.Close(ctx)
+		return nil, err
+	}
+	return &Runtime{rt: rt, slots: make(chan struct{}, 2*runtime.GOMAXPROCS(0)), modules: map[[sha256.Size]byte]*Module{}}, nil
+}
+
+// Close releases the runtime and its compiled modules.
+func (r *Runtime) Close(ctx context.Context) error { return r.rt.Close(ctx) }
+
+// Module is a compiled module.
+type Module struct {
+	r        *Runtime
+	compiled wazero.CompiledModule
+	// Digest is the sha256 of the module's bytes.
+	Digest [sha256.Size]byte
+}
+
+// Compile compiles wasm, once per content: a module compiled before is
+// returned again. It fails on a module that is not a WASI command (one
+// whose entry point is _start).
+func (r *Runtime) Compile(ctx context.Context, wasm []byte) (*Module, error) {
+	digest := sha256.Sum256(wasm)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if m, ok := r.modules[digest]; ok {
+		return m, nil
+	}
+	compiled, err := r.rt.CompileModule(ctx, wasm)
+	if err != nil {
+		return nil, fmt.Errorf("not a WebAssembly module wazero can compile: %w", err)
+	}
+	if _, ok := compiled.ExportedFunctions()["_start"]; !ok {
+		return nil, errors.New("not a WASI command: it exports no _start (build it as a program, e.g. GOOS=wasip1 GOARCH=wasm go build)")
+	}
+	m := &Module{r: r, compiled: compiled, Digest: digest}
+	r.modules[digest] = m
+	return m, nil
+}
+
+// Result is what a call wrote.
+type Result struct {
+	// Stdout is the call's output; Stderr the end of its diagnostics.
+	Stdout, Stderr []byte
+}
+
+// CallError is a call that failed: the module trapped, exited non-zero,
+// ran out of time or memory, or wrote too much.
+type CallError struct {
+	// Why says how it failed; Stderr is the end of what it wrote there.
+	Why    string
+	Stderr []byte
+	Err    error
+}
+
+func (e *CallError) Error() string {
+	// The first line says most: a message, or Go's "panic: …" or
+	// "fatal error: out of memory" before its stacks.
+	if first, _, _ := bytes.Cut(bytes.TrimSpace(e.Stderr), []byte("\n")); len(first) > 0 {
+		return fmt.Sprintf("%s (stderr: %s)", e.Why, first)
+	}
+	return e.Why
+}
+
+func (e *CallError) Unwrap() error { return e.Err }
+
+// Call runs the module once, from a fresh instance, with input on stdin,
+// within limits (its time from when its turn comes). An error is a
+// *CallError, or ctx's when ctx ended first.
+func (m *Module) Call(ctx context.Context, input []byte, limits Limits) (Result, error) {
+	select {
+	case m.r.slots <- struct{}{}:
+		defer func() { <-m.r.slots }()
+	case <-ctx.Done():
+		return Result{}, ctx.Err()
+	}
+	callCtx, cancel := context.WithTimeout(ctx, limits.Timeout)
+	defer cancel()
+	stdout := &capped{max: limits.Output}
+	stderr := &tail{max: maxStderr}
+	cfg := wazero.NewModuleConfig().WithName("").WithArgs("function").
+		WithStdin(bytes.NewReader(input)).WithStdout(stdout).WithStderr(stderr)
+	mod, err := m.r.rt.InstantiateModule(callCtx, m.compiled, cfg)
+	if mod != nil {
+		_ = mod.Close(context.WithoutCancel(ctx))
+	}
+	res := Result{Stdout: stdout.buf.Bytes(), Stderr: stderr.bytes()}
+	var exit *sys.ExitError
+	switch {
+	case err == nil, errors.As(err, &exit) && exit.ExitCode() == 0:
+	case ctx.Err() != nil:
+		return res, ctx.Err()
+	case errors.As(err, &exit) && exit.ExitCode() == sys.ExitCodeDeadlineExceeded:
+		return res, &CallError{Why: fmt.Sprintf("ran longer than its time limit of %s: stopped", limits.Timeout), Stderr: res.Stderr, Err: err}
+	case errors.As(err, &exit):
+		return res, &CallError{Why: fmt.Sprintf("exited with code %d", exit.ExitCode()), Stderr: res.Stderr, Err: err}
+	default:
+		return res, &CallError{Why: "trapped: " + trapMessage(err), Stderr: res.Stderr, Err: err}
+	}
+	if stdout.over {
+		return res, &CallError{Why: fmt.Sprintf("wrote more than its output limit of %d bytes", limits.Output), Stderr: res.Stderr}
+	}
+	return res, nil
+}
+
+// trapMessage is what a trap's error says, without the module's stack
+// and name wazero adds: "wasm error: unreachable".
+func trapMessage(err error) string {
+	msg, _, _ := strings.Cut(err.Error(), "\n")
+	if i := strings.Index(msg, "wasm error: "); i >= 0 {
+		msg = msg[i:]
+	}
+	return msg
+}
+
+// capped keeps up to max bytes and notes whether more came.
+type capped struct {
+	buf  bytes.Buffer
+	max  int
+	over bool
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	if c.buf.Len()+len(p) > c.max {
+		c.over = true
+		return 0, errors.New("output limit reached")
+	}
+	return c.buf.Write(p)
+}
+
+// tail keeps the last max bytes written.
+type tail struct {
+	buf []byte
+	max int
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > 2*t.max {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tail) bytes() []byte {
+	if len(t.buf) > t.max {
+		return t.buf[len(t.buf)-t.max:]
+	}
+	return t.buf
+}
