@@ -84,6 +84,13 @@ func newHarnessOn(t *testing.T, env *testenv.Env) *harness {
 // loadRules parses rule YAML in which NS stands for the test's namespace.
 func (h *harness) loadRules(yaml string) *rules.Set {
 	h.t.Helper()
+	return h.loadRulesAt("test.yaml", yaml, nil)
+}
+
+// loadRulesAt is loadRules for a rule file at path (its modules beside
+// it), with the loader set up by setup (nil: as it comes).
+func (h *harness) loadRulesAt(path, yaml string, setup func(*rules.Loader)) *rules.Set {
+	h.t.Helper()
 	l, err := rules.NewLoader(expr.Options{})
 	if err != nil {
 		h.t.Fatal(err)
@@ -91,7 +98,10 @@ func (h *harness) loadRules(yaml string) *rules.Set {
 	if err := l.SetInstallation(h.installation); err != nil {
 		h.t.Fatal(err)
 	}
-	f, err := l.Parse("test.yaml", []byte(strings.ReplaceAll(yaml, "NS", h.ns)))
+	if setup != nil {
+		setup(l)
+	}
+	f, err := l.Parse(path, []byte(strings.ReplaceAll(yaml, "NS", h.ns)))
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -61,6 +61,14 @@ type settings struct {
 	// webhook is where the API server reaches syncloop to convert the
 	// kinds rules define (Loader.SetConversionWebhook).
 	webhook ConversionWebhook
+	// functions compiles and keeps the modules of function steps;
+	// fromRevision: the rules are revisions, whose modules are found by
+	// digest (Loader.ForRevisions).
+	functions    *functionStore
+	fromRevision bool
+	// absentModules: a revision whose module is not loaded still compiles,
+	// its function unable to run (Loader.ForInspection).
+	absentModules bool
 }
 
 func (d *decoder) pos(n *yaml.Node) Pos {
@@ -355,6 +363,9 @@ func PathField(field string, p expr.Path) string {
 func JoinField(field, name string) string {
 	if field == "" {
 		return name
+	}
+	if name == "" {
+		return field
 	}
 	return field + "." + name
 }

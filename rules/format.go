@@ -24,6 +24,8 @@ type Field struct {
 	// AnyOf, for a field of no one Type, are the schemas its value may
 	// have (a number or a percent).
 	AnyOf []map[string]any
+	// OneOf, for an object, names fields of which it has exactly one.
+	OneOf []string
 }
 
 // fieldAmount is a field holding a number or a percent (Amount).
@@ -45,6 +47,9 @@ func fieldList(name, desc string, items *Field) *Field {
 func fieldMap(name, desc string) *Field {
 	return &Field{Name: name, Type: "object", Desc: desc, Values: &Field{Type: "string"}}
 }
+
+// oneOf makes object f have exactly one of the fields names.
+func oneOf(f *Field, names ...string) *Field { f.OneOf = names; return f }
 
 // cel marks a field that holds a CEL expression.
 func fieldCEL(name, desc string) *Field { return fieldStr(name, desc+" (CEL)") }
@@ -83,7 +88,7 @@ var RuleFormat = fieldObj("", "A syncloop rule: what to watch, and the objects a
 				must(fieldStr("name", "A CEL identifier.")),
 				must(fieldCEL("expression", "Its value")))),
 		fieldList("resources", "The objects the rule keeps in sync with each trigger, in dependency order of their children.<id> references.",
-			fieldObj("", "A resource: one template, or one per forEach item.",
+			oneOf(fieldObj("", "A resource: one template, one per forEach item, or a function's children.",
 				must(fieldStr("id", "The resource's id: a DNS-1123 label, read by others as children.<id>.")),
 				&Field{Name: "mode", Type: "string", Enum: []string{string(ModeOwn), string(ModePatch)},
 					Desc: "own (default): syncloop creates, owns and prunes the objects; patch: it only sets the template's fields on an object it does not own."},
@@ -96,8 +101,9 @@ var RuleFormat = fieldObj("", "A syncloop rule: what to watch, and the objects a
 				&Field{Name: "createOnce", Type: "boolean", Desc: "Create each child once and leave it alone: never updated, not created again once deleted while the trigger still renders it (default: the rule's createOnce, false). Kyverno's synchronize: false."},
 				&Field{Name: "kinds", Type: "array", Desc: "For a template whose apiVersion or kind is computed (${}): every kind it may render, each {apiVersion, kind}, all namespaced or all cluster-scoped. A rendered kind not listed fails the trigger.",
 					Items: fieldObj("", "", must(fieldStr("apiVersion", "The kind's group/version.")), must(fieldStr("kind", "The kind.")))},
-				must(&Field{Name: "template", Type: "object", Desc: "The object to apply: any fields of its kind, strings may hold ${CEL}. apiVersion and kind are literal, or computed and listed in kinds.",
-					Fields: nil}))),
+				&Field{Name: "template", Type: "object", Desc: "The object to apply: any fields of its kind, strings may hold ${CEL}. apiVersion and kind are literal, or computed and listed in kinds. Required unless function computes the children.",
+					Fields: nil},
+				functionFormat), "template", "function")),
 		fieldAny("status", "Fields to write to the trigger's status subresource; strings may hold ${CEL} and see children and ready."),
 		&Field{Name: "deletionPolicy", Type: "string", Enum: []string{string(DeletionDelete), string(DeletionOrphan)},
 			Desc: "The default of the resources' deletionPolicy."},
@@ -121,6 +127,14 @@ var RuleFormat = fieldObj("", "A syncloop rule: what to watch, and the objects a
 		&Field{Name: "revisionHistoryLimit", Type: "integer", Desc: "Revisions of the rule kept in the cluster as ControllerRevisions (default 10)."},
 		rolloutFormat)),
 )
+
+// functionFormat is a resource's function: a WebAssembly module that
+// computes its children.
+var functionFormat = fieldObj("function", "Instead of a template: a WebAssembly module (a WASI command) that computes the resource's children. It reads the trigger, lookups, variables and the children of the resources in reads as JSON on stdin, and writes {\"children\": [objects]} on stdout; each child must be of a kind listed in kinds.",
+	must(fieldStr("wasm", "The module's file name, in the rule file's directory (a ConfigMap holding the rules holds it too, in binaryData); a name ending .wasm.gz is a gzipped module.")),
+	fieldStr("sha256", "The module's sha256 (64 hex digits): the load fails if the file differs. Recorded in the rule's revisions either way."),
+	fieldList("reads", "Resources whose children the function is given as children.<id>; it is run after them, once they are ready.", fieldStr("", "A resource id.")),
+	fieldStr("timeout", "How long one call may run, a Go duration (default 2s, at most 1m); past it the call is stopped and the trigger fails."))
 
 // apiFormat is spec.api: the kind a rule defines and serves, whose
 // CustomResourceDefinition syncloop generates and keeps.
@@ -284,6 +298,13 @@ func (f *Field) jsonSchema() map[string]any {
 		s["properties"] = props
 		if len(required) > 0 {
 			s["required"] = required
+		}
+		if len(f.OneOf) > 0 {
+			var one []any
+			for _, name := range f.OneOf {
+				one = append(one, map[string]any{"required": []string{name}})
+			}
+			s["oneOf"] = one
 		}
 		s["additionalProperties"] = false
 	case f.Values != nil:

@@ -50,6 +50,12 @@ func (d *decoder) decodeKind(res *Resource, n, tn *yaml.Node, f, tf map[string]*
 		d.errorf(kn, field+".kinds", "a mode: patch resource names the kind it patches literally")
 		return
 	}
+	d.decodeKindList(res, kn, field)
+}
+
+// decodeKindList decodes the kinds a resource lists (kn, at
+// field.kinds): those a computed template or a function may make.
+func (d *decoder) decodeKindList(res *Resource, kn *yaml.Node, field string) {
 	for i, en := range d.seq(kn, field+".kinds") {
 		ef := fmt.Sprintf("%s.kinds[%d]", field, i)
 		kf := d.fields(en, ef, "apiVersion", "kind")

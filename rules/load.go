@@ -83,7 +83,7 @@ func NewLoader(opts expr.Options) (*Loader, error) {
 		return nil, err
 	}
 	return &Loader{compiler: c, settings: settings{schemas: kinds.Builtin(), scopes: builtinScopes{},
-		identities: identities{home: DefaultServiceAccountNamespace}}}, nil
+		identities: identities{home: DefaultServiceAccountNamespace}, functions: newFunctionStore()}}, nil
 }
 
 // ForRevisions is a copy of l that compiles the recorded revisions of
@@ -91,7 +91,7 @@ func NewLoader(opts expr.Options) (*Loader, error) {
 // define are not checked — they are the newer revision's.
 func (l *Loader) ForRevisions() *Loader {
 	c := *l
-	c.crds = nil
+	c.crds, c.fromRevision = nil, true
 	return &c
 }
 

@@ -359,7 +359,16 @@ func (r *Rule) resolveLookupReads() {
 				lookups, variables = append(lookups, e.LookupRefs()...), append(variables, e.VariableRefs()...)
 			}
 		}
-		lookups, variables = append(lookups, res.Template.LookupRefs()...), append(variables, res.Template.VariableRefs()...)
+		if res.Template != nil {
+			lookups, variables = append(lookups, res.Template.LookupRefs()...), append(variables, res.Template.VariableRefs()...)
+		} else { // a function is given every lookup and variable
+			for _, l := range r.Lookups {
+				lookups = append(lookups, l.ID)
+			}
+			for _, v := range r.Variables {
+				variables = append(variables, v.Name)
+			}
+		}
 		res.Lookups = r.lookupsRead(lookups, variables)
 	}
 	if r.Status != nil {

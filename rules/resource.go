@@ -71,8 +71,15 @@ func (d *decoder) decodeResource(i int, n *yaml.Node, docVal any, pos positions,
 		}
 	}
 	tn, ok := f["template"]
+	if fnode, fok := f["function"]; fok {
+		if ok {
+			d.errorf(fnode, field+".function", "a resource has a template or a function, not both")
+			return nil
+		}
+		return d.decodeFunctionResource(res, n, fnode, f, field, c, docVal, errsBefore)
+	}
 	if !ok {
-		d.errorf(n, field+".template", "required")
+		d.errorf(n, field+".template", "required (or a function)")
 		return nil
 	}
 	if t := resolve(tn); t.Kind == yaml.ScalarNode && strings.Contains(t.Value, "${") {
@@ -88,6 +95,31 @@ func (d *decoder) decodeResource(i int, n *yaml.Node, docVal any, pos positions,
 		d.decodeReadyWhen(res, nn, field, c)
 	}
 	d.decodeTemplate(res, tn, tf, field, docVal, pos, c, scope, errsBefore)
+	if len(d.errs) > errsBefore {
+		return nil
+	}
+	return res
+}
+
+// decodeFunctionResource decodes the rest of a resource whose children a
+// function computes (fn): the kinds it may return, listed; its readiness;
+// the function and its module.
+func (d *decoder) decodeFunctionResource(res *Resource, n, fn *yaml.Node, f map[string]*yaml.Node, field string, c *expr.Compiler, docVal any, errsBefore int) *Resource {
+	switch {
+	case res.ForEach != nil:
+		d.errorf(f["forEach"], field+".forEach", "a function returns a list of children itself: leave forEach out")
+	case res.Mode == ModePatch:
+		d.errorf(f["mode"], field+".mode", "a function's children are syncloop's own: mode patch takes a template")
+	}
+	if kn, ok := f["kinds"]; ok {
+		d.decodeKindList(res, kn, field)
+	} else {
+		d.errorf(n, field+".kinds", "required: list every kind the function may return ({apiVersion, kind} each); it fails the trigger on any other")
+	}
+	if nn, ok := f["readyWhen"]; ok {
+		d.decodeReadyWhen(res, nn, field, c)
+	}
+	d.decodeFunction(res, fn, field+".function", docVal)
 	if len(d.errs) > errsBefore {
 		return nil
 	}

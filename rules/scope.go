@@ -173,6 +173,7 @@ func (d *decoder) checkScopes(r *Rule, docVal any) {
 			switch {
 			case !known:
 				continue
+			case res.Function != nil: // what it returns is placed when it does
 			case !namespaced && ns != "":
 				d.errorAt(at(append(md, "namespace"), res.Pos), field, "%s is cluster-scoped: leave metadata.namespace out", k.Kind)
 			case namespaced && ns == "" && clusterTrigger:

@@ -202,18 +202,15 @@ type Resource struct {
 	KindRef
 	// Kinds are the kinds the resource may render: its KindRef, or those
 	// spec.resources[].kinds lists for a computed one.
-	Kinds    []KindRef
-	When     *Expression // nil: always
-	ForEach  *Expression // nil: one child
+	Kinds   []KindRef
+	When    *Expression // nil: always
+	ForEach *Expression // nil: one child
+	// Template renders the child; or else Function computes the children.
 	Template *Template
+	Function *Function
 	// Mode is ModeOwn (the default) or ModePatch.
 	Mode Mode
-	// LiteralName and LiteralNamespace are the template's metadata.name and
-	// metadata.namespace when they hold no ${}; empty otherwise.
-	LiteralName, LiteralNamespace string
-	// NoNamespace: the template sets no metadata.namespace, so a
-	// namespaced child is in its trigger's namespace.
-	NoNamespace bool
+	Literals
 	// ReadyWhen must all hold on a live child for it to be ready; none:
 	// ready once it exists.
 	ReadyWhen []*Expression
@@ -223,6 +220,17 @@ type Resource struct {
 	// was written.
 	Index int
 	Pos   Pos
+}
+
+// Literals are what a resource's template says of its children's place
+// without ${}: nothing for a function's.
+type Literals struct {
+	// LiteralName and LiteralNamespace are the template's metadata.name and
+	// metadata.namespace when they hold no ${}; empty otherwise.
+	LiteralName, LiteralNamespace string
+	// NoNamespace: the template sets no metadata.namespace, so a
+	// namespaced child is in its trigger's namespace.
+	NoNamespace bool
 }
 
 // Lifecycle is how a resource's children are taken, written and let go.

@@ -59,34 +59,10 @@ Exit status: 0 when every resource is ready, 3 when one is not, 1 on error.`,
 			if !slices.Contains([]string{"text", "wide", "json", "yaml"}, output) {
 				return fmt.Errorf("--output must be text, wide, json or yaml, not %q", output)
 			}
-			cl, err := cf.clients()
-			if err != nil {
-				return err
-			}
 			rf.home = cmp.Or(syncloopNamespace, cf.namespace())
 			o := manager.TraceOptions{Resource: args[0], Name: args[1], Namespace: cmp.Or(namespace, cf.namespace()),
 				SyncloopNamespace: rf.home, Installation: rf.installation, Events: events}
-			if len(rf.paths) > 0 {
-				if o.Set, err = rf.load(cmd.ErrOrStderr(), cl); err != nil {
-					return err
-				}
-			} else if o.Revisions, err = rf.newLoader(cl); err != nil {
-				return err
-			}
-			if watch {
-				return watchTrace(cmd, cl, o, output, timeout)
-			}
-			rep, err := manager.Trace(cmd.Context(), cl, o)
-			if err != nil {
-				return err
-			}
-			if err := writeTrace(cmd.OutOrStdout(), rep, output, time.Now()); err != nil {
-				return err
-			}
-			if !rep.Ready {
-				return exitCode(3)
-			}
-			return nil
+			return runTrace(cmd, &rf, &cf, o, output, watch, timeout)
 		},
 	}
 	cmd.Flags().StringArrayVarP(&rf.paths, "rules", "f", nil, "rule file or directory to trace with (repeatable; default: the rules' revisions in the cluster)")
@@ -331,4 +307,40 @@ func boolWord(b bool) string {
 		return "True"
 	}
 	return "False"
+}
+
+// runTrace traces o (once, or with watch until ready) and prints it in
+// output; exit 3 when not ready.
+func runTrace(cmd *cobra.Command, rf *ruleFlags, cf *clusterFlags, o manager.TraceOptions, output string, watch bool, timeout time.Duration) error {
+	cl, err := cf.clients()
+	if err != nil {
+		return err
+	}
+	if len(rf.paths) > 0 {
+		if o.Set, err = rf.load(cmd.ErrOrStderr(), cl); err != nil {
+			return err
+		}
+	} else {
+		l, err := rf.newLoader(cl)
+		if err != nil {
+			return err
+		}
+		// A function's module is not in its revision: its rule is shown,
+		// its function says it cannot run here.
+		o.Revisions = l.ForInspection()
+	}
+	if watch {
+		return watchTrace(cmd, cl, o, output, timeout)
+	}
+	rep, err := manager.Trace(cmd.Context(), cl, o)
+	if err != nil {
+		return err
+	}
+	if err := writeTrace(cmd.OutOrStdout(), rep, output, time.Now()); err != nil {
+		return err
+	}
+	if !rep.Ready {
+		return exitCode(3)
+	}
+	return nil
 }

@@ -40,7 +40,8 @@ type Node struct {
 	// Title is the node's first line; Lines follow it.
 	Title string
 	Lines []string
-	// Many: a forEach resource or a list lookup, drawn as a collection.
+	// Many: a forEach or function resource, or a list lookup, drawn as a
+	// collection.
 	Many bool
 	// Conditional: a when may leave the node out.
 	Conditional bool
@@ -162,7 +163,7 @@ func lookupNode(l *rules.Lookup, id string) Node {
 }
 
 func resourceNode(res *rules.Resource, id string) Node {
-	n := Node{ID: id, Shape: Child, Title: res.ID, Many: res.ForEach != nil, Conditional: res.When != nil}
+	n := Node{ID: id, Shape: Child, Title: res.ID, Many: res.ForEach != nil || res.Function != nil, Conditional: res.When != nil}
 	var kinds []string
 	for _, k := range res.Kinds {
 		kinds = append(kinds, kindLine(k))
@@ -174,6 +175,9 @@ func resourceNode(res *rules.Resource, id string) Node {
 	}
 	if res.ForEach != nil {
 		n.Lines = append(n.Lines, "forEach "+clip(res.ForEach.Source()))
+	}
+	if fn := res.Function; fn != nil {
+		n.Lines = append(n.Lines, "function "+fn.Wasm)
 	}
 	if res.When != nil {
 		n.Lines = append(n.Lines, "when "+clip(res.When.Source()))

@@ -650,3 +650,65 @@ func mustSet(t *testing.T, f *rules.File) *rules.Set {
 	}
 	return set
 }
+
+// fnDoc is a rule whose resource's children come from module fn.wasm.
+const fnDoc = `apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: fn}
+spec:
+  watch: {apiVersion: v1, kind: ConfigMap}
+  resources:
+    - id: out
+      kinds: [{apiVersion: v1, kind: ConfigMap}]
+      function: {wasm: fn.wasm}
+`
+
+// module is a WASI command that exits at once; extra custom-section bytes
+// make another module of the same behaviour.
+func module(extra byte) []byte {
+	return []byte{0, 'a', 's', 'm', 1, 0, 0, 0,
+		0x00, 0x03, 0x01, 'x', extra, // a custom section "x" holding extra
+		0x01, 0x04, 0x01, 0x60, 0x00, 0x00, 0x03, 0x02, 0x01, 0x00,
+		0x07, 0x0a, 0x01, 0x06, '_', 's', 't', 'a', 'r', 't', 0x00, 0x00,
+		0x0a, 0x04, 0x01, 0x02, 0x00, 0x0b}
+}
+
+// TestModuleChangeReloads: a rule file whose module beside it changes is
+// parsed again, its rule a new version (another hash); a module that
+// breaks keeps the last good version; one that appears where it was
+// missing brings the rule in.
+func TestModuleChangeReloads(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "r.yaml"), fnDoc)
+	src := newSource(t, dir)
+	if st := src.Load(); st.Set.Len() != 0 || len(st.Errors) != 1 || !strings.Contains(st.Errors[0].Error(), "reading the module") {
+		t.Fatalf("without its module: %d rules, errors %v", st.Set.Len(), st.Errors)
+	}
+	mod := filepath.Join(dir, "fn.wasm")
+	if err := os.WriteFile(mod, module(1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st := src.Load()
+	if !st.Changed || st.Set.Get("fn") == nil || len(st.Errors) != 0 {
+		t.Fatalf("the module written: changed %v, errors %v", st.Changed, st.Errors)
+	}
+	first := st.Set.Get("fn").Hash
+	if st := src.Load(); st.Changed {
+		t.Error("a load without changes reported one")
+	}
+	if err := os.WriteFile(mod, module(2), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st = src.Load()
+	if !st.Changed || st.Set.Get("fn") == nil || st.Set.Get("fn").Hash == first {
+		t.Fatalf("the module changed: changed %v, the rule's hash unchanged", st.Changed)
+	}
+	second := st.Set.Get("fn").Hash
+	if err := os.WriteFile(mod, []byte("junk"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st = src.Load()
+	if r := st.Set.Get("fn"); r == nil || r.Hash != second || len(st.Errors) != 1 || !st.Errors[0].LastGood {
+		t.Errorf("a broken module: errors %v; want the last good version kept", st.Errors)
+	}
+}

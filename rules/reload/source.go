@@ -252,7 +252,29 @@ func (s *Source) read(path string) bool {
 			fs.sum = [32]byte{} // parse what is there now, even if still empty
 		}
 	}
-	return s.parse(path, data, s.loader.Parse)
+	// A rule file's modules are beside it: a changed one parses the file
+	// again (and its rules become new revisions).
+	return s.parse(path, append(data, modulesBeside(path)...), func(path string, _ []byte) (*rules.File, error) {
+		return s.loader.Parse(path, data)
+	})
+}
+
+// modulesBeside is what the WebAssembly modules in path's directory hold
+// (name and sha256 of each, in order), for telling when one changed.
+func modulesBeside(path string) []byte {
+	mods, _ := filepath.Glob(filepath.Join(filepath.Dir(path), "*.wasm"))
+	gz, _ := filepath.Glob(filepath.Join(filepath.Dir(path), "*.wasm.gz"))
+	mods = append(mods, gz...)
+	var out []byte
+	for _, m := range mods {
+		data, err := os.ReadFile(m)
+		if err != nil {
+			continue
+		}
+		sum := sha256.Sum256(data)
+		out = append(append(append(out, 0), filepath.Base(m)...), sum[:]...)
+	}
+	return out
 }
 
 // readTenant parses a tenant file, as a tenant rule file of its

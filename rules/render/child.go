@@ -64,7 +64,8 @@ func checkKind(r *rules.Rule, res *rules.Resource, obj *unstructured.Unstructure
 // childError is an error of the child res rendered, at field of its
 // template.
 func childError(r *rules.Rule, res *rules.Resource, field string, err error) error {
-	return &RenderError{Pos: res.Template.Pos, Rule: r.Name, Resource: res.ID, Field: rules.JoinField(res.Template.Field, field), Err: err}
+	pos, at := res.Body()
+	return &RenderError{Pos: pos, Rule: r.Name, Resource: res.ID, Field: rules.JoinField(at, field), Err: err}
 }
 
 // placeChild checks the rendered child's name and namespace, and

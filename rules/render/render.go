@@ -226,7 +226,7 @@ func Rule(ctx context.Context, r *rules.Rule, trigger *unstructured.Unstructured
 	act.Children = out.children
 	for _, res := range r.Resources {
 		out.ready[res.ID] = false
-		if res.ForEach != nil {
+		if res.ForEach != nil || res.Function != nil { // a list, empty until rendered
 			out.children[res.ID] = []any{}
 		}
 	}

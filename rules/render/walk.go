@@ -36,14 +36,33 @@ func (w *graphWalk) resource(ctx context.Context, res *rules.Resource) error {
 	// otherwise, where the scopes are known).
 	namespaced, err := w.scoper.Namespaced(res.Kinds[0].GVK)
 	if err != nil {
-		return &RenderError{Pos: res.Template.Pos, Rule: w.r.Name, Resource: res.ID, Field: res.Template.Field, Err: err}
+		pos, field := res.Body()
+		return &RenderError{Pos: pos, Rule: w.r.Name, Resource: res.ID, Field: field, Err: err}
+	}
+	var lives []any
+	st.Ready = true
+	if res.Function != nil {
+		objs, err := w.callFunction(ctx, res, namespaced)
+		if err != nil {
+			return err
+		}
+		for i, obj := range objs {
+			live, err := w.take(ctx, res, st, i, obj)
+			if err != nil {
+				return err
+			}
+			if live != nil {
+				lives = append(lives, live)
+			}
+		}
+		w.rd.children[res.ID] = nonNilList(lives)
+		w.rd.ready[res.ID] = st.Ready
+		return nil
 	}
 	items, err := w.items(ctx, res)
 	if err != nil {
 		return err
 	}
-	var lives []any
-	st.Ready = true
 	for i, item := range items {
 		index, act := -1, w.rd.act
 		if res.ForEach != nil {
@@ -140,9 +159,16 @@ func (w *graphWalk) child(ctx context.Context, res *rules.Resource, st *Resource
 	if err != nil {
 		return nil, err
 	}
+	return w.take(ctx, res, st, index, obj)
+}
+
+// take makes obj, rendered or returned by a function, child index of res
+// (-1: its only one) and has it applied; as child.
+func (w *graphWalk) take(ctx context.Context, res *rules.Resource, st *ResourceState, index int, obj *unstructured.Unstructured) (map[string]any, error) {
 	key := obj.GetKind() + "/" + obj.GetNamespace() + "/" + obj.GetName()
 	if prev, dup := w.seen[key]; dup {
-		return nil, &RenderError{Pos: res.Template.Pos, Rule: w.r.Name, Resource: res.ID, Field: res.Template.Field,
+		pos, field := res.Body()
+		return nil, &RenderError{Pos: pos, Rule: w.r.Name, Resource: res.ID, Field: field,
 			Err: fmt.Errorf("%s %s rendered twice (also by resource %q)", obj.GetKind(), namespacedName(obj), prev)}
 	}
 	w.seen[key] = res.ID
