@@ -14,13 +14,16 @@ FUZZTIME ?= 3s
 IMAGE    ?= ghcr.io/syncloop/syncloop:$(VERSION)
 PLATFORMS ?= linux/amd64,linux/arm64
 
-.PHONY: help check fuzz-smoke test-robustness build build-static image image-push krew test test-short testenv openapi-snapshot demo cluster bench bench-full soak robustness lint clean
+.PHONY: help check fuzz-smoke test-robustness build build-static functions image image-push krew test test-short testenv openapi-snapshot demo cluster bench bench-full soak robustness lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
 
 build: ## build bin/syncloop
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/syncloop
+
+functions: ## build the examples' function steps for WebAssembly: examples/<name>/<name>.wasm from examples/<name>/function
+	$(GO) run ./hack/functions
 
 build-static: ## build bin/syncloop statically (CGO_ENABLED=0), as the image does
 	CGO_ENABLED=0 $(GO) build -trimpath -tags timetzdata -ldflags "-s -w $(LDFLAGS)" -o $(BIN) ./cmd/syncloop
@@ -40,7 +43,7 @@ testenv: ## build the local control plane (etcd, kube-apiserver, kube-controller
 openapi-snapshot: testenv ## refresh the compiled-in schemas of the built-in kinds from the local kube-apiserver
 	$(GO) run ./hack/openapi-snapshot -o rules/schema/builtin.json.gz
 
-test: testenv ## run every test, integration tests against the local control plane included
+test: testenv functions ## run every test, integration tests against the local control plane included
 	$(GO) test $(TESTFLAGS) ./...
 
 test-short: ## run the unit tests only (no control plane)
@@ -62,7 +65,7 @@ fuzz-smoke: ## run each fuzz target for FUZZTIME (default 3s); FUZZFLAGS are pas
 test-robustness: testenv ## the leak and outage tests and the short fault campaign, each in a process of its own, side by side (CI runs them once, without the race detector)
 	hack/test-robustness.sh $(GO)
 
-demo: testenv build ## syncloop reconciling the examples on a local control plane it starts (and stops)
+demo: testenv build functions ## syncloop reconciling the examples on a local control plane it starts (and stops)
 	$(GO) run ./hack/demo --syncloop $(BIN) --examples examples
 
 cluster: testenv ## start the local control plane in the foreground, print its kubeconfig; Ctrl-C stops it

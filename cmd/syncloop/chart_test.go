@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -329,6 +330,26 @@ func TestChartTemplate(t *testing.T) {
 		}
 	})
 
+	t.Run("functions", func(t *testing.T) {
+		module := base64.StdEncoding.EncodeToString([]byte("\x00asm\x01\x00\x00\x00"))
+		r := template(t, "--set-file", tenant, "--set", "functions.fn\\.wasm="+module+",rules.rolloutOnChange=true")
+		cm := r.get(t, "ConfigMap", "rel-syncloop-rules")
+		if got, _, _ := unstructured.NestedString(cm.Object, "binaryData", "fn.wasm"); got != module {
+			t.Errorf("binaryData fn.wasm = %q, want the module", got)
+		}
+		plain := template(t, "--set-file", tenant, "--set", "rules.rolloutOnChange=true")
+		sum := func(r rendered) string {
+			v, _, _ := unstructured.NestedString(r.get(t, "Deployment", "rel-syncloop").Object, "spec", "template", "metadata", "annotations", "syncloop.dev/rules-checksum")
+			return v
+		}
+		if sum(r) == "" || sum(r) == sum(plain) {
+			t.Error("a module's change does not change the rules' checksum: the pods would not roll")
+		}
+		if _, err := helmCmd(t, "template", "rel", chartDir, "--set", "functions.fn\\.txt=eA=="); err == nil {
+			t.Error("a function file not named .wasm or .wasm.gz was accepted")
+		}
+	})
+
 	t.Run("dry run, log level, extra args, rollout on change", func(t *testing.T) {
 		r := template(t, "--set-file", tenant, "--set", "dryRun=true,logLevel=3,rules.rolloutOnChange=true,leaderElection.enabled=false", "--set", "extraArgs[0]=--qps=20")
 		args := strings.Join(podSpec(t, r).Containers[0].Args, " ")
@@ -444,11 +465,25 @@ func TestChartInstall(t *testing.T) {
 		}
 	}
 	newNS("syncloop-system")
-	examples := []string{"tenant-defaults", "replicate", "app", "namespace-metadata", "pull-secret", "team-network-policy", "namespace-label", "ci-robot"}
-	args := []string{"install", "syncloop", chartDir, "-n", "syncloop-system", "--kubeconfig", env.Kubeconfig()}
+	examples := []string{"tenant-defaults", "replicate", "app", "namespace-metadata", "pull-secret", "team-network-policy", "namespace-label", "ci-robot", "catalogue"}
+	// The rules in a ConfigMap made beside the chart (rules.existingConfigMap),
+	// as a Go function's module asks: Helm's release Secret, which holds
+	// the values and the manifest, cannot hold a megabyte's module twice.
+	rulesCM := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "syncloop-rules"}, Data: map[string]string{}, BinaryData: map[string][]byte{}}
 	for _, ex := range examples {
-		args = append(args, "--set-file", "rules."+ex+"\\.yaml=../../examples/"+ex+"/rules.yaml")
+		data, err := os.ReadFile(filepath.Join("../../examples", ex, "rules.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rulesCM.Data[ex+".yaml"] = string(data)
 	}
+	if rulesCM.BinaryData["catalogue.wasm.gz"], err = os.ReadFile("../../examples/catalogue/catalogue.wasm.gz"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().ConfigMaps("syncloop-system").Create(ctx, rulesCM, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"install", "syncloop", chartDir, "-n", "syncloop-system", "--kubeconfig", env.Kubeconfig(), "--set", "rules.existingConfigMap=syncloop-rules"}
 	if out, err := helmCmd(t, args...); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
@@ -489,6 +524,11 @@ func TestChartInstall(t *testing.T) {
 		dir := t.TempDir()
 		for name, text := range cm.Data {
 			if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for name, data := range cm.BinaryData { // the functions' modules
+			if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -563,6 +603,13 @@ func TestChartInstall(t *testing.T) {
 			}) &&
 			exists(func() error {
 				_, err := cs.CoreV1().ConfigMaps("shop").Get(ctx, "namespace-metadata", metav1.GetOptions{})
+				return err
+			}) &&
+			exists(func() error { // a function's children, its module from the ConfigMap's binaryData
+				cm, err := cs.CoreV1().ConfigMaps("shop").Get(ctx, "catalogue-payments", metav1.GetOptions{})
+				if err == nil && cm.Data["replicas"] != "5" {
+					err = fmt.Errorf("data %v", cm.Data)
+				}
 				return err
 			}) &&
 			exists(func() error { // a lookup's source, read with the chart's RBAC

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/syncloop/syncloop/dynamic"
 	"github.com/syncloop/syncloop/engine"
+	"github.com/syncloop/syncloop/internal/examplefn"
 	"github.com/syncloop/syncloop/internal/manager"
 	"github.com/syncloop/syncloop/internal/testenv"
 	"github.com/syncloop/syncloop/rules"
@@ -38,6 +40,11 @@ const runAsSyncloop = "SYNCLOOP_TEST_RUN_AS_SYNCLOOP"
 func TestMain(m *testing.M) {
 	if os.Getenv(runAsSyncloop) == "1" {
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	// The examples' functions, for the tests that load the examples.
+	if err := examplefn.Build(examplesDir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
 	// The chart test runs the examples, and the ci-robot chain waits for
 	// the token controller. No garbage collector: the plan tests show what

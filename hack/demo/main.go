@@ -42,6 +42,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/restmapper"
 
+	"github.com/syncloop/syncloop/internal/examplefn"
 	"github.com/syncloop/syncloop/internal/testenv"
 	"github.com/syncloop/syncloop/rules"
 )
@@ -93,6 +94,9 @@ func demo(ctx context.Context, bin, examples string) error {
 	c := &cluster{cs: cs, dyn: dyn, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))}
 	// syncloop runs from a copy, whose app rule the demo changes.
 	original := examples
+	if err := examplefn.Build(original); err != nil { // the catalogue's function, for WebAssembly
+		return err
+	}
 	examples = filepath.Join(env.Dir(), "examples")
 	if err := copyExamples(original, examples); err != nil {
 		return err
