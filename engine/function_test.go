@@ -51,7 +51,7 @@ func fnModule(t *testing.T, version string) string {
 
 // functionRule is a rule whose triggers are the ConfigMaps labelled
 // fn=trigger, each with the children testdata/fn (in dir) returns.
-func (h *harness) functionRule(dir, rollout string) *rules.Set {
+func (h *harness) functionRule(dir, rollout string, serve bool) *rules.Set {
 	h.t.Helper()
 	return h.loadRulesAt(filepath.Join(dir, "rules.yaml"), fmt.Sprintf(`apiVersion: syncloop.dev/v1alpha1
 kind: Rule
@@ -62,15 +62,17 @@ spec:
   resources:
     - id: items
       kinds: [{apiVersion: v1, kind: ConfigMap}]
-      function: {wasm: fn.wasm, timeout: 1s}
-`, rollout), func(l *rules.Loader) { l.SetFunctionMemory(64 << 20) })
+      function: {wasm: fn.wasm, timeout: 1s, serve: %v}
+`, rollout, serve), func(l *rules.Loader) { l.SetFunctionMemory(64 << 20) })
 }
 
 // TestFunctionChildren: a function's children are applied, updated and
-// pruned as a template's; a module that loops, allocates without bound,
-// panics, returns a kind its resource does not list, writes no children or
-// a child without a name fails its trigger alone, while the others converge; a new module rolls out in steps, as a
-// new revision of the rule.
+// pruned as a template's; a module (served: instances kept between
+// calls) that loops, allocates without bound, panics, returns a kind its
+// resource does not list, writes no children or a child without a name
+// fails its trigger alone, while the others converge; a new module
+// (started afresh for each call) rolls out in steps, as a new revision of
+// the rule.
 //
 // API server: server-side apply and pruning of a function's children,
 // Events of the triggers that fail.
@@ -79,7 +81,7 @@ func TestFunctionChildren(t *testing.T) {
 		t.Skip("compiles a Go program to WebAssembly")
 	}
 	h := newHarness(t)
-	v1 := h.functionRule(fnModule(t, "v1"), "step: 50%")
+	v1 := h.functionRule(fnModule(t, "v1"), "step: 50%", true) // served: instances kept between calls
 	store := newMemRollouts(v1.Get("fn"))
 	h.rollouts = store
 	trigger := map[string]string{"fn": "trigger"}
@@ -133,7 +135,7 @@ func TestFunctionChildren(t *testing.T) {
 		}
 		return true
 	})
-	v2 := h.functionRule(fnModule(t, "v2"), "step: 50%")
+	v2 := h.functionRule(fnModule(t, "v2"), "step: 50%", false) // and a fresh start per call
 	if v2.Get("fn").Hash == v1.Get("fn").Hash {
 		t.Fatal("a new module left the rule's hash as it was")
 	}

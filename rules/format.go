@@ -134,7 +134,8 @@ var functionFormat = fieldObj("function", "Instead of a template: a WebAssembly 
 	must(fieldStr("wasm", "The module's file name, in the rule file's directory (a ConfigMap holding the rules holds it too, in binaryData); a name ending .wasm.gz is a gzipped module.")),
 	fieldStr("sha256", "The module's sha256 (64 hex digits): the load fails if the file differs. Recorded in the rule's revisions either way."),
 	fieldList("reads", "Resources whose children the function is given as children.<id>; it is run after them, once they are ready.", fieldStr("", "A resource id.")),
-	fieldStr("timeout", "How long one call may run, a Go duration (default 2s, at most 1m); past it the call is stopped and the trigger fails."))
+	fieldStr("timeout", "How long one call may run, a Go duration (default 2s, at most 1m); past it the call is stopped and the trigger fails."),
+	&Field{Name: "serve", Type: "boolean", Desc: "The module stays up between calls: started with SYNCLOOP_FUNCTION_MODE=serve, it reads one request per line on stdin and writes one response per line on stdout, until stdin ends (default false: a fresh start per call, which for a Go module costs about 10 ms)."})
 
 // apiFormat is spec.api: the kind a rule defines and serves, whose
 // CustomResourceDefinition syncloop generates and keeps.

@@ -38,6 +38,9 @@ type Function struct {
 	// children.<id>: the resource depends on them.
 	Reads  []string
 	Limits function.Limits
+	// Serve: the module stays up between calls, answering one request
+	// per line (function.Module.Serve).
+	Serve bool
 	// Pos and Field are where the rule writes it.
 	Pos   Pos
 	Field string
@@ -67,6 +70,9 @@ func (d *decoder) decodeFunction(res *Resource, n *yaml.Node, field string, docV
 			}
 			fn.Limits.Timeout = v
 		}
+	}
+	if sn, ok := f["serve"]; ok {
+		fn.Serve, _ = d.boolean(sn, field+".serve")
 	}
 	ids := declaredIDs(docVal, "resources")
 	if rn, ok := f["reads"]; ok {

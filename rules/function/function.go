@@ -72,13 +72,22 @@ func NewRuntime(ctx context.Context, memory int64) (*Runtime, error) {
 	return &Runtime{rt: rt, slots: make(chan struct{}, 2*runtime.GOMAXPROCS(0)), modules: map[[sha256.Size]byte]*Module{}}, nil
 }
 
-// Close releases the runtime and its compiled modules.
-func (r *Runtime) Close(ctx context.Context) error { return r.rt.Close(ctx) }
+// Close stops the instances that serve, idle, and releases the runtime
+// and its compiled modules. No call may be under way.
+func (r *Runtime) Close(ctx context.Context) error {
+	r.mu.Lock()
+	for _, m := range r.modules {
+		m.stopIdle()
+	}
+	r.mu.Unlock()
+	return r.rt.Close(ctx)
+}
 
 // Module is a compiled module.
 type Module struct {
 	r        *Runtime
 	compiled wazero.CompiledModule
+	pool     pool // instances that serve (Serve)
 	// Digest is the sha256 of the module's bytes.
 	Digest [sha256.Size]byte
 }
@@ -159,15 +168,26 @@ func (m *Module) Call(ctx context.Context, input []byte, limits Limits) (Result,
 		return res, ctx.Err()
 	case errors.As(err, &exit) && exit.ExitCode() == sys.ExitCodeDeadlineExceeded:
 		return res, &CallError{Why: fmt.Sprintf("ran longer than its time limit of %s: stopped", limits.Timeout), Stderr: res.Stderr, Err: err}
-	case errors.As(err, &exit):
-		return res, &CallError{Why: fmt.Sprintf("exited with code %d", exit.ExitCode()), Stderr: res.Stderr, Err: err}
 	default:
-		return res, &CallError{Why: "trapped: " + trapMessage(err), Stderr: res.Stderr, Err: err}
+		return res, &CallError{Why: exitWhy(err), Stderr: res.Stderr, Err: err}
 	}
 	if stdout.over {
 		return res, &CallError{Why: fmt.Sprintf("wrote more than its output limit of %d bytes", limits.Output), Stderr: res.Stderr}
 	}
 	return res, nil
+}
+
+// exitWhy says how a module that returned err ended: its exit code, or
+// its trap.
+func exitWhy(err error) string {
+	var exit *sys.ExitError
+	switch {
+	case err == nil:
+		return "exited with code 0"
+	case errors.As(err, &exit):
+		return fmt.Sprintf("exited with code %d", exit.ExitCode())
+	}
+	return "trapped: " + trapMessage(err)
 }
 
 // trapMessage is what a trap's error says, without the module's stack

@@ -69,7 +69,7 @@ func TestCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	again, _ := m.Call(t.Context(), []byte(`{"do":"echo","name":"web"}`), limits)
-	if !strings.HasPrefix(string(res.Stdout), `{"at":`) || !strings.Contains(string(res.Stdout), `"hello":"web"`) ||
+	if !strings.HasPrefix(string(res.Stdout), `{"at":`) || !strings.Contains(string(res.Stdout), `"calls":1,"hello":"web"`) ||
 		string(again.Stdout) != string(res.Stdout) || string(res.Stderr) != "echoing web\n" {
 		t.Errorf("echo: stdout %q then %q, stderr %q; want the same greeting twice", res.Stdout, again.Stdout, res.Stderr)
 	}
@@ -134,6 +134,70 @@ func TestModules(t *testing.T) {
 	_, err = m.Call(t.Context(), []byte("{}"), DefaultLimits)
 	if err == nil || !strings.HasPrefix(err.Error(), "trapped: wasm error: unreachable") {
 		t.Errorf("unreachable: %v, want a trap", err)
+	}
+}
+
+// TestServe: a serving module answers call after call from one instance
+// (its count goes on), with each call's stderr; a call that fails stops
+// its instance, and the next call starts a fresh one.
+func TestServe(t *testing.T) {
+	m := compileProbe(t, DefaultMemory)
+	limits := Limits{Timeout: 5 * time.Second, Output: 1 << 16}
+	echo := func(name string) (string, string) {
+		t.Helper()
+		res, err := m.Serve(t.Context(), []byte(`{"do":"echo","name":"`+name+`"}`), limits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(res.Stdout), string(res.Stderr)
+	}
+	out, stderr := echo("a")
+	if !strings.Contains(out, `"calls":1,"hello":"a"`) || stderr != "echoing a\n" {
+		t.Errorf("first call: %q, stderr %q", out, stderr)
+	}
+	if out, stderr = echo("b"); !strings.Contains(out, `"calls":2,"hello":"b"`) || stderr != "echoing b\n" {
+		t.Errorf("second call, the instance kept: %q, stderr %q", out, stderr)
+	}
+	for _, c := range []struct{ do, want string }{
+		{"exit", "exited while serving: exited with code 3 (stderr: giving up: no such thing)"},
+		{"loop", "ran longer than its time limit of 300ms: stopped"},
+		{"spew", "wrote more than its output limit of 65536 bytes"},
+	} {
+		l := limits
+		if c.do == "loop" {
+			l.Timeout = 300 * time.Millisecond
+		}
+		_, err := m.Serve(t.Context(), []byte(`{"do":"`+c.do+`"}`), l)
+		var ce *CallError
+		if !errors.As(err, &ce) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want a CallError saying %q", c.do, err, c.want)
+		}
+		if out, _ := echo("after"); !strings.Contains(out, `"calls":1,`) {
+			t.Errorf("after %s: %q, want a fresh instance", c.do, out)
+		}
+	}
+	if _, err := m.Serve(t.Context(), []byte("{\n}"), limits); err == nil {
+		t.Error("an input of two lines was sent")
+	}
+}
+
+// BenchmarkServe measures one call of a Go module that serves: what a
+// function step costs per child rendered once its instance runs.
+func BenchmarkServe(b *testing.B) {
+	rt, err := NewRuntime(b.Context(), DefaultMemory)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rt.Close(context.Background())
+	m, err := rt.Compile(b.Context(), probe(&testing.T{}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	input := []byte(`{"do":"echo","name":"web"}`)
+	for b.Loop() {
+		if _, err := m.Serve(b.Context(), input, DefaultLimits); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 

@@ -58,7 +58,11 @@ func (w *graphWalk) callFunction(ctx context.Context, res *rules.Resource, names
 	if err != nil {
 		return nil, childError(w.r, res, "", fmt.Errorf("its input: %w", err))
 	}
-	res1, err := fn.Module.Call(ctx, data, fn.Limits)
+	call := fn.Module.Call
+	if fn.Serve {
+		call = fn.Module.Serve
+	}
+	res1, err := call(ctx, data, fn.Limits)
 	logger := klog.FromContext(ctx).WithValues("rule", w.r.Name, "resource", res.ID, "module", fn.Wasm)
 	if len(res1.Stderr) > 0 {
 		logger.V(2).Info("Function stderr", "stderr", string(res1.Stderr))

@@ -3,8 +3,11 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 )
@@ -13,13 +16,28 @@ import (
 var version = "v1"
 
 func main() {
+	if os.Getenv("SYNCLOOP_FUNCTION_MODE") != "serve" {
+		answer(os.Stdin)
+		return
+	}
+	lines := bufio.NewReader(os.Stdin)
+	for {
+		line, err := lines.ReadBytes('\n')
+		if err != nil {
+			return
+		}
+		answer(bytes.NewReader(line))
+	}
+}
+
+func answer(r io.Reader) {
 	var in struct {
 		Object struct {
 			Metadata struct{ Name string } `json:"metadata"`
 			Data     map[string]string     `json:"data"`
 		} `json:"object"`
 	}
-	if err := json.NewDecoder(os.Stdin).Decode(&in); err != nil {
+	if err := json.NewDecoder(r).Decode(&in); err != nil {
 		fmt.Fprintln(os.Stderr, "bad input:", err)
 		os.Exit(2)
 	}

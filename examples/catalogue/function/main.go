@@ -12,9 +12,11 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"os"
 	"strings"
 )
@@ -38,8 +40,26 @@ type input struct {
 const shards = 8
 
 func main() {
+	// Served (the rule's serve: true), it stays up and answers one
+	// request per line until stdin ends; otherwise it answers one call.
+	if os.Getenv("SYNCLOOP_FUNCTION_MODE") != "serve" {
+		answer(os.Stdin)
+		return
+	}
+	lines := bufio.NewReader(os.Stdin)
+	for {
+		line, err := lines.ReadBytes('\n')
+		if err != nil {
+			return
+		}
+		answer(bytes.NewReader(line))
+	}
+}
+
+// answer reads one request and writes its children as one line.
+func answer(r io.Reader) {
 	var in input
-	if err := json.NewDecoder(os.Stdin).Decode(&in); err != nil {
+	if err := json.NewDecoder(r).Decode(&in); err != nil {
 		fail("reading the input: %v", err)
 	}
 	replicas := map[string]string{"gold": "3", "silver": "2", "bronze": "1"}
@@ -86,7 +106,8 @@ func main() {
 }
 
 // fail says why on stderr and exits non-zero: the trigger fails with the
-// first line of it.
+// first line of it (served, the instance ends; the next call starts
+// another).
 func fail(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, format+"\n", args...)
 	os.Exit(1)
