@@ -110,6 +110,21 @@ func TestChainSmoke(t *testing.T) {
 	}
 }
 
+// TestFunctionSmoke runs the function phase small: each way converges,
+// and the report says so.
+func TestFunctionSmoke(t *testing.T) {
+	res, err := runFunction(t.Context(), testenv.Get(t), 50, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.TemplateSeconds <= 0 || res.ServedSeconds <= 0 || res.FreshSeconds <= 0 || res.Ratio <= 0 {
+		t.Errorf("times not measured: %+v", res)
+	}
+	if rep := reportFunction(res); !strings.Contains(rep, "| a function, served |") {
+		t.Errorf("report:\n%s", rep)
+	}
+}
+
 // TestShardSmoke runs the sharding phase small with a syncloop binary
 // built for it: each run creates every child exactly once, and in the
 // sharded run every replica creates some — once all have joined with work

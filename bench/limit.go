@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -27,7 +28,10 @@ import (
 // the namespace) and N triggers of one resource, created before syncloop
 // starts.
 type workload struct {
-	rule    string
+	rule string
+	// dir, when set, is where the rule file is taken to be: its function's
+	// module is there.
+	dir     string
 	trigger schema.GroupVersionResource
 	// make returns trigger i, without namespace.
 	make func(i int) *unstructured.Unstructured
@@ -65,7 +69,11 @@ func (w workload) prepare(ctx context.Context, env *testenv.Env, n int, prefix s
 	if err := w.create(ctx, plain, ns, n); err != nil {
 		return "", nil, nil, err
 	}
-	files, err := parseRules([2]string{prefix + "rules.yaml", strings.ReplaceAll(w.rule, "NS", ns)})
+	path := prefix + "rules.yaml"
+	if w.dir != "" {
+		path = filepath.Join(w.dir, "rules.yaml")
+	}
+	files, err := parseRules([2]string{path, strings.ReplaceAll(w.rule, "NS", ns)})
 	if err != nil {
 		return "", nil, nil, err
 	}

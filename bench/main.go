@@ -48,6 +48,7 @@ func main() {
 	rollout := flag.Int("rollout", 0, "run the rollout phase: one change of a rule over this many triggers, Immediate and Progressive (0: skip)")
 	identities := flag.Int("identities", 0, "run the identity phase: this many rules over the same triggers, acting as one ServiceAccount, then each as its own (0: skip)")
 	identityTriggers := flag.Int("identity-triggers", 1000, "the identity phase's triggers")
+	function := flag.Int("function", 0, "run the function phase: this many triggers whose child comes from a template, a served WebAssembly function and one started per call (0: skip)")
 	chain := flag.Int("chain", 0, "run the chain phase: this many triggers each need three dependent children (0: skip)")
 	shard := flag.Int("shard", 0, "run the sharding phase: this many CEL-heavy triggers converged by one replica and by -shard-replicas replicas sharing them (needs -syncloop; 0: skip)")
 	shardReplicas := flag.Int("shard-replicas", 3, "replicas of the sharding and memory phases' sharded runs")
@@ -138,6 +139,15 @@ func main() {
 				return "", nil, err
 			}
 			return reportConversion(res), res, nil
+		})
+	}
+	if *function > 0 {
+		phase("function", func() (string, any, error) {
+			res, err := runFunction(ctx, env, *function, logf)
+			if err != nil {
+				return "", nil, err
+			}
+			return reportFunction(res), res, nil
 		})
 	}
 	if *chain > 0 {
