@@ -63,7 +63,7 @@ func compileProbe(t *testing.T, memory int64) *Module {
 // was, and a call after one works.
 func TestCall(t *testing.T) {
 	m := compileProbe(t, DefaultMemory)
-	limits := Limits{Timeout: 5 * time.Second, Output: 1 << 16}
+	limits := Limits{Timeout: 30 * time.Second, Output: 1 << 16} // generous: the race detector slows a start
 	res, err := m.Call(t.Context(), []byte(`{"do":"echo","name":"web"}`), limits)
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +142,7 @@ func TestModules(t *testing.T) {
 // its instance, and the next call starts a fresh one.
 func TestServe(t *testing.T) {
 	m := compileProbe(t, DefaultMemory)
-	limits := Limits{Timeout: 5 * time.Second, Output: 1 << 16}
+	limits := Limits{Timeout: 30 * time.Second, Output: 1 << 16} // generous: the race detector slows a start
 	echo := func(name string) (string, string) {
 		t.Helper()
 		res, err := m.Serve(t.Context(), []byte(`{"do":"echo","name":"`+name+`"}`), limits)
