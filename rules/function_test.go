@@ -99,6 +99,16 @@ func TestFunctionDecoding(t *testing.T) {
 		})
 	}
 
+	// A tenant rule cannot load a module.
+	tl, err := newLoader(t).ForTenant("team")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenantRule := head + "  watch: {apiVersion: v1, kind: ConfigMap}\n" + functionResource(kinds+"      function: {wasm: fn.wasm}\n")
+	if _, err := tl.Parse(filepath.Join(dir, "r.yaml"), []byte(tenantRule)); err == nil || !strings.Contains(err.Error(), "a tenant rule cannot load a module from a file") {
+		t.Errorf("a tenant rule's function: %v", err)
+	}
+
 	// From a revision, the module is found by its digest among those
 	// loaded; without it, the revision cannot run.
 	l := newLoader(t)
