@@ -5,9 +5,9 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
-	"os"
+
+	"github.com/syncloop/syncloop/rules/function/guest"
 )
 
 type input struct {
@@ -20,34 +20,16 @@ type input struct {
 }
 
 func main() {
-	out := json.NewEncoder(os.Stdout)
-	if os.Getenv("SYNCLOOP_FUNCTION_MODE") != "serve" {
+	guest.Run(func(data []byte) (any, error) {
 		var in input
-		if err := json.NewDecoder(os.Stdin).Decode(&in); err != nil {
-			os.Exit(2)
+		if err := json.Unmarshal(data, &in); err != nil {
+			return nil, err
 		}
-		_ = out.Encode(children(in))
-		return
-	}
-	lines := bufio.NewReaderSize(os.Stdin, 64<<10)
-	for {
-		line, err := lines.ReadBytes('\n')
-		if err != nil {
-			return
-		}
-		var in input
-		if err := json.Unmarshal(line, &in); err != nil {
-			os.Exit(2)
-		}
-		_ = out.Encode(children(in))
-	}
-}
-
-func children(in input) map[string]any {
-	name := in.Object.Metadata.Name
-	return map[string]any{"children": []any{map[string]any{
-		"apiVersion": "v1", "kind": "ConfigMap",
-		"metadata": map[string]any{"name": name + "-child"},
-		"data":     map[string]any{"from": name, "value": in.Object.Data["value"]},
-	}}}
+		name := in.Object.Metadata.Name
+		return map[string]any{"children": []any{map[string]any{
+			"apiVersion": "v1", "kind": "ConfigMap",
+			"metadata": map[string]any{"name": name + "-child"},
+			"data":     map[string]any{"from": name, "value": in.Object.Data["value"]},
+		}}}, nil
+	})
 }

@@ -3,43 +3,26 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
-	"fmt"
-	"io"
-	"os"
 	"strings"
+
+	"github.com/syncloop/syncloop/rules/function/guest"
 )
 
 // version is set at build time (-X main.version=…): a new module.
 var version = "v1"
 
-func main() {
-	if os.Getenv("SYNCLOOP_FUNCTION_MODE") != "serve" {
-		answer(os.Stdin)
-		return
-	}
-	lines := bufio.NewReader(os.Stdin)
-	for {
-		line, err := lines.ReadBytes('\n')
-		if err != nil {
-			return
-		}
-		answer(bytes.NewReader(line))
-	}
-}
+func main() { guest.Run(answer) }
 
-func answer(r io.Reader) {
+func answer(input []byte) (any, error) {
 	var in struct {
 		Object struct {
 			Metadata struct{ Name string } `json:"metadata"`
 			Data     map[string]string     `json:"data"`
 		} `json:"object"`
 	}
-	if err := json.NewDecoder(r).Decode(&in); err != nil {
-		fmt.Fprintln(os.Stderr, "bad input:", err)
-		os.Exit(2)
+	if err := json.Unmarshal(input, &in); err != nil {
+		return nil, err
 	}
 	data := in.Object.Data
 	switch data["do"] {
@@ -55,14 +38,11 @@ func answer(r io.Reader) {
 		var m map[string]int
 		m["x"]++
 	case "junk":
-		fmt.Println("not json")
-		return
+		return "not an object", nil
 	case "generate":
-		fmt.Println(`{"children": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generateName": "x-"}}]}`)
-		return
+		return json.RawMessage(`{"children": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generateName": "x-"}}]}`), nil
 	case "kind":
-		fmt.Println(`{"children": [{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "not-allowed"}}]}`)
-		return
+		return json.RawMessage(`{"children": [{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "not-allowed"}}]}`), nil
 	}
 	var children []map[string]any
 	for _, item := range strings.Split(data["items"], ",") {
@@ -75,5 +55,5 @@ func answer(r io.Reader) {
 			"data":     map[string]any{"item": item, "version": version},
 		})
 	}
-	json.NewEncoder(os.Stdout).Encode(map[string]any{"children": children})
+	return map[string]any{"children": children}, nil
 }

@@ -12,13 +12,12 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
-	"io"
-	"os"
 	"strings"
+
+	"github.com/syncloop/syncloop/rules/function/guest"
 )
 
 // input is what syncloop gives a function (render.FunctionInput).
@@ -40,27 +39,16 @@ type input struct {
 const shards = 8
 
 func main() {
-	// Served (the rule's serve: true), it stays up and answers one
-	// request per line until stdin ends; otherwise it answers one call.
-	if os.Getenv("SYNCLOOP_FUNCTION_MODE") != "serve" {
-		answer(os.Stdin)
-		return
-	}
-	lines := bufio.NewReader(os.Stdin)
-	for {
-		line, err := lines.ReadBytes('\n')
-		if err != nil {
-			return
-		}
-		answer(bytes.NewReader(line))
-	}
+	// guest.Run answers one call, or, served (the rule's serve: true),
+	// one request per line until stdin ends.
+	guest.Run(catalogue)
 }
 
-// answer reads one request and writes its children as one line.
-func answer(r io.Reader) {
+// catalogue computes the children of one catalogue.
+func catalogue(data []byte) (any, error) {
 	var in input
-	if err := json.NewDecoder(r).Decode(&in); err != nil {
-		fail("reading the input: %v", err)
+	if err := json.Unmarshal(data, &in); err != nil {
+		return nil, fmt.Errorf("reading the input: %v", err)
 	}
 	replicas := map[string]string{"gold": "3", "silver": "2", "bronze": "1"}
 	if in.Lookups.Tiers != nil { // the tiers ConfigMap overrides the defaults
@@ -68,7 +56,7 @@ func answer(r io.Reader) {
 			replicas[tier] = n
 		}
 	}
-	var children []map[string]any
+	children := []map[string]any{}
 	sc := bufio.NewScanner(strings.NewReader(in.Object.Data["services"]))
 	for line := 1; sc.Scan(); line++ {
 		text, _, _ := strings.Cut(sc.Text(), "#")
@@ -77,12 +65,12 @@ func answer(r io.Reader) {
 			continue
 		}
 		if len(fields) != 2 {
-			fail("services line %d: want a name and a tier, got %q", line, sc.Text())
+			return nil, fmt.Errorf("services line %d: want a name and a tier, got %q", line, sc.Text())
 		}
 		name, tier := fields[0], fields[1]
 		n, ok := replicas[tier]
 		if !ok {
-			fail("services line %d: service %s: no tier %q", line, name, tier)
+			return nil, fmt.Errorf("services line %d: service %s: no tier %q", line, name, tier)
 		}
 		h := fnv.New32a()
 		h.Write([]byte(name))
@@ -100,15 +88,5 @@ func answer(r io.Reader) {
 			},
 		})
 	}
-	if err := json.NewEncoder(os.Stdout).Encode(map[string]any{"children": children}); err != nil {
-		fail("writing the output: %v", err)
-	}
-}
-
-// fail says why on stderr and exits non-zero: the trigger fails with the
-// first line of it (served, the instance ends; the next call starts
-// another).
-func fail(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, format+"\n", args...)
-	os.Exit(1)
+	return map[string]any{"children": children}, nil
 }
