@@ -1,7 +1,6 @@
 package render
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -33,9 +32,30 @@ type FunctionInput struct {
 	Children map[string]any `json:"children,omitempty"`
 }
 
-// FunctionOutput is what a function writes on stdout, as JSON.
-type FunctionOutput struct {
-	Children []map[string]any `json:"children"`
+// decodeOutput reads what a function writes on stdout, as JSON:
+// {"children": [objects]} and nothing else, numbers as the API machinery
+// has them (integers int64) — decoded once, for all its children.
+func decodeOutput(stdout []byte) ([]map[string]any, error) {
+	var out map[string]any
+	if err := utiljson.Unmarshal(stdout, &out); err != nil {
+		return nil, err
+	}
+	for k := range out {
+		if k != "children" {
+			return nil, fmt.Errorf("unknown field %q", k)
+		}
+	}
+	list, ok := out["children"].([]any)
+	if !ok && out["children"] != nil {
+		return nil, fmt.Errorf("children is %T, not a list", out["children"])
+	}
+	children := make([]map[string]any, len(list))
+	for i, c := range list {
+		if children[i], ok = c.(map[string]any); !ok {
+			return nil, fmt.Errorf("children[%d] is %T, not an object", i, c)
+		}
+	}
+	return children, nil
 }
 
 // callFunction calls res's function for the render so far and returns the
@@ -73,17 +93,15 @@ func (w *graphWalk) callFunction(ctx context.Context, res *rules.Resource, names
 		}
 		return nil, childError(w.r, res, "", fmt.Errorf("module %s: %w", fn.Wasm, err))
 	}
-	var out FunctionOutput
-	dec := json.NewDecoder(bytes.NewReader(res1.Stdout))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&out); err != nil {
+	children, err := decodeOutput(res1.Stdout)
+	if err != nil {
 		return nil, childError(w.r, res, "", fmt.Errorf("module %s wrote no {\"children\": [objects]} on stdout: %v", fn.Wasm, err))
 	}
-	if n := len(w.rd.Children) + len(out.Children); n > MaxChildren {
+	if n := len(w.rd.Children) + len(children); n > MaxChildren {
 		return nil, childError(w.r, res, "", fmt.Errorf("%d children, more than the %d one trigger may have", n, MaxChildren))
 	}
-	objs := make([]*unstructured.Unstructured, 0, len(out.Children))
-	for i, c := range out.Children {
+	objs := make([]*unstructured.Unstructured, 0, len(children))
+	for i, c := range children {
 		obj, err := w.functionChild(res, i, c, namespaced)
 		if err != nil {
 			return nil, err
@@ -94,17 +112,8 @@ func (w *graphWalk) callFunction(ctx context.Context, res *rules.Resource, names
 }
 
 // functionChild makes object i a function returned a child of res.
-func (w *graphWalk) functionChild(res *rules.Resource, i int, c map[string]any, namespaced bool) (*unstructured.Unstructured, error) {
+func (w *graphWalk) functionChild(res *rules.Resource, i int, m map[string]any, namespaced bool) (*unstructured.Unstructured, error) {
 	field := fmt.Sprintf("children[%d]", i)
-	// Numbers as the API machinery has them: integers int64.
-	raw, err := json.Marshal(c)
-	if err != nil {
-		return nil, childError(w.r, res, field, err)
-	}
-	m := map[string]any{}
-	if err := utiljson.Unmarshal(raw, &m); err != nil {
-		return nil, childError(w.r, res, field, err)
-	}
 	obj := &unstructured.Unstructured{Object: m}
 	if err := checkKind(w.r, res, obj); err != nil {
 		return nil, err
