@@ -84,18 +84,24 @@ if ! have kubectl; then
   log "kubectl built in $((SECONDS - start))s"
 fi
 
+# build_tool NAME VERSION MODULE_DIR PACKAGE DEST TAKES builds PACKAGE from
+# the pinned module in MODULE_DIR into DEST/NAME unless it is there.
+build_tool() {
+  local name=$1 version=$2 dir=$3 pkg=$4 dest=$5 takes=$6
+  [[ -x "$dest/$name" ]] && return
+  log "building $name $version ($takes on 2 cores)"
+  local start=$SECONDS
+  mkdir -p "$dest"
+  (cd "$dir" && go build -trimpath -ldflags "-s -w" -o "$dest/.$name.tmp" "$pkg")
+  mv "$dest/.$name.tmp" "$dest/$name"
+  log "$name built in $((SECONDS - start))s"
+}
+
 # kwok, from the module pinned in hack/kwok: the kubelet of a fake Node,
 # so that the Pods of Deployments become Running and Ready (with
 # kube-scheduler and kube-controller-manager's deployment and replicaset
 # controllers; internal/testenv's Options.Workloads).
-if [[ ! -x "$kwok_cache/kwok" ]]; then
-  log "building kwok $KWOK_VERSION (about 1 minute on 2 cores)"
-  start=$SECONDS
-  mkdir -p "$kwok_cache"
-  (cd "$here/kwok" && go build -trimpath -ldflags "-s -w" -o "$kwok_cache/.kwok.tmp" sigs.k8s.io/kwok/cmd/kwok)
-  mv "$kwok_cache/.kwok.tmp" "$kwok_cache/kwok"
-  log "kwok built in $((SECONDS - start))s"
-fi
+build_tool kwok "$KWOK_VERSION" "$here/kwok" sigs.k8s.io/kwok/cmd/kwok "$kwok_cache" "about 1 minute"
 # kwok's fast stages (as kwokctl's defaults): a Node becomes Ready at once,
 # a Pod scheduled on it Running and Ready; kwok run alone needs them given.
 if [[ ! -s "$kwok_cache/stages.yaml" ]]; then
@@ -110,14 +116,7 @@ fi
 
 # krew, kubectl's plugin manager, from the module pinned in hack/krew: the
 # test of `make krew` installs syncloop with it from the manifest it writes.
-if [[ ! -x "$krew_cache/krew" ]]; then
-  log "building krew $KREW_VERSION (about 15 seconds on 2 cores)"
-  start=$SECONDS
-  mkdir -p "$krew_cache"
-  (cd "$here/krew" && go build -trimpath -ldflags "-s -w" -o "$krew_cache/.krew.tmp" sigs.k8s.io/krew/cmd/krew)
-  mv "$krew_cache/.krew.tmp" "$krew_cache/krew"
-  log "krew built in $((SECONDS - start))s"
-fi
+build_tool krew "$KREW_VERSION" "$here/krew" sigs.k8s.io/krew/cmd/krew "$krew_cache" "about 15 seconds"
 
 # build_helm VERSION MODULE_DIR MAJOR DEST builds helm from the pinned
 # scratch module into DEST/helm unless it is there.
