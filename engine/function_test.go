@@ -82,7 +82,7 @@ func TestFunctionChildren(t *testing.T) {
 		t.Skip("compiles a Go program to WebAssembly")
 	}
 	h := newHarness(t)
-	h.alone = true // its looping and allocating modules cost the process a core for seconds
+	h.alone = true                                             // its looping and allocating modules cost the process a core for seconds
 	v1 := h.functionRule(fnModule(t, "v1"), "step: 50%", true) // served: instances kept between calls
 	store := newMemRollouts(v1.Get("fn"))
 	h.rollouts = store
