@@ -1,5 +1,5 @@
 // Package function runs the code a rule calls when YAML is not enough:
-// WebAssembly modules in the WASI command convention — the input as JSON on
+// webhooks (webhook.go), and WebAssembly modules in the WASI command convention — the input as JSON on
 // stdin, the output as JSON on stdout, diagnostics on stderr, a non-zero
 // exit a failure — in process, with wazero (pure Go).
 //
