@@ -568,11 +568,12 @@ type counts struct {
 	reached    atomic.Int64 // UnixNano of the target-th write
 }
 
-func (c *counts) ReconcileDone(string, string, time.Duration) { c.reconciles.Add(1) }
-func (c *counts) WatchError(string, string)                   {}
-func (c *counts) RuleRemoved(string)                          {}
-func (c *counts) Panicked(string, string)                     {}
-func (c *counts) DriftRepaired(string, string)                {}
+func (c *counts) ReconcileDone(string, string, time.Duration)                  { c.reconciles.Add(1) }
+func (c *counts) WatchError(string, string)                                    {}
+func (c *counts) RuleRemoved(string)                                           {}
+func (c *counts) Panicked(string, string)                                      {}
+func (c *counts) DriftRepaired(string, string)                                 {}
+func (c *counts) FunctionCalled(string, string, string, string, time.Duration) {}
 func (c *counts) Write(_, action string) {
 	if action == "create" || action == "update" {
 		n := c.writes.Add(1)

@@ -46,16 +46,21 @@ type Metrics interface {
 	// DriftRepaired counts one repair of a child of rule whose fields
 	// manager had changed ("unknown" when it could not be told).
 	DriftRepaired(rule, manager string)
+	// FunctionCalled counts one call of the function of rule's resource
+	// (rules.SyncResourceID: the rule's function) by transport (wasm,
+	// webhook) and result (success, error), and how long it took.
+	FunctionCalled(rule, resource, transport, result string, took time.Duration)
 }
 
 type noMetrics struct{}
 
-func (noMetrics) ReconcileDone(string, string, time.Duration) {}
-func (noMetrics) Write(string, string)                        {}
-func (noMetrics) WatchError(string, string)                   {}
-func (noMetrics) RuleRemoved(string)                          {}
-func (noMetrics) Panicked(string, string)                     {}
-func (noMetrics) DriftRepaired(string, string)                {}
+func (noMetrics) ReconcileDone(string, string, time.Duration)                  {}
+func (noMetrics) Write(string, string)                                         {}
+func (noMetrics) WatchError(string, string)                                    {}
+func (noMetrics) RuleRemoved(string)                                           {}
+func (noMetrics) Panicked(string, string)                                      {}
+func (noMetrics) DriftRepaired(string, string)                                 {}
+func (noMetrics) FunctionCalled(string, string, string, string, time.Duration) {}
 
 // Options configure an Engine.
 type Options struct {

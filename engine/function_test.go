@@ -104,8 +104,8 @@ func TestFunctionChildren(t *testing.T) {
 		"loop":     "ran longer than its time limit of 10s: stopped",
 		"alloc":    "out of memory",
 		"trap":     "exited with code 2 (stderr: panic: assignment to entry in nil map)",
-		"kind":     "not among the kinds the resource may make",
-		"junk":     `wrote no {"children": [objects]} on stdout`,
+		"kind":     "not among the kinds listed",
+		"junk":     `returned no {"children": [objects]}`,
 		"generate": "metadata.generateName: not supported",
 	} {
 		// 10 s a call: the race detector and a busy machine slow a

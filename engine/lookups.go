@@ -24,6 +24,18 @@ type cacheLookuper struct {
 	queries []render.LookupQuery
 }
 
+// Observed implements render.ChildLister: the trigger's children in the
+// caches, whole.
+func (lk *cacheLookuper) Observed(context.Context) []*unstructured.Unstructured {
+	owner := lk.rc.triggerRef(lk.trigger).Owner()
+	existing := lk.rc.childrenOf(owner)
+	out := make([]*unstructured.Unstructured, len(existing))
+	for i, o := range existing {
+		out[i] = wholeOf(o)
+	}
+	return out
+}
+
 // Lookup implements render.Lookuper.
 func (lk *cacheLookuper) Lookup(_ context.Context, q render.LookupQuery) ([]*unstructured.Unstructured, error) {
 	rc := lk.rc

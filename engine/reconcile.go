@@ -134,7 +134,7 @@ func (rc *reconciler) sync(ctx context.Context, key cache.ObjectName) (rd *rende
 	if err != nil {
 		reportPanicIn(klog.FromContext(ctx), rc.metrics, rc.rule.Name, PanicReconcile, err)
 		rc.out.failed(trigger, err)
-		if rc.rule.Status != nil {
+		if rc.rule.WritesStatus() {
 			// Keep what the patch index knows: nothing was released.
 			return nil, errors.Join(err, rc.writeStatus(ctx, trigger, nil, err))
 		}
@@ -156,7 +156,10 @@ func (rc *reconciler) sync(ctx context.Context, key cache.ObjectName) (rd *rende
 		rc.hold(ctx, key, trigger, len(ap.desired) > 0 || len(existing) > 0)); err != nil {
 		errs = append(errs, err)
 	}
-	if rc.rule.Status != nil {
+	if rd.ResyncAfter > 0 {
+		rc.later(key, rd.ResyncAfter) // the rule's function asked to be called again
+	}
+	if rc.rule.WritesStatus() {
 		if err := rc.writeStatus(ctx, trigger, rd, errors.Join(append(errs, ap.contended...)...)); err != nil {
 			rc.out.failed(trigger, err)
 			errs = append(errs, err)
@@ -212,6 +215,15 @@ type applier struct {
 	// contended are children left as another writer keeps them: the
 	// trigger's Ready condition says so, the reconcile does not fail.
 	contended []error
+}
+
+// FunctionCalled implements render.CallObserver.
+func (a *applier) FunctionCalled(res *rules.Resource, took time.Duration, err error) {
+	result := "success"
+	if err != nil {
+		result = "error"
+	}
+	a.rc.metrics.FunctionCalled(a.rc.rule.Name, res.ID, res.Function.Transport(), result, took)
 }
 
 // DryRun implements render.DryRunner.

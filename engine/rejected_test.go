@@ -200,6 +200,7 @@ type recordingMetrics struct {
 	writes  map[string]int // "rule action"
 	panics  map[string]int // "rule where"
 	repairs map[string]int // "rule manager"
+	calls   map[string]int // "rule resource transport result"
 	removed []string
 	panicOn func(rule, action string) bool
 }
@@ -224,6 +225,15 @@ func (w *recordingMetrics) Panicked(rule, where string) {
 		w.panics = map[string]int{}
 	}
 	w.panics[rule+" "+where]++
+}
+
+func (w *recordingMetrics) FunctionCalled(rule, resource, transport, result string, _ time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.calls == nil {
+		w.calls = map[string]int{}
+	}
+	w.calls[rule+" "+resource+" "+transport+" "+result]++
 }
 
 func (w *recordingMetrics) DriftRepaired(rule, manager string) {

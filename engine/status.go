@@ -49,8 +49,8 @@ func (rc *reconciler) applyStatus(ctx context.Context, trigger *unstructured.Uns
 		status := maps.Clone(rendered)
 		if status == nil { // failed, or waits for a lookup: keep the fields the rule writes as they are
 			status = map[string]any{}
-			for _, k := range rc.rule.Status.Keys() {
-				if v, ok := current[k]; ok && k != "conditions" {
+			for k, v := range current {
+				if k != "conditions" && rc.rule.WritesStatusField(k) {
 					status[k] = v
 				}
 			}

@@ -91,7 +91,7 @@ func (rc *reconciler) tearDown(ctx context.Context, ch *changes, ref rules.Objec
 		klog.FromContext(ctx).V(1).Info("Tearing down", "trigger", klog.KObj(trigger), "wave", wave+1, "children", len(names))
 		rc.out.tearingDown(trigger, msg)
 	}
-	if rc.rule.Status != nil {
+	if rc.rule.WritesStatus() {
 		errs = append(errs, rc.applyStatus(ctx, trigger, nil, render.TearingDown(msg), nil))
 	}
 	return errors.Join(errs...)

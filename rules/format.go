@@ -65,7 +65,7 @@ var RuleFormat = fieldObj("", "A syncloop rule: what to watch, and the objects a
 		must(fieldStr("name", "The rule's name: unique among the rules loaded, a DNS-1123 label.")),
 		fieldMap("labels", "Labels of the rule (not used by syncloop)."),
 		fieldMap("annotations", "Annotations of the rule (not used by syncloop)."))),
-	must(fieldObj("spec", "What the rule watches and keeps in sync. It needs resources, status, or both.",
+	must(fieldObj("spec", "What the rule watches and keeps in sync. It needs resources, a function, status, or some of them.",
 		apiFormat,
 		fieldObj("watch", "The triggers: the objects whose changes reconcile the rule. Required unless spec.api defines the kind, which is then the one watched.",
 			fieldStr("apiVersion", "The triggers' group/version, e.g. apps/v1 (literal); with spec.api, its apiVersion."),
@@ -104,6 +104,7 @@ var RuleFormat = fieldObj("", "A syncloop rule: what to watch, and the objects a
 				&Field{Name: "template", Type: "object", Desc: "The object to apply: any fields of its kind, strings may hold ${CEL}. apiVersion and kind are literal, or computed and listed in kinds. Required unless function computes the children.",
 					Fields: nil},
 				functionFormat), "template", "function")),
+		ruleFunctionFormat,
 		fieldAny("status", "Fields to write to the trigger's status subresource; strings may hold ${CEL} and see children and ready."),
 		&Field{Name: "deletionPolicy", Type: "string", Enum: []string{string(DeletionDelete), string(DeletionOrphan)},
 			Desc: "The default of the resources' deletionPolicy."},
@@ -128,14 +129,37 @@ var RuleFormat = fieldObj("", "A syncloop rule: what to watch, and the objects a
 		rolloutFormat)),
 )
 
-// functionFormat is a resource's function: a WebAssembly module that
-// computes its children.
-var functionFormat = fieldObj("function", "Instead of a template: a WebAssembly module (a WASI command) that computes the resource's children. It reads the trigger, lookups, variables and the children of the resources in reads as JSON on stdin, and writes {\"children\": [objects]} on stdout; each child must be of a kind listed in kinds.",
-	must(fieldStr("wasm", "The module's file name, in the rule file's directory (a ConfigMap holding the rules holds it too, in binaryData); a name ending .wasm.gz is a gzipped module.")),
-	fieldStr("sha256", "The module's sha256 (64 hex digits): the load fails if the file differs. Recorded in the rule's revisions either way."),
-	fieldList("reads", "Resources whose children the function is given as children.<id>; it is run after them, once they are ready.", fieldStr("", "A resource id.")),
-	fieldStr("timeout", "How long one call may run, a Go duration (default 2s, at most 1m); past it the call is stopped and the trigger fails."),
-	&Field{Name: "serve", Type: "boolean", Desc: "The module stays up between calls: started with SYNCLOOP_FUNCTION_MODE=serve, it reads one request per line on stdin and writes one response per line on stdout, until stdin ends (default false: a fresh start per call, which for a Go module costs about 10 ms)."})
+// functionFormat is a resource's function: a WebAssembly module or a
+// webhook that computes its children.
+var functionFormat = oneOf(fieldObj("function", "Instead of a template: code that computes the resource's children — a WebAssembly module (a WASI command) run in process, or a webhook. It reads the trigger, lookups, variables and the children of the resources in reads as JSON (on stdin, or POSTed), and writes {\"children\": [objects]}; each child must be of a kind listed in kinds.",
+	functionFields(fieldList("reads", "Resources whose children the function is given as children.<id>; it is run after them, once they are ready.", fieldStr("", "A resource id.")))...),
+	"wasm", "webhook")
+
+// ruleFunctionFormat is spec.function: the rule's function, a sync hook.
+var ruleFunctionFormat = oneOf(fieldObj("function", "The rule's function: code that computes the trigger's children and status, as a Metacontroller sync hook does, and speaks its protocol — a request of {controller, parent, children, related, finalizing} (children: the trigger's in the cluster, by kind then name; related: what the lookups read), a response of {status, children, resyncAfterSeconds}. A WebAssembly module reads the request on stdin and writes the response on stdout; a webhook is POSTed it. Its children are a resource with id sync.",
+	functionFields(&Field{Name: "kinds", Type: "array", Required: true, Desc: "Every kind the function may return, each {apiVersion, kind}, all namespaced or all cluster-scoped: RBAC, identities and the chart know them. Another kind fails the trigger.",
+		Items: fieldObj("", "", must(fieldStr("apiVersion", "The kind's group/version.")), must(fieldStr("kind", "The kind.")))})...),
+	"wasm", "webhook")
+
+// functionFields are the fields of a function: how it is called, and
+// extra.
+func functionFields(extra ...*Field) []*Field {
+	return append(extra,
+		fieldStr("wasm", "The module's file name, in the rule file's directory (a ConfigMap holding the rules holds it too, in binaryData); a name ending .wasm.gz is a gzipped module."),
+		oneOf(fieldObj("webhook", "Instead of a module: an HTTP endpoint the input is POSTed to as JSON, whose response body is the output (Metacontroller's hook convention). Called only where the cluster is: offline, a test gives its responses. A failing or slow hook fails its trigger, retried with backoff; the rule's other triggers go on.",
+			fieldStr("url", "The hook's URL, http or https."),
+			fieldObj("service", "Instead of url: an in-cluster Service, called at protocol://name.namespace:port/path.",
+				must(fieldStr("name", "The Service's name.")),
+				must(fieldStr("namespace", "The Service's namespace.")),
+				&Field{Name: "port", Type: "integer", Desc: "Its port (default 80)."},
+				&Field{Name: "protocol", Type: "string", Enum: []string{"http", "https"}, Desc: "http (default) or https."}),
+			fieldStr("path", "With service: the path of the hook, e.g. /sync."),
+			fieldStr("caBundle", "For https: the PEM certificates, base64, the server's certificate must chain to (default: the system's).")),
+			"url", "service"),
+		fieldStr("sha256", "For a module: its sha256 (64 hex digits); the load fails if the file differs. Recorded in the rule's revisions either way."),
+		fieldStr("timeout", "How long one call may run, a Go duration (default 2s for a module, 10s for a webhook; at most 1m); past it the call is stopped and the trigger fails."),
+		&Field{Name: "serve", Type: "boolean", Desc: "For a module: it stays up between calls: started with SYNCLOOP_FUNCTION_MODE=serve, it reads one request per line on stdin and writes one response per line on stdout, until stdin ends (default false: a fresh start per call, which for a Go module costs about 10 ms)."})
+}
 
 // apiFormat is spec.api: the kind a rule defines and serves, whose
 // CustomResourceDefinition syncloop generates and keeps.
@@ -224,6 +248,12 @@ var TestFormat = fieldObj("", "A test of rules without a cluster: render them ag
 		fieldObj("", "One conversion.",
 			must(fieldAny("object", "The object converted: apiVersion, kind, metadata.name and its fields.")),
 			must(fieldAny("expect", "What it must become: a partial object in the version converted to, whose fields must all match.")))),
+	fieldList("responses", "What a rule's webhooks answer: a webhook is not called offline, and a trigger whose webhook has no response here fails with an error saying so.",
+		fieldObj("", "A webhook's recorded response for one trigger.",
+			must(fieldStr("rule", "The rule's name.")),
+			fieldStr("resource", "The id of the resource whose function is the webhook (default sync: the rule's function)."),
+			must(objectRefFormat("trigger", "The trigger.")),
+			must(fieldAny("response", "The response body: {status, children, resyncAfterSeconds} for the rule's function, {children} for a resource's.")))),
 )
 
 // known are the fields of the object at path in f ("spec.watch";

@@ -1,18 +1,12 @@
 package rules
 
 import (
-	"bytes"
-	"compress/gzip"
 	"context"
-	"encoding/hex"
+	"encoding/base64"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -20,20 +14,25 @@ import (
 	"github.com/syncloop/syncloop/rules/function"
 )
 
-// Function steps: a resource whose children a WebAssembly module computes
-// (rules/function runs it). The module is a file beside the rule file,
+// Function steps: a resource whose children code computes — a
+// WebAssembly module (rules/function runs it) or a webhook — or the rule's
+// own function, which computes the trigger's children and status as a
+// Metacontroller sync hook does. A module is a file beside the rule file,
 // compiled when the rule loads; its digest becomes part of the rule (its
 // hash and its recorded source), so a new module is a new revision of the
 // rule, rolled out as one.
 
-// Function is a resource's function step.
+// Function is a resource's or the rule's function step.
 type Function struct {
 	// Wasm is the module's file as the rule names it; Digest the sha256
 	// of its content, hex.
 	Wasm, Digest string
 	// Module is nil in a rule compiled for inspection whose module this
 	// process has not loaded (Loader.ForInspection): calling it fails.
+	// Nil too for a webhook.
 	Module *function.Module
+	// Webhook, instead of a module, is the endpoint called.
+	Webhook *function.Webhook
 	// Reads are the resources whose children the function is given, as
 	// children.<id>: the resource depends on them.
 	Reads  []string
@@ -41,28 +40,104 @@ type Function struct {
 	// Serve: the module stays up between calls, answering one request
 	// per line (function.Module.Serve).
 	Serve bool
+	// Sync: the rule's function (spec.function), which speaks
+	// Metacontroller's sync hook protocol and returns the trigger's status
+	// as well as its children.
+	Sync bool
 	// Pos and Field are where the rule writes it.
 	Pos   Pos
 	Field string
 }
 
+// SyncResourceID is the id of the resource a rule's function
+// (spec.function) is: its children carry it.
+const SyncResourceID = "sync"
+
 // MaxFunctionTimeout is the longest a rule may let one call run.
 const MaxFunctionTimeout = time.Minute
+
+// DefaultWebhookTimeout is a webhook call's timeout unless the rule says
+// otherwise: Metacontroller's.
+const DefaultWebhookTimeout = 10 * time.Second
 
 // maxModuleSize bounds a module file: what one reconcile may load.
 const maxModuleSize = 64 << 20
 
 var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
-// decodeFunction decodes a resource's function (n, at field) and loads
-// its module; the module's digest is written into the rule's document
-// (docVal), so that the rule's hash and source name it.
-func (d *decoder) decodeFunction(res *Resource, n *yaml.Node, field string, docVal any) {
-	f := d.fields(n, field, RuleFormat.known("spec.resources.function")...)
+// Call calls the function with input: its module, fresh or served, or its
+// webhook.
+func (fn *Function) Call(ctx context.Context, input []byte) (function.Result, error) {
+	switch {
+	case fn.Webhook != nil:
+		return fn.Webhook.Call(ctx, input, fn.Limits)
+	case fn.Module == nil:
+		return function.Result{}, fmt.Errorf("module %s (sha256 %.12s) is not loaded in this process: give the rule files (-f) to run it", fn.Wasm, fn.Digest)
+	case fn.Serve:
+		return fn.Module.Serve(ctx, input, fn.Limits)
+	}
+	return fn.Module.Call(ctx, input, fn.Limits)
+}
+
+// Transport is how the function is called: "wasm" or "webhook".
+func (fn *Function) Transport() string {
+	if fn.Webhook != nil {
+		return "webhook"
+	}
+	return "wasm"
+}
+
+// Name names the function in messages: its module's file or its URL.
+func (fn *Function) Name() string {
+	if fn.Webhook != nil {
+		return "webhook " + fn.Webhook.URL
+	}
+	return "module " + fn.Wasm
+}
+
+// decodeFunction decodes a function (n, at field; at docPath in the
+// rule's document docVal) into res, and loads its module or makes its
+// webhook; a module's digest is written into the rule's document, so
+// that the rule's hash and source name it.
+func (d *decoder) decodeFunction(res *Resource, n *yaml.Node, field string, docPath []any, docVal any) {
+	sync := field == "spec.function"
+	known := "spec.resources.function"
+	if sync {
+		known = field
+	}
+	f := d.fields(n, field, RuleFormat.known(known)...)
 	if f == nil {
 		return
 	}
-	fn := &Function{Pos: d.pos(resolve(n)), Field: field, Limits: function.DefaultLimits}
+	fn := &Function{Pos: d.pos(resolve(n)), Field: field, Limits: function.DefaultLimits, Sync: sync}
+	if sync {
+		if kn, ok := f["kinds"]; ok {
+			d.decodeKindList(res, kn, field)
+		} else {
+			d.errorf(n, field+".kinds", "required: list every kind the function may return ({apiVersion, kind} each); it fails the trigger on any other")
+		}
+	}
+	if d.tenant != "" {
+		d.errorf(n, field, "a tenant rule cannot call code: functions are for the rules syncloop is given")
+		return
+	}
+	_, isWasm := f["wasm"]
+	hn, isHook := f["webhook"]
+	switch {
+	case isWasm && isHook:
+		d.errorf(hn, field+".webhook", "a function is a module (wasm) or a webhook, not both")
+		return
+	case !isWasm && !isHook:
+		d.errorf(n, field+".wasm", "required (or webhook): the module's file (a WASI command, .wasm), beside the rule file")
+		return
+	case isHook:
+		fn.Limits.Timeout = DefaultWebhookTimeout
+		for _, k := range []string{"serve", "sha256"} {
+			if kn, ok := f[k]; ok {
+				d.errorf(kn, field+"."+k, "is for a module: leave it out of a webhook")
+			}
+		}
+	}
 	if tn, ok := f["timeout"]; ok {
 		if v, ok := d.duration(tn, field+".timeout"); ok {
 			if v == 0 || v > MaxFunctionTimeout {
@@ -71,28 +146,28 @@ func (d *decoder) decodeFunction(res *Resource, n *yaml.Node, field string, docV
 			fn.Limits.Timeout = v
 		}
 	}
-	if sn, ok := f["serve"]; ok {
+	if sn, ok := f["serve"]; ok && isWasm {
 		fn.Serve, _ = d.boolean(sn, field+".serve")
 	}
-	ids := declaredIDs(docVal, "resources")
 	if rn, ok := f["reads"]; ok {
-		for j, en := range d.seq(rn, field+".reads") {
-			ef := fmt.Sprintf("%s.reads[%d]", field, j)
-			id, ok := d.str(en, ef)
-			switch {
-			case !ok:
-			case id == res.ID:
-				d.errorf(en, ef, "a resource cannot read its own children")
-			case !slices.Contains(ids, id):
-				d.errorf(en, ef, "no resource %q in spec.resources", id)
-			case slices.Contains(fn.Reads, id):
-				d.errorf(en, ef, "%q is listed twice", id)
-			default:
-				fn.Reads = append(fn.Reads, id)
-				res.Refs = append(res.Refs, Ref{ID: id, Pos: d.pos(resolve(en))})
-			}
-		}
+		d.decodeFunctionReads(res, fn, rn, field, docVal)
 	}
+	if isHook {
+		fn.Webhook = d.decodeWebhook(hn, field+".webhook")
+		if fn.Webhook != nil {
+			res.Function = fn
+		}
+		return
+	}
+	if d.decodeModule(fn, f, field, docPath, docVal) {
+		res.Function = fn
+	}
+}
+
+// decodeModule decodes a function's module (f: the function's fields)
+// and loads it; it reports whether it did.
+func (d *decoder) decodeModule(fn *Function, f map[string]*yaml.Node, field string, docPath []any, docVal any) bool {
+	wn := f["wasm"]
 	if sn, ok := f["sha256"]; ok {
 		if v, ok := d.str(sn, field+".sha256"); ok && !sha256Hex.MatchString(v) {
 			d.errorf(sn, field+".sha256", "must be the module's sha256 in 64 lowercase hex digits")
@@ -100,116 +175,145 @@ func (d *decoder) decodeFunction(res *Resource, n *yaml.Node, field string, docV
 			fn.Digest = v
 		}
 	}
-	wn, ok := f["wasm"]
-	if !ok {
-		d.errorf(n, field+".wasm", "required: the module's file (a WASI command, .wasm), beside the rule file")
-		return
-	}
+	var ok bool
 	if fn.Wasm, ok = d.str(wn, field+".wasm"); !ok {
-		return
+		return false
 	}
-	m, digest, err := d.functions.load(d.file, fn.Wasm, fn.Digest, d.fromRevision, d.tenant != "")
+	m, digest, err := d.functions.load(d.file, fn.Wasm, fn.Digest, d.fromRevision)
 	if err != nil && d.fromRevision && d.absentModules && fn.Digest != "" {
 		m, digest, err = nil, fn.Digest, nil // Module nil: it cannot run here
 	}
 	if err != nil {
 		d.errorf(wn, field+".wasm", "%v", err)
-		return
+		return false
 	}
 	fn.Module, fn.Digest = m, digest
-	if doc, ok := lookup(docVal, []any{"spec", "resources", res.Index, "function"}).(map[string]any); ok {
+	if doc, ok := lookup(docVal, docPath).(map[string]any); ok {
 		doc["sha256"] = digest
 	}
-	res.Function = fn
+	return true
 }
 
-// functionStore compiles the modules rules call, once each, and keeps
-// them by digest, so that a rule's earlier revision (a rollout's previous
-// one) finds the module it was recorded with while this process has it.
-// Loaders copied from one another share it.
-type functionStore struct {
-	mu       sync.Mutex
-	memory   int64
-	rt       *function.Runtime // made at the first module
-	byDigest map[string]*function.Module
-}
-
-func newFunctionStore() *functionStore {
-	return &functionStore{memory: function.DefaultMemory, byDigest: map[string]*function.Module{}}
-}
-
-// load returns the module file (in the rule file's directory) names,
-// compiled, and its digest, which must be want if that is set. A
-// rule from a revision, or a tenant's (whose file is a ConfigMap's key),
-// has no directory: its module is found by digest among those loaded.
-func (s *functionStore) load(ruleFile, file, want string, fromRevision, tenant bool) (*function.Module, string, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if fromRevision || tenant {
-		if m, ok := s.byDigest[want]; ok && want != "" {
-			return m, want, nil
+// decodeFunctionReads decodes a resource function's reads (rn): the
+// resources whose children it is given, which it depends on.
+func (d *decoder) decodeFunctionReads(res *Resource, fn *Function, rn *yaml.Node, field string, docVal any) {
+	ids := declaredIDs(docVal, "resources")
+	for j, en := range d.seq(rn, field+".reads") {
+		ef := fmt.Sprintf("%s.reads[%d]", field, j)
+		id, ok := d.str(en, ef)
+		switch {
+		case !ok:
+		case id == res.ID:
+			d.errorf(en, ef, "a resource cannot read its own children")
+		case !slices.Contains(ids, id):
+			d.errorf(en, ef, "no resource %q in spec.resources", id)
+		case slices.Contains(fn.Reads, id):
+			d.errorf(en, ef, "%q is listed twice", id)
+		default:
+			fn.Reads = append(fn.Reads, id)
+			res.Refs = append(res.Refs, Ref{ID: id, Pos: d.pos(resolve(en))})
 		}
-		if tenant {
-			return nil, "", fmt.Errorf("a tenant rule cannot load a module from a file: functions are for the rules syncloop is given")
-		}
-		return nil, "", fmt.Errorf("module %s (sha256 %.12s) is not loaded in this process: the revision cannot run without it", file, want)
 	}
-	if file != filepath.Base(file) || file == "." || file == ".." || file == "" {
-		return nil, "", fmt.Errorf("%q: name a file beside the rule file (no directories): syncloop watches it there, and a ConfigMap holds both", file)
+}
+
+// decodeWebhook decodes a function's webhook (n, at field): a URL, or an
+// in-cluster Service's endpoint, and the CA bundle an https server's
+// certificate must chain to.
+func (d *decoder) decodeWebhook(n *yaml.Node, field string) *function.Webhook {
+	f := d.fields(n, field, RuleFormat.known("spec.resources.function.webhook")...)
+	if f == nil {
+		return nil
 	}
-	path := filepath.Join(filepath.Dir(ruleFile), file)
-	fi, err := os.Stat(path)
+	var url string
+	un, hasURL := f["url"]
+	sn, hasService := f["service"]
 	switch {
-	case err != nil:
-		return nil, "", fmt.Errorf("reading the module: %w", err)
-	case !fi.Mode().IsRegular():
-		return nil, "", fmt.Errorf("%s is not a file", path)
-	case fi.Size() > maxModuleSize:
-		return nil, "", fmt.Errorf("%s is %d bytes, more than the %d a module may have", path, fi.Size(), maxModuleSize)
+	case hasURL && hasService:
+		d.errorf(sn, field+".service", "a webhook has a url or a service, not both")
+		return nil
+	case hasURL:
+		url, _ = d.str(un, field+".url")
+		if pn, ok := f["path"]; ok {
+			d.errorf(pn, field+".path", "is for a service: put the path in the url")
+		}
+	case hasService:
+		url = d.serviceURL(sn, f["path"], field)
+	default:
+		d.errorf(n, field+".url", "required (or service): where the hook listens")
+		return nil
 	}
-	wasm, err := readModule(path)
-	if err != nil {
-		return nil, "", err
+	if url == "" {
+		return nil
 	}
-	if s.rt == nil {
-		if s.rt, err = function.NewRuntime(context.Background(), s.memory); err != nil {
-			return nil, "", err
+	var ca []byte
+	if cn, ok := f["caBundle"]; ok {
+		if v, ok := d.str(cn, field+".caBundle"); ok {
+			var err error
+			if ca, err = base64.StdEncoding.DecodeString(strings.TrimSpace(v)); err != nil {
+				d.errorf(cn, field+".caBundle", "must be base64 of PEM certificates: %v", err)
+				return nil
+			}
 		}
 	}
-	m, err := s.rt.Compile(context.Background(), wasm)
+	w, err := function.NewWebhook(url, ca)
 	if err != nil {
-		return nil, "", fmt.Errorf("%s: %w", path, err)
+		at, at_ := un, field+".url"
+		if hasService {
+			at, at_ = sn, field+".service"
+		}
+		if len(ca) > 0 {
+			at, at_ = f["caBundle"], field+".caBundle"
+		}
+		d.errorf(at, at_, "%v", err)
+		return nil
 	}
-	digest := hex.EncodeToString(m.Digest[:])
-	if want != "" && want != digest {
-		return nil, "", fmt.Errorf("%s has sha256 %s, not the %s the rule names", path, digest, want)
-	}
-	s.byDigest[digest] = m
-	return m, digest, nil
+	return w
 }
 
-// readModule reads the module at path; a .wasm.gz file is gunzipped (a
-// module that fits a ConfigMap, whose limit is 1 MiB, better so).
-func readModule(path string) ([]byte, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("reading the module: %w", err)
+// serviceURL is the URL of a webhook's service (sn) and path (pn, may
+// be nil), as Metacontroller forms it.
+func (d *decoder) serviceURL(sn, pn *yaml.Node, field string) string {
+	sf := d.fields(sn, field+".service", RuleFormat.known("spec.resources.function.webhook.service")...)
+	if sf == nil {
+		return ""
 	}
-	if !strings.HasSuffix(path, ".gz") {
-		return data, nil
+	var name, namespace, protocol, path string
+	var port int64
+	ok := true
+	for key, dst := range map[string]*string{"name": &name, "namespace": &namespace, "protocol": &protocol} {
+		kn, set := sf[key]
+		if !set {
+			if key != "protocol" {
+				d.errorf(sn, field+".service."+key, "required")
+				ok = false
+			}
+			continue
+		}
+		v, good := d.str(kn, field+".service."+key)
+		ok = ok && good
+		*dst = v
 	}
-	zr, err := gzip.NewReader(bytes.NewReader(data))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+	if protocol != "" && protocol != "http" && protocol != "https" {
+		d.errorf(sf["protocol"], field+".service.protocol", "must be http or https")
+		ok = false
 	}
-	wasm, err := io.ReadAll(io.LimitReader(zr, maxModuleSize+1))
-	switch {
-	case err != nil:
-		return nil, fmt.Errorf("%s: %w", path, err)
-	case len(wasm) > maxModuleSize:
-		return nil, fmt.Errorf("%s holds more than the %d bytes a module may have", path, maxModuleSize)
+	if pn2, set := sf["port"]; set {
+		var good bool
+		if port, good = d.integer(pn2, field+".service.port"); good && (port < 1 || port > 65535) {
+			d.errorf(pn2, field+".service.port", "must be a port, 1 to 65535")
+			good = false
+		}
+		ok = ok && good
 	}
-	return wasm, nil
+	if pn != nil {
+		v, good := d.str(pn, field+".path")
+		ok = ok && good
+		path = v
+	}
+	if !ok {
+		return ""
+	}
+	return function.ServiceURL(protocol, name, namespace, int(port), path)
 }
 
 // Body is where the resource says what its children are: its template's

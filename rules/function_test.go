@@ -57,7 +57,7 @@ func TestFunctionDecoding(t *testing.T) {
 		{"forEach", kinds + "      forEach: \"['a']\"\n      function: {wasm: fn.wasm}\n",
 			`r.yaml:17:16: rule "r": spec.resources[1].forEach: a function returns a list of children itself: leave forEach out`},
 		{"no module", kinds + "      function: {timeout: 1s}\n",
-			`r.yaml:17:17: rule "r": spec.resources[1].function.wasm: required: the module's file`},
+			`r.yaml:17:17: rule "r": spec.resources[1].function.wasm: required (or webhook): the module's file`},
 		{"missing module", kinds + "      function: {wasm: nope.wasm}\n",
 			`r.yaml:17:24: rule "r": spec.resources[1].function.wasm: reading the module: stat nope.wasm: no such file`},
 		{"a directory", kinds + "      function: {wasm: ../fn.wasm}\n",
@@ -105,7 +105,7 @@ func TestFunctionDecoding(t *testing.T) {
 		t.Fatal(err)
 	}
 	tenantRule := head + "  watch: {apiVersion: v1, kind: ConfigMap}\n" + functionResource(kinds+"      function: {wasm: fn.wasm}\n")
-	if _, err := tl.Parse(filepath.Join(dir, "r.yaml"), []byte(tenantRule)); err == nil || !strings.Contains(err.Error(), "a tenant rule cannot load a module from a file") {
+	if _, err := tl.Parse(filepath.Join(dir, "r.yaml"), []byte(tenantRule)); err == nil || !strings.Contains(err.Error(), "a tenant rule cannot call code") {
 		t.Errorf("a tenant rule's function: %v", err)
 	}
 

@@ -256,8 +256,8 @@ func (d *decoder) decodeSpec(r *Rule, spec *yaml.Node, docVal any, pos positions
 	var ids []string
 	errsBefore := len(d.errs)
 	scope := expr.Scope{Variables: varNames, Lookups: lookupIDs, Types: ruleTypes}
-	if n, ok := f["resources"]; ok {
-		ids = d.decodeResources(r, n, docVal, pos, c, scope, errsBefore)
+	if f["resources"] != nil || f["function"] != nil {
+		ids = d.decodeResources(r, f["resources"], f["function"], docVal, pos, c, scope, errsBefore)
 	}
 	if n, ok := f["status"]; ok {
 		scope.Children = nonNil(ids)
@@ -266,10 +266,8 @@ func (d *decoder) decodeSpec(r *Rule, spec *yaml.Node, docVal any, pos positions
 	if r.API != nil && len(d.errs) == errsBefore {
 		d.finishAPI(r, docVal, c)
 	}
-	if _, hasRes := f["resources"]; !hasRes && r.Status == nil {
-		if _, hasStatus := f["status"]; !hasStatus {
-			d.errorf(spec, "spec", "a rule needs resources, status, or both")
-		}
+	if f["resources"] == nil && f["function"] == nil && f["status"] == nil && r.Status == nil {
+		d.errorf(spec, "spec", "a rule needs resources, a function, status, or some of them")
 	}
 	if len(d.errs) == errsBefore {
 		d.checkScopes(r, docVal)

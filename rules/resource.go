@@ -17,11 +17,25 @@ import (
 // since errsBefore, their graph; it returns the resources' ids. A
 // resource may read any other as children.<id>: every id is declared to
 // every resource, and the references become the graph.
-func (d *decoder) decodeResources(r *Rule, n *yaml.Node, docVal any, pos positions, c *expr.Compiler, scope expr.Scope, errsBefore int) []string {
+func (d *decoder) decodeResources(r *Rule, n, fn *yaml.Node, docVal any, pos positions, c *expr.Compiler, scope expr.Scope, errsBefore int) []string {
 	var ids []string
-	scope.Children = nonNil(declaredIDs(docVal, "resources"))
-	for i, rn := range d.seq(n, "spec.resources") {
+	declared := declaredIDs(docVal, "resources")
+	if fn != nil {
+		declared = append(declared, SyncResourceID)
+	}
+	scope.Children = nonNil(declared)
+	var nodes []*yaml.Node
+	if n != nil {
+		nodes = d.seq(n, "spec.resources")
+	}
+	for i, rn := range nodes {
 		if res := d.decodeResource(i, rn, docVal, pos, c, scope, ids); res != nil {
+			r.Resources = append(r.Resources, res)
+			ids = append(ids, res.ID)
+		}
+	}
+	if fn != nil {
+		if res := d.decodeRuleFunction(fn, len(nodes), ids, docVal); res != nil {
 			r.Resources = append(r.Resources, res)
 			ids = append(ids, res.ID)
 		}
@@ -119,7 +133,7 @@ func (d *decoder) decodeFunctionResource(res *Resource, n, fn *yaml.Node, f map[
 	if nn, ok := f["readyWhen"]; ok {
 		d.decodeReadyWhen(res, nn, field, c)
 	}
-	d.decodeFunction(res, fn, field+".function", docVal)
+	d.decodeFunction(res, fn, field+".function", []any{"spec", "resources", res.Index, "function"}, docVal)
 	if len(d.errs) > errsBefore {
 		return nil
 	}

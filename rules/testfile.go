@@ -23,6 +23,16 @@ type Test struct {
 	Expect  []*Expectation
 	// Conversions are conversions between the versions of a kind.
 	Conversions []*ConversionCase
+	// Responses are what the rules' webhooks answer, offline.
+	Responses []*Response
+}
+
+// Response is a webhook's recorded response: what the function of a
+// rule's resource answers for a trigger.
+type Response struct {
+	Rule, Resource string
+	Trigger        ObjectRef
+	Body           map[string]any
 }
 
 // ConversionCase is an object in one version of a kind a rule defines,
@@ -159,6 +169,13 @@ func (d *decoder) decodeTest(root *yaml.Node, dir string) *Test {
 			}
 		}
 	}
+	if rn, ok := f["responses"]; ok {
+		for i, r := range d.seq(rn, "responses") {
+			if resp := d.decodeResponse(r, fmt.Sprintf("responses[%d]", i)); resp != nil {
+				t.Responses = append(t.Responses, resp)
+			}
+		}
+	}
 	n, ok := f["expect"]
 	if !ok {
 		if _, ok := f["conversions"]; !ok {
@@ -203,6 +220,44 @@ func (d *decoder) decodeConversionCase(n *yaml.Node, field string) *ConversionCa
 		}
 	}
 	return c
+}
+
+// decodeResponse decodes one of a test's recorded webhook responses.
+func (d *decoder) decodeResponse(n *yaml.Node, field string) *Response {
+	f := d.fields(n, field, TestFormat.known("responses")...)
+	if f == nil {
+		return nil
+	}
+	r := &Response{Resource: SyncResourceID}
+	if rn, ok := f["rule"]; ok {
+		r.Rule, _ = d.str(rn, field+".rule")
+	} else {
+		d.errorf(n, field+".rule", "required")
+	}
+	if rn, ok := f["resource"]; ok {
+		r.Resource, _ = d.str(rn, field+".resource")
+	}
+	if tn, ok := f["trigger"]; ok {
+		r.Trigger = d.objectRef(tn, field+".trigger")
+	} else {
+		d.errorf(n, field+".trigger", "required: {kind, name}, apiVersion and namespace optional")
+	}
+	vn, ok := f["response"]
+	if !ok {
+		d.errorf(n, field+".response", "required: the response body")
+		return nil
+	}
+	v, ok := d.value(vn, nil, field+".response", positions{})
+	m, isMap := v.(map[string]any)
+	switch {
+	case !ok:
+		return nil
+	case !isMap:
+		d.errorf(vn, field+".response", "must be a mapping: the response body")
+		return nil
+	}
+	r.Body = m
+	return r
 }
 
 func (d *decoder) decodeExpectation(n *yaml.Node, field string) *Expectation {

@@ -59,9 +59,18 @@ func (d *decoder) types(c *expr.Compiler, r *Rule, docVal any) *expr.Types {
 	for i, rv := range resources {
 		m, _ := rv.(map[string]any)
 		_, forEach := m["forEach"]
+		if _, fn := m["function"]; fn {
+			if id, _ := m["id"].(string); id != "" {
+				ts.Children[id] = nil // a list of what the function returns: read as dyn
+			}
+			continue
+		}
 		if id, t, ok := typeAt(m, []any{"template"}, fmt.Sprintf("spec.resources[%d].template", i), forEach); ok {
 			ts.Children[id] = t
 		}
+	}
+	if _, ok := lookup(docVal, []any{"spec", "function"}).(map[string]any); ok {
+		ts.Children[SyncResourceID] = nil // what the rule's function returns: dyn
 	}
 	return ts
 }

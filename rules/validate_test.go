@@ -90,7 +90,7 @@ func TestValidationErrors(t *testing.T) {
 		{"missing watch", head + cm,
 			`r.yaml:6:3: rule "r": spec.watch: required`},
 		{"no resources and no status", head + watchNS,
-			`r.yaml:6:3: rule "r": spec: a rule needs resources, status, or both`},
+			`r.yaml:6:3: rule "r": spec: a rule needs resources, a function, status, or some of them`},
 		{"watch apiVersion templated", head + "  watch:\n    apiVersion: ${x}\n    kind: Namespace\n" + cm,
 			`r.yaml:7:17: rule "r": spec.watch.apiVersion: must be literal (no ${})`},
 		{"watch kind missing", head + "  watch:\n    apiVersion: v1\n" + cm,

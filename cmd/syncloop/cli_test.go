@@ -37,7 +37,12 @@ func exampleArgs(dir string) []string {
 	if _, err := os.Stat(filepath.Join(dir, "crd.yaml")); err == nil {
 		args = append(args, "--objects", filepath.Join(dir, "crd.yaml"))
 	}
-	return append(args, "--objects", filepath.Join(dir, "objects.yaml"))
+	args = append(args, "--objects", filepath.Join(dir, "objects.yaml"))
+	// A webhook is not called offline: the example's test records it.
+	if test, err := os.ReadFile(filepath.Join(dir, "test.yaml")); err == nil && strings.Contains(string(test), "\nresponses:") {
+		args = append(args, "--responses", filepath.Join(dir, "test.yaml"))
+	}
+	return args
 }
 
 func exampleDirs(t *testing.T) []string {

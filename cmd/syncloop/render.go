@@ -2,20 +2,23 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/syncloop/syncloop/rules"
 	"github.com/syncloop/syncloop/rules/offline"
+	"github.com/syncloop/syncloop/rules/render"
 )
 
 func newRenderCommand() *cobra.Command {
 	var (
-		rf      ruleFlags
-		objects []string
-		output  string
-		only    string
+		rf        ruleFlags
+		objects   []string
+		responses []string
+		output    string
+		only      string
 	)
 	cmd := &cobra.Command{
 		Use:   "render -f PATH... --objects PATH... [-o yaml|json] [--rule NAME]",
@@ -25,7 +28,9 @@ its watch matches (apiVersion, kind, namespace, label selector; field selectors
 on metadata.name and metadata.namespace — others are reported and ignored) and
 prints the children and status syncloop would apply. A kind's scope comes from
 client-go's built-in kinds, from CustomResourceDefinitions among the objects,
-or from the objects themselves. Exit status 1 if any rendering fails.`,
+or from the objects themselves. A webhook is not called: --responses names
+files of kind: Test documents whose responses answer for it. Exit status 1 if
+any rendering fails.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if output != "yaml" && output != "json" {
@@ -40,7 +45,11 @@ or from the objects themselves. Exit status 1 if any rendering fails.`,
 			if err != nil {
 				return err
 			}
-			res, err := offline.Render(cmd.Context(), set, objs, only)
+			recorded, err := readResponses(responses, rf.tenant)
+			if err != nil {
+				return err
+			}
+			res, err := offline.Render(cmd.Context(), set, objs, only, recorded...)
 			if err != nil {
 				return err
 			}
@@ -73,8 +82,33 @@ or from the objects themselves. Exit status 1 if any rendering fails.`,
 	rf.registerTenant(cmd)
 	rf.registerInstallation(cmd)
 	cmd.Flags().StringArrayVar(&objects, "objects", nil, "file or directory of Kubernetes objects (YAML or JSON; repeatable)")
+	cmd.Flags().StringArrayVar(&responses, "responses", nil, "file of kind: Test documents whose responses answer the rules' webhooks (repeatable)")
 	cmd.Flags().StringVarP(&output, "output", "o", "yaml", "output format: yaml or json")
 	cmd.Flags().StringVar(&only, "rule", "", "render only this rule")
 	_ = cmd.MarkFlagRequired("objects")
 	return cmd
+}
+
+// readResponses reads the webhook responses the Test documents of files
+// record.
+func readResponses(files []string, tenant string) ([]render.RecordedResponse, error) {
+	var out []render.RecordedResponse
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return nil, err
+		}
+		tests, err := rules.ParseTests(file, data)
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range tests {
+			rs, err := offline.Responses(t, tenant)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, rs...)
+		}
+	}
+	return out, nil
 }

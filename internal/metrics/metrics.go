@@ -30,13 +30,20 @@ type Metrics struct {
 	panics     *prometheus.CounterVec
 	repairs    *prometheus.CounterVec
 
-	queue queueMetrics
+	queue     queueMetrics
+	functions functionMetrics
 
 	restRequests *prometheus.CounterVec
 
 	tooMany   prometheus.Counter
 	throttled *prometheus.CounterVec
 	limit     prometheus.Gauge
+}
+
+// functionMetrics are the calls of functions.
+type functionMetrics struct {
+	calls    *prometheus.CounterVec
+	duration *prometheus.HistogramVec
 }
 
 // queueMetrics are client-go's workqueue metrics, one queue per rule.
@@ -84,6 +91,15 @@ func New(reg prometheus.Registerer, informers func() int, rules func() []RuleRea
 			Name: "syncloop_watch_errors_total", Help: "Failed lists and watches of an informer by resource and reason (Forbidden: missing RBAC; Expired: etcd compacted, relisting; Unreachable: no answer). Each is retried with backoff.",
 		}, []string{"resource", "reason"}),
 		queue: newQueueMetrics(),
+		functions: functionMetrics{
+			calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Name: "syncloop_function_calls_total", Help: "Calls of functions by rule, resource (sync: the rule's function), transport (wasm, webhook) and result (success, error). A failed call fails its trigger, retried with backoff.",
+			}, []string{"rule", "resource", "transport", "result"}),
+			duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+				Name: "syncloop_function_call_duration_seconds", Help: "Time one function call took, by rule, resource and transport.",
+				Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18),
+			}, []string{"rule", "resource", "transport"}),
+		},
 		restRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rest_client_requests_total", Help: "API requests by status code, method and host.",
 		}, []string{"code", "method", "host"}),
@@ -98,6 +114,7 @@ func New(reg prometheus.Registerer, informers func() int, rules func() []RuleRea
 		}),
 	}
 	reg.MustRegister(m.reconciles, m.duration, m.writes, m.rules, m.reloads, m.watchErrs, m.crds, m.panics, m.repairs, m.restRequests, m.tooMany, m.throttled, m.limit,
+		m.functions.calls, m.functions.duration,
 		m.queue.depth, m.queue.adds, m.queue.latency, m.queue.work, m.queue.unfinished, m.queue.longest, m.queue.retries,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "syncloop_informers", Help: "Shared informers running.",
@@ -190,17 +207,24 @@ func (m *Metrics) Panicked(rule, where string) { m.panics.WithLabelValues(rule, 
 // DriftRepaired implements engine.Metrics.
 func (m *Metrics) DriftRepaired(rule, manager string) { m.repairs.WithLabelValues(rule, manager).Inc() }
 
+// FunctionCalled implements engine.Metrics.
+func (m *Metrics) FunctionCalled(rule, resource, transport, result string, took time.Duration) {
+	m.functions.calls.WithLabelValues(rule, resource, transport, result).Inc()
+	m.functions.duration.WithLabelValues(rule, resource, transport).Observe(took.Seconds())
+}
+
 // RuleRemoved implements engine.Metrics: every series labelled with the
 // rule, or with its workqueue's name, goes.
 func (m *Metrics) RuleRemoved(rule string) {
 	for _, v := range []interface {
 		DeletePartialMatch(prometheus.Labels) int
-	}{m.reconciles, m.duration, m.writes, m.panics, m.repairs} {
+	}{m.reconciles, m.duration, m.writes, m.panics, m.repairs, m.functions.calls, m.functions.duration} {
 		v.DeletePartialMatch(prometheus.Labels{"rule": rule})
 	}
 	for _, v := range []interface {
 		DeletePartialMatch(prometheus.Labels) int
-	}{m.queue.depth, m.queue.adds, m.queue.latency, m.queue.work, m.queue.unfinished, m.queue.longest, m.queue.retries} {
+	}{m.functions.calls, m.functions.duration,
+		m.queue.depth, m.queue.adds, m.queue.latency, m.queue.work, m.queue.unfinished, m.queue.longest, m.queue.retries} {
 		v.DeletePartialMatch(prometheus.Labels{"name": rule})
 	}
 }

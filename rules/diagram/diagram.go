@@ -100,7 +100,7 @@ func Of(r *rules.Rule, prefix string) *Graph {
 			g.Edges = append(g.Edges, Edge{From: childID(dep.ID), To: childID(res.ID), Via: "children." + dep.ID, Waits: true})
 		}
 	}
-	if r.Status != nil {
+	if r.WritesStatus() {
 		g.addStatus(r, prefix+"status", lookupID, childID)
 	}
 	return g
@@ -110,16 +110,24 @@ func Of(r *rules.Rule, prefix string) *Graph {
 func (g *Graph) addStatus(r *rules.Rule, id string, lookupID, childID func(string) string) {
 	g.Nodes = append(g.Nodes, Node{ID: id, Shape: Status, Title: "status", Lines: []string{r.Watch.Kind + " .status"}})
 	seen := map[string]bool{}
-	for _, ref := range r.Status.ChildRefs() {
-		if !seen[ref.ID] {
-			seen[ref.ID] = true
-			g.Edges = append(g.Edges, Edge{From: childID(ref.ID), To: id, Via: "children." + ref.ID})
-		}
+	if sync := r.Sync(); sync != nil { // the function returns it
+		seen[sync.ID] = true
+		g.Edges = append(g.Edges, Edge{From: childID(sync.ID), To: id, Via: "its status"})
 	}
-	for _, l := range r.Status.Lookups {
+	var lookups []string
+	if r.Status != nil {
+		for _, ref := range r.Status.ChildRefs() {
+			if !seen[ref.ID] {
+				seen[ref.ID] = true
+				g.Edges = append(g.Edges, Edge{From: childID(ref.ID), To: id, Via: "children." + ref.ID})
+			}
+		}
+		lookups = r.Status.Lookups
+	}
+	for _, l := range lookups {
 		g.Edges = append(g.Edges, Edge{From: lookupID(l), To: id, Via: "lookups." + l})
 	}
-	if len(seen) == 0 && len(r.Status.Lookups) == 0 {
+	if len(seen) == 0 && len(lookups) == 0 {
 		g.Edges = append(g.Edges, Edge{From: g.Nodes[0].ID, To: id})
 	}
 }
@@ -177,7 +185,16 @@ func resourceNode(res *rules.Resource, id string) Node {
 		n.Lines = append(n.Lines, "forEach "+clip(res.ForEach.Source()))
 	}
 	if fn := res.Function; fn != nil {
-		n.Lines = append(n.Lines, "function "+fn.Wasm)
+		switch {
+		case fn.Sync && fn.Webhook != nil:
+			n.Lines = append(n.Lines, "the rule's function: sync hook", clip(fn.Webhook.URL))
+		case fn.Sync:
+			n.Lines = append(n.Lines, "the rule's function: "+fn.Wasm)
+		case fn.Webhook != nil:
+			n.Lines = append(n.Lines, "webhook "+clip(fn.Webhook.URL))
+		default:
+			n.Lines = append(n.Lines, "function "+fn.Wasm)
+		}
 	}
 	if res.When != nil {
 		n.Lines = append(n.Lines, "when "+clip(res.When.Source()))

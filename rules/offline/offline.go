@@ -59,9 +59,10 @@ func (o *Report) Failed() bool {
 }
 
 // Render renders every rule of set (or only the one named only)
-// against every object its watch matches, as `syncloop render` does.
+// against every object its watch matches, as `syncloop render` does; the
+// rules' webhooks answer with responses, those recorded for them.
 // Results come in rule-name order, then in object order.
-func Render(ctx context.Context, set *rules.Set, objects []*unstructured.Unstructured, only string) (*Report, error) {
+func Render(ctx context.Context, set *rules.Set, objects []*unstructured.Unstructured, only string, responses ...render.RecordedResponse) (*Report, error) {
 	if only != "" && set.Get(only) == nil {
 		return nil, fmt.Errorf("no rule named %q", only)
 	}
@@ -69,7 +70,10 @@ func Render(ctx context.Context, set *rules.Set, objects []*unstructured.Unstruc
 	// would serve them.
 	objects = set.Default(objects)
 	scope := rules.NewOfflineScope(objects)
-	lk := render.Objects(objects)
+	var lk render.Lookuper = render.Objects(objects)
+	if len(responses) > 0 {
+		lk = render.Recorded{Objects: objects, Responses: responses}
+	}
 	out := &Report{NotEvaluated: map[string][]string{}}
 	for _, r := range set.Rules() {
 		if only != "" && r.Name != only {

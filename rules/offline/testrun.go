@@ -14,6 +14,7 @@ import (
 
 	"github.com/syncloop/syncloop/rules"
 	"github.com/syncloop/syncloop/rules/expr"
+	"github.com/syncloop/syncloop/rules/render"
 )
 
 // RunTest loads t's rules (typed by the CRDs among its objects too) and
@@ -42,7 +43,11 @@ func RunTest(ctx context.Context, opts expr.Options, t *rules.Test, tenant strin
 	if err != nil {
 		return nil, err
 	}
-	res, err := Render(ctx, set, objs, "")
+	responses, err := Responses(t, tenant)
+	if err != nil {
+		return nil, err
+	}
+	res, err := Render(ctx, set, objs, "", responses...)
 	if err != nil {
 		return nil, err
 	}
@@ -56,6 +61,24 @@ func RunTest(ctx context.Context, opts expr.Options, t *rules.Test, tenant strin
 	}
 	failures = append(failures, checkConversions(ctx, t, set, objs)...)
 	return failures, nil
+}
+
+// Responses are the webhook responses t records, as the render takes
+// them (the rules named as tenant's, if set).
+func Responses(t *rules.Test, tenant string) ([]render.RecordedResponse, error) {
+	var out []render.RecordedResponse
+	for _, r := range t.Responses {
+		body, err := json.Marshal(r.Body)
+		if err != nil {
+			return nil, err
+		}
+		rule := r.Rule
+		if tenant != "" {
+			rule = rules.TenantName(tenant, rule)
+		}
+		out = append(out, render.RecordedResponse{Rule: rule, Resource: r.Resource, Trigger: r.Trigger, Response: body})
+	}
+	return out, nil
 }
 
 // check checks one expectation against the report of the render, and

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
@@ -32,9 +33,10 @@ type FunctionInput struct {
 	Children map[string]any `json:"children,omitempty"`
 }
 
-// decodeOutput reads what a function writes on stdout, as JSON:
-// {"children": [objects]} and nothing else, numbers as the API machinery
-// has them (integers int64) — decoded once, for all its children.
+// decodeOutput reads what a resource's function writes on stdout, as
+// JSON: {"children": [objects]} and nothing else, numbers as the API
+// machinery has them (integers int64) — decoded once, for all its
+// children.
 func decodeOutput(stdout []byte) ([]map[string]any, error) {
 	var out map[string]any
 	if err := utiljson.Unmarshal(stdout, &out); err != nil {
@@ -45,57 +47,50 @@ func decodeOutput(stdout []byte) ([]map[string]any, error) {
 			return nil, fmt.Errorf("unknown field %q", k)
 		}
 	}
-	list, ok := out["children"].([]any)
-	if !ok && out["children"] != nil {
-		return nil, fmt.Errorf("children is %T, not a list", out["children"])
-	}
-	children := make([]map[string]any, len(list))
-	for i, c := range list {
-		if children[i], ok = c.(map[string]any); !ok {
-			return nil, fmt.Errorf("children[%d] is %T, not an object", i, c)
-		}
-	}
-	return children, nil
+	return objectList(out["children"])
+}
+
+// CallObserver is an Applier that is told of each function call: how
+// long it took and how it ended (the engine's metrics).
+type CallObserver interface {
+	FunctionCalled(res *rules.Resource, took time.Duration, err error)
 }
 
 // callFunction calls res's function for the render so far and returns the
-// objects it made, checked as children of res.
+// objects it made, checked as children of res. The rule's function also
+// says the trigger's status and when to call it again (w.rd.synced).
 func (w *graphWalk) callFunction(ctx context.Context, res *rules.Resource, namespaced bool) ([]*unstructured.Unstructured, error) {
 	fn := res.Function
-	if fn.Module == nil {
-		return nil, childError(w.r, res, "", fmt.Errorf("module %s (sha256 %.12s) is not loaded in this process: give the rule files (-f) to run it", fn.Wasm, fn.Digest))
-	}
-	in := FunctionInput{Rule: w.r.Name, Resource: res.ID, Object: w.trigger.Object, Variables: w.rd.act.Variables, Lookups: w.rd.act.Lookups}
-	if len(fn.Reads) > 0 {
-		in.Children = make(map[string]any, len(fn.Reads))
-		for _, id := range fn.Reads {
-			if c, ok := w.rd.children[id]; ok {
-				in.Children[id] = c
-			}
-		}
+	var in any
+	if fn.Sync {
+		in = w.syncRequest(ctx)
+	} else {
+		in = w.functionInput(res)
 	}
 	data, err := json.Marshal(in)
 	if err != nil {
 		return nil, childError(w.r, res, "", fmt.Errorf("its input: %w", err))
 	}
-	call := fn.Module.Call
-	if fn.Serve {
-		call = fn.Module.Serve
-	}
-	res1, err := call(ctx, data, fn.Limits)
-	logger := klog.FromContext(ctx).WithValues("rule", w.r.Name, "resource", res.ID, "module", fn.Wasm)
-	if len(res1.Stderr) > 0 {
-		logger.V(2).Info("Function stderr", "stderr", string(res1.Stderr))
-	}
+	out, err := w.call(ctx, res, data)
 	if err != nil {
-		if ce, ok := errors.AsType[*function.CallError](err); ok && len(ce.Stderr) > 0 {
-			logger.Info("Function failed", "err", ce.Why, "stderr", string(ce.Stderr))
+		return nil, childError(w.r, res, "", fmt.Errorf("%s: %w", fn.Name(), err))
+	}
+	var children []map[string]any
+	if fn.Sync {
+		var resp *SyncResponse
+		if resp, err = decodeSyncResponse(out); err == nil {
+			w.rd.synced(resp)
+			children = resp.Children
 		}
-		return nil, childError(w.r, res, "", fmt.Errorf("module %s: %w", fn.Wasm, err))
+	} else {
+		children, err = decodeOutput(out)
 	}
-	children, err := decodeOutput(res1.Stdout)
 	if err != nil {
-		return nil, childError(w.r, res, "", fmt.Errorf("module %s wrote no {\"children\": [objects]} on stdout: %v", fn.Wasm, err))
+		want := `{"children": [objects]}`
+		if fn.Sync {
+			want = `a sync hook's response ({"status": {…}, "children": [objects]})`
+		}
+		return nil, childError(w.r, res, "", fmt.Errorf("%s returned no %s: %v", fn.Name(), want, err))
 	}
 	if n := len(w.rd.Children) + len(children); n > MaxChildren {
 		return nil, childError(w.r, res, "", fmt.Errorf("%d children, more than the %d one trigger may have", n, MaxChildren))
@@ -111,12 +106,54 @@ func (w *graphWalk) callFunction(ctx context.Context, res *rules.Resource, names
 	return objs, nil
 }
 
+// functionInput is the input of a resource's function.
+func (w *graphWalk) functionInput(res *rules.Resource) *FunctionInput {
+	in := &FunctionInput{Rule: w.r.Name, Resource: res.ID, Object: w.trigger.Object, Variables: w.rd.act.Variables, Lookups: w.rd.act.Lookups}
+	if reads := res.Function.Reads; len(reads) > 0 {
+		in.Children = make(map[string]any, len(reads))
+		for _, id := range reads {
+			if c, ok := w.rd.children[id]; ok {
+				in.Children[id] = c
+			}
+		}
+	}
+	return in
+}
+
+// call calls res's function with data and returns what it wrote: a
+// webhook offline answers with the response recorded for it, if any.
+func (w *graphWalk) call(ctx context.Context, res *rules.Resource, data []byte) ([]byte, error) {
+	fn := res.Function
+	if fn.Webhook != nil && w.offline {
+		if rp, ok := w.lk.(Responder); ok {
+			if out, ok := rp.Response(w.r.Name, res.ID, rules.RefOf(w.trigger)); ok {
+				return out, nil
+			}
+		}
+		return nil, errNotOffline
+	}
+	start := time.Now()
+	out, err := fn.Call(ctx, data)
+	if co, ok := w.ap.(CallObserver); ok {
+		co.FunctionCalled(res, time.Since(start), err)
+	}
+	logger := klog.FromContext(ctx).WithValues("rule", w.r.Name, "resource", res.ID, "function", fn.Name())
+	if len(out.Stderr) > 0 && err == nil {
+		logger.V(2).Info("Function stderr", "stderr", string(out.Stderr))
+	}
+	if ce, ok := errors.AsType[*function.CallError](err); ok && len(ce.Stderr) > 0 {
+		logger.Info("Function failed", "err", ce.Why, "stderr", string(ce.Stderr))
+	}
+	return out.Stdout, err
+}
+
 // functionChild makes object i a function returned a child of res.
 func (w *graphWalk) functionChild(res *rules.Resource, i int, m map[string]any, namespaced bool) (*unstructured.Unstructured, error) {
 	field := fmt.Sprintf("children[%d]", i)
 	obj := &unstructured.Unstructured{Object: m}
 	if err := checkKind(w.r, res, obj); err != nil {
-		return nil, err
+		return nil, childError(w.r, res, field+".kind", fmt.Errorf("%s returned apiVersion %s, kind %s: not among the kinds listed (%s)",
+			res.Function.Name(), describe(m["apiVersion"]), describe(m["kind"]), res.KindNames()))
 	}
 	md, ok := m["metadata"].(map[string]any)
 	if !ok {

@@ -26,8 +26,8 @@ func TestDecodeOutput(t *testing.T) {
 	for out, want := range map[string]string{
 		`"not an object"`:               "cannot unmarshal",
 		`{"children": [], "status": 1}`: `unknown field "status"`,
-		`{"children": {"a": 1}}`:        "children is map[string]interface {}, not a list",
-		`{"children": [1]}`:             "children[0] is int64, not an object",
+		`{"children": {"a": 1}}`:        "children is a mapping, not a list",
+		`{"children": [1]}`:             "children[0] is 1, not an object",
 	} {
 		if _, err := decodeOutput([]byte(out)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", out, err, want)

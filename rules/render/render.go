@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -51,6 +53,9 @@ type Rendered struct {
 	// may not write holds their name (see Takeover), or because they
 	// are what one of the trigger's lookups reads.
 	Conflicts []*ConflictError
+	// ResyncAfter, when more than 0, is when the rule's function asked
+	// for the trigger to be reconciled again.
+	ResyncAfter time.Duration
 
 	rule     *rules.Rule
 	act      *expr.Activation
@@ -60,6 +65,9 @@ type Rendered struct {
 	// absent are the required lookups whose object is absent (a list:
 	// empty), in the order they are read, with what they asked.
 	absent []LookupQuery
+	// syncStatus is the status the rule's function returned; nil when it
+	// was not called.
+	syncStatus map[string]any
 }
 
 // ResourceState is what one render made of one resource.
@@ -214,7 +222,7 @@ func Rule(ctx context.Context, r *rules.Rule, trigger *unstructured.Unstructured
 		act.Variables[v.Name] = val
 	}
 	if offline {
-		objs, _ := lk.(Objects)
+		objs := objectsOf(lk)
 		ap = renderedApplier{objs: objs, rule: r, trigger: rules.TriggerOf(trigger)}
 	}
 	out := &Rendered{rule: r, act: act, children: map[string]any{}, ready: map[string]bool{}, reads: reads, absent: absent}
@@ -230,7 +238,7 @@ func Rule(ctx context.Context, r *rules.Rule, trigger *unstructured.Unstructured
 			out.children[res.ID] = []any{}
 		}
 	}
-	w := &graphWalk{r: r, rd: out, trigger: trigger, scoper: scoper, ap: ap, offline: offline,
+	w := &graphWalk{r: r, rd: out, trigger: trigger, scoper: scoper, lk: lk, ap: ap, offline: offline,
 		seen: map[string]string{}, states: make(map[*rules.Resource]*ResourceState, len(r.Order))}
 	for _, res := range r.Order {
 		if err := w.resource(ctx, res); err != nil {
@@ -257,19 +265,26 @@ func (rd *Rendered) Waiting() []*ResourceState {
 
 func (st *ResourceState) waits() bool { return st.WaitingFor != nil || st.WaitingForLookup != nil }
 
-// Status renders the rule's status for the trigger, with children.<id>
-// each resource's children as they were applied (a list for forEach
-// resources; a resource without children is left out) and ready.<id>
-// whether they all exist and are ready. It returns nil when the rule has
-// no status or the trigger was skipped.
+// Status renders the rule's status for the trigger: the status its
+// function returned, and over it the status template's fields, with
+// children.<id> each resource's children as they were applied (a list for
+// forEach resources; a resource without children is left out) and
+// ready.<id> whether they all exist and are ready. It returns nil when the
+// rule writes no status or the trigger was skipped.
 //
-// While a required lookup the status reads is absent, it returns nil too:
-// the status waits, and its fields keep the values they have.
+// While a required lookup the status template reads is absent, or the
+// rule's function was not called, what they write is left out; nil when
+// that is all of it: the status waits, and its fields keep the values
+// they have.
 func (rd *Rendered) Status(ctx context.Context) (_ map[string]any, err error) {
 	r := rd.rule
 	defer contain(r, &err)
-	if r.Status == nil || rd.Skipped || waitingFor(r.Status.Lookups, rd.absent) != nil {
+	if rd.Skipped {
 		return nil, nil
+	}
+	out := maps.Clone(rd.syncStatus)
+	if r.Status == nil || waitingFor(r.Status.Lookups, rd.absent) != nil {
+		return out, nil
 	}
 	act := *rd.act
 	act.Children = rd.children
@@ -282,7 +297,11 @@ func (rd *Rendered) Status(ctx context.Context) (_ map[string]any, err error) {
 	if !ok {
 		return nil, &RenderError{Pos: r.Status.Pos, Rule: r.Name, Field: r.Status.Field, Err: fmt.Errorf("rendered to %s, want a mapping", describe(v))}
 	}
-	return m, nil
+	if out == nil {
+		return m, nil
+	}
+	maps.Copy(out, m)
+	return out, nil
 }
 
 // contain, deferred by an entry point of the render, makes a panic there

@@ -17,6 +17,7 @@ type graphWalk struct {
 	rd      *Rendered
 	trigger *unstructured.Unstructured
 	scoper  Scoper
+	lk      Lookuper
 	ap      Applier
 	offline bool
 	seen    map[string]string // kind/namespace/name → resource id
