@@ -141,8 +141,14 @@ func (l *ruleLoop) enqueueOwner(obj any) {
 // trigger, not two. An event that arrives while syncloop's own apply of
 // the child is still returning is held (ownWrites.echo): the apply's end
 // queues the trigger if it was not the echo.
+//
+// A rule's function (a sync hook) is the exception: it is given the
+// children as the caches have them, so it is called again once they show
+// what syncloop applied — as Metacontroller calls its hook again on every
+// child's event, its own included. A call that changes nothing writes
+// nothing, and makes no echo.
 func (l *ruleLoop) childChanged(obj any) {
-	if o, ok := obj.(object); ok {
+	if o, ok := obj.(object); ok && l.rule.Sync() == nil {
 		for _, rc := range l.reconcilers() {
 			if rc.writes.echo(refOf(o), o.GetResourceVersion()) {
 				return
