@@ -40,7 +40,7 @@ spec:
 `, ns))
 	writeFile(t, dir, "other.yaml", fmt.Sprintf(`apiVersion: syncloop.dev/v1alpha1
 kind: Rule
-metadata: {name: other}
+metadata: {name: removal-bystander}
 spec:
   watch: {apiVersion: v1, kind: Namespace, fieldSelector: metadata.name=%s}
   resources:
