@@ -117,10 +117,10 @@ func TestFunctionSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.TemplateSeconds <= 0 || res.ServedSeconds <= 0 || res.FreshSeconds <= 0 || res.Ratio <= 0 {
+	if res.TemplateSeconds <= 0 || res.ServedSeconds <= 0 || res.FreshSeconds <= 0 || res.WebhookSeconds <= 0 || res.Ratio <= 0 {
 		t.Errorf("times not measured: %+v", res)
 	}
-	if rep := reportFunction(res); !strings.Contains(rep, "| a function, served |") {
+	if rep := reportFunction(res); !strings.Contains(rep, "| a function, served |") || !strings.Contains(rep, "| a webhook") {
 		t.Errorf("report:\n%s", rep)
 	}
 }

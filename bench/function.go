@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,8 +17,45 @@ import (
 
 // The function phase: N triggers whose one child comes from a
 // WebAssembly function (bench/fn, the benchmark template's child computed
-// in Go), served and started afresh per call, against the same rule as a
-// template — each converged by syncloop in process, in one run.
+// in Go), served and started afresh per call, and from a webhook doing
+// the same, against the same rule as a template — each converged by
+// syncloop in process, in one run.
+
+// webhookRule is the benchmark rule with its child from a webhook at URL
+// (hookHandler, in the benchmark's process).
+const webhookRule = `apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: bench}
+spec:
+  watch: {apiVersion: v1, kind: ConfigMap, namespace: NS, labelSelector: bench-trigger}
+  resources:
+    - id: child
+      kinds: [{apiVersion: v1, kind: ConfigMap}]
+      function: {webhook: {url: 'URL'}}
+  resyncPeriod: "0"
+`
+
+// hookHandler is bench/fn as a webhook: the same child, over HTTP.
+func hookHandler(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		Object struct {
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+			Data map[string]string `json:"data"`
+		} `json:"object"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	name := in.Object.Metadata.Name
+	_ = json.NewEncoder(w).Encode(map[string]any{"children": []any{map[string]any{
+		"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": name + "-child"},
+		"data":     map[string]any{"from": name, "value": in.Object.Data["value"]},
+	}}})
+}
 
 // functionRule is the benchmark rule with its child from bench/fn;
 // SERVE is true or false.
@@ -41,6 +81,10 @@ type FunctionResult struct {
 	ServedCPU       float64 `json:"servedCPU"`
 	FreshSeconds    float64 `json:"freshSeconds"`
 	FreshCPU        float64 `json:"freshCPU"`
+	// Webhook*: the child from a webhook in the benchmark's process
+	// (its CPU counted with syncloop's: one process).
+	WebhookSeconds float64 `json:"webhookSeconds"`
+	WebhookCPU     float64 `json:"webhookCPU"`
 	// Ratio is served / template convergence (the issue's target: at
 	// most 1.5).
 	Ratio float64 `json:"ratio"`
@@ -73,6 +117,13 @@ func runFunction(ctx context.Context, env *testenv.Env, n int, logf func(string,
 		return nil, err
 	}
 	logf("function: %d children from a function started per call in %.2fs, %.2f CPU s", n, res.FreshSeconds, res.FreshCPU)
+	hook := httptest.NewServer(http.HandlerFunc(hookHandler))
+	defer hook.Close()
+	webhook := configMapWorkload(strings.Replace(webhookRule, "URL", hook.URL, 1))
+	if res.WebhookSeconds, res.WebhookCPU, err = syncloopConverges(ctx, env, cfg, webhook, "bench-webhook"); err != nil {
+		return nil, err
+	}
+	logf("function: %d children from a webhook in %.2fs, %.2f CPU s", n, res.WebhookSeconds, res.WebhookCPU)
 	res.Ratio = res.ServedSeconds / res.TemplateSeconds
 	return res, nil
 }
@@ -117,7 +168,8 @@ func reportFunction(r *FunctionResult) string {
 	for _, w := range []struct {
 		name      string
 		secs, cpu float64
-	}{{"a template", r.TemplateSeconds, r.TemplateCPU}, {"a function, served", r.ServedSeconds, r.ServedCPU}, {"a function, started per call", r.FreshSeconds, r.FreshCPU}} {
+	}{{"a template", r.TemplateSeconds, r.TemplateCPU}, {"a function, served", r.ServedSeconds, r.ServedCPU}, {"a function, started per call", r.FreshSeconds, r.FreshCPU},
+		{"a webhook (HTTP, in the same process: CPU both sides')", r.WebhookSeconds, r.WebhookCPU}} {
 		fmt.Fprintf(&b, "| %s | %.2f s | %.2f | %.2f ms CPU |\n", w.name, w.secs, w.cpu, 1000*w.cpu/float64(r.Triggers))
 	}
 	fmt.Fprintf(&b, "\nServed / template convergence: %.2f (target: at most 1.5).\n", r.Ratio)
