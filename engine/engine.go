@@ -369,7 +369,7 @@ func stopLoops(ctx context.Context, stopping []*ruleLoop, want map[string]*rules
 	var wg sync.WaitGroup
 	for _, l := range stopping {
 		r, kept := want[l.rule.Name]
-		release := applying && l.mayHold() && (!kept || !r.OrdersTeardown())
+		release := applying && l.mayHold() && (!kept || !r.HoldsTriggers())
 		wg.Go(func() {
 			l.stop()
 			if release {

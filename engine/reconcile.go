@@ -119,15 +119,43 @@ func (rc *reconciler) sync(ctx context.Context, key cache.ObjectName) (rd *rende
 	case trigger == nil:
 		return nil, errors.Join(rc.release(ctx, ch, ref, key, owner, existing), rc.released(ctx, key))
 	case trigger.GetDeletionTimestamp() != nil:
-		return nil, rc.letGo(ctx, ch, ref, key, owner, existing, trigger)
+		if !rc.finalizes(trigger) {
+			return nil, rc.letGo(ctx, ch, ref, key, owner, existing, trigger)
+		}
+		defer rc.out.reconciled(trigger, ch)
+		if rd, err = rc.converge(ctx, ch, ref, key, owner, existing, trigger, true); err != nil || !(rd.Finalized || rd.Skipped) {
+			if err == nil && rd.ResyncAfter == 0 {
+				rc.later(key, finalizeAgain) // until it answers finalized
+			}
+			return rd, err
+		}
+		return rd, rc.letGo(ctx, ch, ref, key, owner, existing, trigger)
 	}
 	defer rc.out.reconciled(trigger, ch)
+	return rc.converge(ctx, ch, ref, key, owner, existing, trigger, false)
+}
 
+// finalizeAgain is when a trigger being finalized is reconciled again
+// while the rule's finalize function answers it is not done, unless the
+// answer says when (resyncAfterSeconds).
+const finalizeAgain = 5 * time.Second
+
+// finalizes reports whether trigger, being deleted, is held for the rule's
+// finalize function.
+func (rc *reconciler) finalizes(trigger *unstructured.Unstructured) bool {
+	return rc.rule.Finalizes() && slices.Contains(trigger.GetFinalizers(), rc.rule.TeardownFinalizer())
+}
+
+// converge renders the rule for trigger, applying its children, and
+// prunes what it no longer wants, writes its status and holds it; while
+// finalizing, the rule's finalize function answers instead of its
+// function.
+func (rc *reconciler) converge(ctx context.Context, ch *changes, ref rules.ObjectRef, key cache.ObjectName, owner string, existing []object, trigger *unstructured.Unstructured, finalizing bool) (*render.Rendered, error) {
 	lk := &cacheLookuper{rc: rc, trigger: key}
 	ap := &applier{rc: rc, ch: ch, trigger: trigger, key: key, owner: owner,
 		desired: map[childRef]bool{}, patched: map[childRef]bool{}, patchKeys: map[depKey]bool{},
-		remembered: rememberedOf(trigger, rc.rule.Name), made: createdOnce{}}
-	rd, err = render.Rule(ctx, rc.rule, trigger, rc.mapper, lk, ap)
+		remembered: rememberedOf(trigger, rc.rule.Name), made: createdOnce{}, finalizing: finalizing}
+	rd, err := render.Rule(ctx, rc.rule, trigger, rc.mapper, lk, ap)
 	// What the render read, even when it failed: a source created or
 	// fixed later queues the trigger again.
 	rc.deps.set(key, lk.queries)
@@ -141,7 +169,7 @@ func (rc *reconciler) sync(ctx context.Context, key cache.ObjectName) (rd *rende
 		return nil, err
 	}
 	if rd.Skipped {
-		return rd, errors.Join(rc.release(ctx, ch, ref, key, owner, existing), rc.remember(ctx, trigger, nil), rc.hold(ctx, key, trigger, false))
+		return rd, errors.Join(rc.release(ctx, ch, ref, key, owner, existing), rc.remember(ctx, trigger, nil), rc.hold(ctx, key, trigger, false, false))
 	}
 	errs := rc.conflicts(trigger, rd, ap.errs)
 	for _, ce := range rd.Conflicts { // wanted, though not applied: not pruned either
@@ -153,7 +181,7 @@ func (rc *reconciler) sync(ctx context.Context, key cache.ObjectName) (rd *rende
 		errs = append(errs, err)
 	}
 	if err := errors.Join(rc.releasePatches(ctx, ch, ref, key, ap.patched, waitingKinds), rc.remember(ctx, trigger, ap.createdNow(waiting)),
-		rc.hold(ctx, key, trigger, len(ap.desired) > 0 || len(existing) > 0)); err != nil {
+		rc.hold(ctx, key, trigger, true, len(ap.desired) > 0 || len(existing) > 0)); err != nil {
 		errs = append(errs, err)
 	}
 	if rd.ResyncAfter > 0 {
@@ -215,16 +243,33 @@ type applier struct {
 	// contended are children left as another writer keeps them: the
 	// trigger's Ready condition says so, the reconcile does not fail.
 	contended []error
+	// finalizing: the trigger is being deleted and the rule's finalize
+	// function is called instead of its function.
+	finalizing bool
 }
 
-// FunctionCalled implements render.CallObserver.
-func (a *applier) FunctionCalled(res *rules.Resource, took time.Duration, err error) {
+var (
+	_ render.CallObserver = (*applier)(nil)
+	_ render.Finalizer    = (*applier)(nil)
+	_ render.DryRunner    = (*applier)(nil)
+)
+
+// FunctionCalled implements render.CallObserver: a finalize function's
+// calls are counted as resource <id>/finalize.
+func (a *applier) FunctionCalled(res *rules.Resource, fn *rules.Function, took time.Duration, err error) {
 	result := "success"
 	if err != nil {
 		result = "error"
 	}
-	a.rc.metrics.FunctionCalled(a.rc.rule.Name, res.ID, res.Function.Transport(), result, took)
+	id := res.ID
+	if fn == res.Function.Finalize {
+		id += "/finalize"
+	}
+	a.rc.metrics.FunctionCalled(a.rc.rule.Name, id, fn.Transport(), result, took)
 }
+
+// Finalizing implements render.Finalizer.
+func (a *applier) Finalizing() bool { return a.finalizing }
 
 // DryRun implements render.DryRunner.
 func (a *applier) DryRun() bool { return a.rc.out.dryRun() }

@@ -107,14 +107,14 @@ func waveOf(r *rules.Rule, child object) int {
 	return 0
 }
 
-// hold puts the rule's teardown finalizer on a trigger that is not being
-// deleted when the rule orders its teardown and the trigger has children
-// (or is getting some), and takes it off otherwise. It writes only a
-// change.
-func (rc *reconciler) hold(ctx context.Context, key cache.ObjectName, trigger *unstructured.Unstructured, hasChildren bool) error {
+// hold puts the rule's teardown finalizer on a trigger the rule wants
+// when the rule orders its teardown and the trigger has children (or is
+// getting some), or when the rule has a finalize function, and takes it
+// off otherwise. It writes only a change.
+func (rc *reconciler) hold(ctx context.Context, key cache.ObjectName, trigger *unstructured.Unstructured, wanted, hasChildren bool) error {
 	finalizer := rc.rule.TeardownFinalizer()
 	held := slices.Contains(trigger.GetFinalizers(), finalizer)
-	want := rc.rule.OrdersTeardown() && hasChildren
+	want := wanted && (rc.rule.Finalizes() || (rc.rule.OrdersTeardown() && hasChildren))
 	switch {
 	case want == held:
 		return nil
@@ -149,7 +149,7 @@ func (rc *reconciler) unhold(ctx context.Context, key cache.ObjectName, trigger 
 // only when the rule orders its teardown and syncloop did not take the
 // finalizer off itself.
 func (rc *reconciler) released(ctx context.Context, key cache.ObjectName) error {
-	if !rc.rule.OrdersTeardown() || rc.writes.wasUnheld(key) {
+	if !rc.rule.HoldsTriggers() || rc.writes.wasUnheld(key) {
 		return nil
 	}
 	live, err := rc.client.Get(ctx, rc.w.triggerMapping, key.Namespace, key.Name)
@@ -169,11 +169,11 @@ func (rc *reconciler) released(ctx context.Context, key cache.ObjectName) error 
 // finalizer: its rule orders its teardown, or the revision a rollout
 // under way moves from does (one finalizer serves every revision).
 func (l *ruleLoop) mayHold() bool {
-	if l.rule.OrdersTeardown() {
+	if l.rule.HoldsTriggers() {
 		return true
 	}
 	ro := l.ro.Load()
-	return ro != nil && ro.from.rule.OrdersTeardown()
+	return ro != nil && ro.from.rule.HoldsTriggers()
 }
 
 // unholdAll takes the rule's teardown finalizer off every trigger that

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -24,6 +25,10 @@ import (
 type syncHook struct {
 	mu    sync.Mutex
 	calls map[string]int // by parent name
+	// finalizing counts the finalize calls by parent name; done says
+	// whether the finalize hook answers finalized.
+	finalizing map[string]int
+	done       bool
 }
 
 func (s *syncHook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -37,6 +42,16 @@ func (s *syncHook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	parent := &unstructured.Unstructured{Object: req.Parent}
+	if r.URL.Path == "/finalize" {
+		// Metacontroller's finalize hook: no children, a status saying
+		// so, finalized once the test lets it.
+		s.mu.Lock()
+		s.finalizing[parent.GetName()]++
+		done := s.done
+		s.mu.Unlock()
+		_ = json.NewEncoder(w).Encode(map[string]any{"status": map[string]any{"phase": "Finalizing"}, "children": []any{}, "finalized": done})
+		return
+	}
 	s.mu.Lock()
 	s.calls[parent.GetName()]++
 	s.mu.Unlock()
@@ -68,17 +83,24 @@ func (s *syncHook) callsOf(name string) int {
 	return s.calls[name]
 }
 
+func (s *syncHook) finalizingOf(name string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.finalizing[name]
+}
+
 // TestSyncWebhook: a rule whose function is a webhook speaking
 // Metacontroller's sync hook protocol serves Widgets against the real API
 // server: the children it returns are created, updated and pruned as
 // syncloop's own, the status it returns is written with the children it
 // was shown, a failing hook and a kind it may not return fail only their
-// triggers (retried), resyncAfterSeconds calls it again, and the calls
+// triggers (retried), resyncAfterSeconds calls it again, the finalize
+// hook holds a deleted trigger until it answers finalized, and the calls
 // are counted.
 func TestSyncWebhook(t *testing.T) {
 	h := newHarness(t)
 	h.installWidgets()
-	hook := &syncHook{calls: map[string]int{}}
+	hook := &syncHook{calls: map[string]int{}, finalizing: map[string]int{}}
 	srv := httptest.NewServer(hook)
 	defer srv.Close()
 	m := &recordingMetrics{}
@@ -91,6 +113,8 @@ spec:
   function:
     kinds: [{apiVersion: v1, kind: ConfigMap}]
     webhook: {url: '` + srv.URL + `/sync'}
+    finalize:
+      webhook: {url: '` + srv.URL + `/finalize'}
 `)
 	for _, name := range []string{"web", "broken", "sneaky", "ticker"} {
 		h.createWidget(name, map[string]any{"replicas": int64(2), "greeting": "hello"})
@@ -135,10 +159,40 @@ spec:
 		g, _, _ := unstructured.NestedString(w.Object, "status", "greeting")
 		return n == 1 && g == "bonjour"
 	})
+	// Deleted, web is held by the rule's finalizer for the finalize hook:
+	// its children go as the hook answers, its status says what the
+	// hook does, and it goes once the hook answers finalized.
+	if f := h.widget("web").GetFinalizers(); len(f) != 1 || f[0] != "teardown.syncloop.dev/hello" {
+		t.Fatalf("web's finalizers %v: want the rule's, for its finalize hook", f)
+	}
+	if err := h.dynamic().Resource(widgets).Namespace(h.ns).Delete(t.Context(), "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("web finalizing: its ConfigMap pruned as the hook answers, its status the hook's", func() bool {
+		_, stays := h.configMap(h.ns, "web-0")
+		w := h.widget("web")
+		phase, _, _ := unstructured.NestedString(w.Object, "status", "phase")
+		return !stays && phase == "Finalizing" && w.GetDeletionTimestamp() != nil && hook.finalizingOf("web") >= 2
+	})
+	if n := hook.callsOf("web"); n == 0 {
+		t.Fatal("no sync calls for web")
+	}
+	syncs := hook.callsOf("web")
+	hook.mu.Lock()
+	hook.done = true
+	hook.mu.Unlock()
+	h.eventually("web gone once finalized", func() bool {
+		_, err := h.dynamic().Resource(widgets).Namespace(h.ns).Get(t.Context(), "web", metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+	if n := hook.callsOf("web"); n != syncs {
+		t.Errorf("the sync hook was called %d times for web while it was finalized: the finalize hook answers instead", n-syncs)
+	}
 	m.mu.Lock()
 	ok, failed := m.calls["hello sync webhook success"], m.calls["hello sync webhook error"]
+	finalized := m.calls["hello sync/finalize webhook success"]
 	m.mu.Unlock()
-	if ok < 3 || failed < 3 {
-		t.Errorf("calls counted: %d succeeded, %d failed; want each at least 3", ok, failed)
+	if ok < 3 || failed < 3 || finalized < 2 {
+		t.Errorf("calls counted: %d succeeded, %d failed, %d finalize; want each at least 3 (finalize 2)", ok, failed, finalized)
 	}
 }

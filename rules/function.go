@@ -44,6 +44,10 @@ type Function struct {
 	// Metacontroller's sync hook protocol and returns the trigger's status
 	// as well as its children.
 	Sync bool
+	// Finalize, of the rule's function, is called instead of it while the
+	// trigger is being deleted, until it answers finalized: the trigger's
+	// teardown waits for it (Metacontroller's finalize hook).
+	Finalize *Function
 	// Pos and Field are where the rule writes it.
 	Pos   Pos
 	Field string
@@ -98,7 +102,8 @@ func (fn *Function) Name() string {
 // decodeFunction decodes a function (n, at field; at docPath in the
 // rule's document docVal) into res, and loads its module or makes its
 // webhook; a module's digest is written into the rule's document, so
-// that the rule's hash and source name it.
+// that the rule's hash and source name it. The rule's function
+// (spec.function) has its kinds, and may have a finalize function.
 func (d *decoder) decodeFunction(res *Resource, n *yaml.Node, field string, docPath []any, docVal any) {
 	sync := field == "spec.function"
 	known := "spec.resources.function"
@@ -109,7 +114,6 @@ func (d *decoder) decodeFunction(res *Resource, n *yaml.Node, field string, docP
 	if f == nil {
 		return
 	}
-	fn := &Function{Pos: d.pos(resolve(n)), Field: field, Limits: function.DefaultLimits, Sync: sync}
 	if sync {
 		if kn, ok := f["kinds"]; ok {
 			d.decodeKindList(res, kn, field)
@@ -121,15 +125,40 @@ func (d *decoder) decodeFunction(res *Resource, n *yaml.Node, field string, docP
 		d.errorf(n, field, "a tenant rule cannot call code: functions are for the rules syncloop is given")
 		return
 	}
+	fn := d.function(n, f, field, docPath, docVal)
+	if fn == nil {
+		return
+	}
+	fn.Sync = sync
+	if rn, ok := f["reads"]; ok {
+		d.decodeFunctionReads(res, fn, rn, field, docVal)
+	}
+	if fin, ok := f["finalize"]; ok && sync {
+		ff := d.fields(fin, field+".finalize", RuleFormat.known(field+".finalize")...)
+		if ff == nil {
+			return
+		}
+		if fn.Finalize = d.function(fin, ff, field+".finalize", append(slices.Clone(docPath), "finalize"), docVal); fn.Finalize == nil {
+			return
+		}
+		fn.Finalize.Sync = true
+	}
+	res.Function = fn
+}
+
+// function decodes the fields f of a function (n, at field): how it is
+// called and its limits. nil after an error.
+func (d *decoder) function(n *yaml.Node, f map[string]*yaml.Node, field string, docPath []any, docVal any) *Function {
+	fn := &Function{Pos: d.pos(resolve(n)), Field: field, Limits: function.DefaultLimits}
 	_, isWasm := f["wasm"]
 	hn, isHook := f["webhook"]
 	switch {
 	case isWasm && isHook:
 		d.errorf(hn, field+".webhook", "a function is a module (wasm) or a webhook, not both")
-		return
+		return nil
 	case !isWasm && !isHook:
 		d.errorf(n, field+".wasm", "required (or webhook): the module's file (a WASI command, .wasm), beside the rule file")
-		return
+		return nil
 	case isHook:
 		fn.Limits.Timeout = DefaultWebhookTimeout
 		for _, k := range []string{"serve", "sha256"} {
@@ -149,19 +178,16 @@ func (d *decoder) decodeFunction(res *Resource, n *yaml.Node, field string, docP
 	if sn, ok := f["serve"]; ok && isWasm {
 		fn.Serve, _ = d.boolean(sn, field+".serve")
 	}
-	if rn, ok := f["reads"]; ok {
-		d.decodeFunctionReads(res, fn, rn, field, docVal)
-	}
 	if isHook {
-		fn.Webhook = d.decodeWebhook(hn, field+".webhook")
-		if fn.Webhook != nil {
-			res.Function = fn
+		if fn.Webhook = d.decodeWebhook(hn, field+".webhook"); fn.Webhook == nil {
+			return nil
 		}
-		return
+		return fn
 	}
-	if d.decodeModule(fn, f, field, docPath, docVal) {
-		res.Function = fn
+	if !d.decodeModule(fn, f, field, docPath, docVal) {
+		return nil
 	}
+	return fn
 }
 
 // decodeModule decodes a function's module (f: the function's fields)

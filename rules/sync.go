@@ -38,6 +38,19 @@ func (r *Rule) Sync() *Resource {
 	return nil
 }
 
+// Finalizes reports whether the rule's function has a finalize function:
+// the rule then holds every trigger with its finalizer until it answers
+// finalized.
+func (r *Rule) Finalizes() bool {
+	s := r.Sync()
+	return s != nil && s.Function.Finalize != nil
+}
+
+// HoldsTriggers reports whether the rule may hold its triggers with its
+// finalizer (TeardownFinalizer): it orders their teardown, or has a
+// finalize function.
+func (r *Rule) HoldsTriggers() bool { return r.OrdersTeardown() || r.Finalizes() }
+
 // WritesStatus reports whether the rule writes its triggers' status: it
 // has a status template, or a function, which returns a status.
 func (r *Rule) WritesStatus() bool { return r.Status != nil || r.Sync() != nil }

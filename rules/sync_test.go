@@ -42,6 +42,12 @@ func TestRuleFunctionDecoding(t *testing.T) {
 			want: `spec.function.serve: is for a module: leave it out of a webhook`},
 		{name: "id taken", yaml: "  resources:\n    - id: sync\n      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: ns}}\n  function:\n" + kinds + "    webhook: {url: 'http://h/s'}\n",
 			want: `spec.function: a resource has the id "sync", which the rule's function takes: rename it`},
+		{name: "finalize", yaml: "  function:\n" + kinds + "    webhook: {url: 'http://h/sync'}\n    finalize:\n      webhook: {url: 'http://h/finalize'}\n      timeout: 3s\n",
+			url: "http://h/sync"},
+		{name: "finalize without a hook", yaml: "  function:\n" + kinds + "    webhook: {url: 'http://h/sync'}\n    finalize: {timeout: 3s}\n",
+			want: `spec.function.finalize.wasm: required (or webhook)`},
+		{name: "finalize with kinds", yaml: "  function:\n" + kinds + "    webhook: {url: 'http://h/sync'}\n    finalize: {webhook: {url: 'http://h/f'}, kinds: []}\n",
+			want: `spec.function.finalize: unknown field "kinds"`},
 		{name: "reads", yaml: "  function:\n" + kinds + "    webhook: {url: 'http://h/s'}\n    reads: [x]\n",
 			want: `spec.function: unknown field "reads"`},
 	} {
@@ -64,6 +70,11 @@ func TestRuleFunctionDecoding(t *testing.T) {
 				}
 				if tc.name == "service" && sync.Function.Limits.Timeout.String() != "30s" {
 					t.Errorf("timeout %s, want 30s", sync.Function.Limits.Timeout)
+				}
+				if fin := sync.Function.Finalize; (tc.name == "finalize") != (fin != nil) || r.Finalizes() != (fin != nil) || r.HoldsTriggers() != (fin != nil) {
+					t.Errorf("finalize %+v, Finalizes %v", fin, r.Finalizes())
+				} else if fin != nil && (fin.Webhook.URL != "http://h/finalize" || !fin.Sync || fin.Limits.Timeout.String() != "3s") {
+					t.Errorf("finalize %+v: want a sync webhook at http://h/finalize, 3s", fin)
 				}
 				if tc.name == "url" && sync.Function.Limits.Timeout != DefaultWebhookTimeout {
 					t.Errorf("timeout %s, want the default %s", sync.Function.Limits.Timeout, DefaultWebhookTimeout)

@@ -53,7 +53,7 @@ func decodeOutput(stdout []byte) ([]map[string]any, error) {
 // CallObserver is an Applier that is told of each function call: how
 // long it took and how it ended (the engine's metrics).
 type CallObserver interface {
-	FunctionCalled(res *rules.Resource, took time.Duration, err error)
+	FunctionCalled(res *rules.Resource, fn *rules.Function, took time.Duration, err error)
 }
 
 // callFunction calls res's function for the render so far and returns the
@@ -63,7 +63,12 @@ func (w *graphWalk) callFunction(ctx context.Context, res *rules.Resource, names
 	fn := res.Function
 	var in any
 	if fn.Sync {
-		in = w.syncRequest(ctx)
+		fz, _ := w.ap.(Finalizer)
+		finalizing := fz != nil && fz.Finalizing() && fn.Finalize != nil
+		if finalizing {
+			fn = fn.Finalize
+		}
+		in = w.syncRequest(ctx, finalizing)
 	} else {
 		in = w.functionInput(res)
 	}
@@ -71,7 +76,7 @@ func (w *graphWalk) callFunction(ctx context.Context, res *rules.Resource, names
 	if err != nil {
 		return nil, childError(w.r, res, "", fmt.Errorf("its input: %w", err))
 	}
-	out, err := w.call(ctx, res, data)
+	out, err := w.call(ctx, res, fn, data)
 	if err != nil {
 		return nil, childError(w.r, res, "", fmt.Errorf("%s: %w", fn.Name(), err))
 	}
@@ -122,8 +127,7 @@ func (w *graphWalk) functionInput(res *rules.Resource) *FunctionInput {
 
 // call calls res's function with data and returns what it wrote: a
 // webhook offline answers with the response recorded for it, if any.
-func (w *graphWalk) call(ctx context.Context, res *rules.Resource, data []byte) ([]byte, error) {
-	fn := res.Function
+func (w *graphWalk) call(ctx context.Context, res *rules.Resource, fn *rules.Function, data []byte) ([]byte, error) {
 	if fn.Webhook != nil && w.offline {
 		if rp, ok := w.lk.(Responder); ok {
 			if out, ok := rp.Response(w.r.Name, res.ID, rules.RefOf(w.trigger)); ok {
@@ -135,7 +139,7 @@ func (w *graphWalk) call(ctx context.Context, res *rules.Resource, data []byte) 
 	start := time.Now()
 	out, err := fn.Call(ctx, data)
 	if co, ok := w.ap.(CallObserver); ok {
-		co.FunctionCalled(res, time.Since(start), err)
+		co.FunctionCalled(res, fn, time.Since(start), err)
 	}
 	logger := klog.FromContext(ctx).WithValues("rule", w.r.Name, "resource", res.ID, "function", fn.Name())
 	if len(out.Stderr) > 0 && err == nil {

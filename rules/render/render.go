@@ -56,6 +56,9 @@ type Rendered struct {
 	// ResyncAfter, when more than 0, is when the rule's function asked
 	// for the trigger to be reconciled again.
 	ResyncAfter time.Duration
+	// Finalized: the rule's finalize function answered that it is done
+	// with the trigger (only while it is being finalized).
+	Finalized bool
 
 	rule     *rules.Rule
 	act      *expr.Activation

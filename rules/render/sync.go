@@ -51,6 +51,13 @@ type SyncResponse struct {
 	Finalized bool
 }
 
+// Finalizer is an Applier that says whether the trigger is being
+// finalized: the rule's finalize function is called instead of its
+// function, with finalizing true.
+type Finalizer interface {
+	Finalizing() bool
+}
+
 // ChildLister is a Lookuper that also says which children the trigger
 // has in the cluster: the rule's function is given them. Without it (an
 // offline render) the function is given none.
@@ -80,12 +87,12 @@ func byKind(m map[string]map[string]any, parent, obj *unstructured.Unstructured)
 }
 
 // syncRequest is the request of the rule's function for this render.
-func (w *graphWalk) syncRequest(ctx context.Context) *SyncRequest {
+func (w *graphWalk) syncRequest(ctx context.Context, finalizing bool) *SyncRequest {
 	in := &SyncRequest{
 		Controller: map[string]any{"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
 			"metadata": map[string]any{"name": w.r.Name}},
 		Parent: w.trigger.Object, Children: map[string]map[string]any{}, Related: map[string]map[string]any{},
-		Rule: w.r.Name, Variables: w.rd.act.Variables, Lookups: w.rd.act.Lookups,
+		Finalizing: finalizing, Rule: w.r.Name, Variables: w.rd.act.Variables, Lookups: w.rd.act.Lookups,
 	}
 	for _, k := range w.r.Sync().Kinds {
 		in.Children[kindKey(k.GVK)] = map[string]any{}
@@ -196,6 +203,7 @@ func (rd *Rendered) synced(resp *SyncResponse) {
 		rd.syncStatus = map[string]any{}
 	}
 	rd.ResyncAfter = resp.ResyncAfter
+	rd.Finalized = resp.Finalized
 }
 
 // Responder is a Lookuper that also answers webhooks offline: the

@@ -52,10 +52,10 @@ func (a *recordingApplier) Apply(_ context.Context, c Child) (map[string]any, er
 	return c.Object.Object, nil
 }
 
-func (a *recordingApplier) FunctionCalled(res *rules.Resource, _ time.Duration, err error) {
+func (a *recordingApplier) FunctionCalled(res *rules.Resource, fn *rules.Function, _ time.Duration, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.calls = append(a.calls, res.ID+" "+res.Function.Transport()+" "+map[bool]string{true: "error", false: "success"}[err != nil])
+	a.calls = append(a.calls, res.ID+" "+fn.Transport()+" "+map[bool]string{true: "error", false: "success"}[err != nil])
 }
 
 // TestSyncHook renders a rule whose function is a Metacontroller sync
