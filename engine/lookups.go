@@ -36,6 +36,15 @@ func (lk *cacheLookuper) Observed(context.Context) []*unstructured.Unstructured 
 	return out
 }
 
+// Resource implements render.Resourcer: the resource l's kind is served
+// as.
+func (lk *cacheLookuper) Resource(l *rules.Lookup) string {
+	if m := lk.rc.w.lookups[l.Index].mapping; m != nil {
+		return m.Resource.Resource
+	}
+	return ""
+}
+
 // Lookup implements render.Lookuper.
 func (lk *cacheLookuper) Lookup(_ context.Context, q render.LookupQuery) ([]*unstructured.Unstructured, error) {
 	rc := lk.rc

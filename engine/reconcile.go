@@ -254,18 +254,14 @@ var (
 	_ render.DryRunner    = (*applier)(nil)
 )
 
-// FunctionCalled implements render.CallObserver: a finalize function's
-// calls are counted as resource <id>/finalize.
+// FunctionCalled implements render.CallObserver: a finalize or customize
+// function's calls are counted as resource <id>/finalize, <id>/customize.
 func (a *applier) FunctionCalled(res *rules.Resource, fn *rules.Function, took time.Duration, err error) {
 	result := "success"
 	if err != nil {
 		result = "error"
 	}
-	id := res.ID
-	if fn == res.Function.Finalize {
-		id += "/finalize"
-	}
-	a.rc.metrics.FunctionCalled(a.rc.rule.Name, id, fn.Transport(), result, took)
+	a.rc.metrics.FunctionCalled(a.rc.rule.Name, fn.CallID(res), fn.Transport(), result, took)
 }
 
 // Finalizing implements render.Finalizer.

@@ -137,11 +137,18 @@ var functionFormat = oneOf(fieldObj("function", "Instead of a template: code tha
 
 // ruleFunctionFormat is spec.function: the rule's function, a sync hook.
 var ruleFunctionFormat = oneOf(fieldObj("function", "The rule's function: code that computes the trigger's children and status, as a Metacontroller sync hook does, and speaks its protocol — a request of {controller, parent, children, related, finalizing} (children: the trigger's in the cluster, by kind then name; related: what the lookups read), a response of {status, children, resyncAfterSeconds}. A WebAssembly module reads the request on stdin and writes the response on stdout; a webhook is POSTed it. Its children are a resource with id sync.",
-	functionFields(&Field{Name: "kinds", Type: "array", Required: true, Desc: "Every kind the function may return, each {apiVersion, kind}, all namespaced or all cluster-scoped: RBAC, identities and the chart know them. Another kind fails the trigger.",
-		Items: fieldObj("", "", must(fieldStr("apiVersion", "The kind's group/version.")), must(fieldStr("kind", "The kind.")))},
+	functionFields(kindsField("Every kind the function may return, each {apiVersion, kind}, all namespaced or all cluster-scoped: RBAC, identities and the chart know them. Another kind fails the trigger."),
 		oneOf(fieldObj("finalize", "Metacontroller's finalize hook: while a trigger is being deleted, this is called instead (the same request, finalizing true) until it answers finalized: true; the rule's finalizer holds the trigger meanwhile, and its children and status are kept as it answers. Then the trigger's children are torn down and the finalizer comes off.",
-			functionFields()...), "wasm", "webhook"))...),
+			functionFields()...), "wasm", "webhook"),
+		oneOf(fieldObj("customize", "Metacontroller's customize hook: called with {controller, parent} once per trigger (again when the trigger changes), it answers {relatedResources: [{apiVersion, resource, namespace, names, labelSelector}]}, the objects the rule's function is then given as related. Namespace defaults to the trigger's for a namespaced kind; the objects come from syncloop's caches, and a change to them calls the rule's function again.",
+			functionFields(kindsField("Every kind the customize function may name, each {apiVersion, kind}: RBAC, the chart and the informers know them. Another kind fails the trigger."))...), "wasm", "webhook"))...),
 	"wasm", "webhook")
+
+// kindsField is a function's required list of kinds.
+func kindsField(desc string) *Field {
+	return &Field{Name: "kinds", Type: "array", Required: true, Desc: desc,
+		Items: fieldObj("", "", must(fieldStr("apiVersion", "The kind's group/version.")), must(fieldStr("kind", "The kind.")))}
+}
 
 // functionFields are the fields of a function: how it is called, and
 // extra.

@@ -48,6 +48,17 @@ type Function struct {
 	// trigger is being deleted, until it answers finalized: the trigger's
 	// teardown waits for it (Metacontroller's finalize hook).
 	Finalize *Function
+	// Customize, of the rule's function, says per trigger which objects
+	// its calls are given as related (Metacontroller's customize hook).
+	Customize *Function
+	// Hook names a function the rule's function has: "finalize" or
+	// "customize"; empty for the others.
+	Hook string
+	// Related, of a customize function, are the kinds it may relate: each
+	// a lookup of the rule read only as the function says.
+	Related []*Lookup
+	// Memo, of a customize function, keeps its answers by trigger.
+	Memo *function.Memo
 	// Pos and Field are where the rule writes it.
 	Pos   Pos
 	Field string
@@ -91,12 +102,26 @@ func (fn *Function) Transport() string {
 	return "wasm"
 }
 
-// Name names the function in messages: its module's file or its URL.
+// Name names the function in messages: its module's file or its URL,
+// and which hook it is.
 func (fn *Function) Name() string {
+	name := "module " + fn.Wasm
 	if fn.Webhook != nil {
-		return "webhook " + fn.Webhook.URL
+		name = "webhook " + fn.Webhook.URL
 	}
-	return "module " + fn.Wasm
+	if fn.Hook != "" {
+		name = fn.Hook + " " + name
+	}
+	return name
+}
+
+// CallID is how res's calls of fn are named in metrics and in a test's
+// responses: the resource's id, and the hook's name after a slash.
+func (fn *Function) CallID(res *Resource) string {
+	if fn.Hook == "" {
+		return res.ID
+	}
+	return res.ID + "/" + fn.Hook
 }
 
 // decodeFunction decodes a function (n, at field; at docPath in the
@@ -141,7 +166,12 @@ func (d *decoder) decodeFunction(res *Resource, n *yaml.Node, field string, docP
 		if fn.Finalize = d.function(fin, ff, field+".finalize", append(slices.Clone(docPath), "finalize"), docVal); fn.Finalize == nil {
 			return
 		}
-		fn.Finalize.Sync = true
+		fn.Finalize.Sync, fn.Finalize.Hook = true, "finalize"
+	}
+	if cn, ok := f["customize"]; ok && sync {
+		if fn.Customize = d.decodeCustomize(cn, field+".customize", append(slices.Clone(docPath), "customize"), docVal); fn.Customize == nil {
+			return
+		}
 	}
 	res.Function = fn
 }

@@ -56,6 +56,14 @@ func (d *decoder) decodeKind(res *Resource, n, tn *yaml.Node, f, tf map[string]*
 // decodeKindList decodes the kinds a resource lists (kn, at
 // field.kinds): those a computed template or a function may make.
 func (d *decoder) decodeKindList(res *Resource, kn *yaml.Node, field string) {
+	res.Kinds = append(res.Kinds, d.kindList(kn, field)...)
+}
+
+// kindList decodes the kinds at field.kinds (kn): {apiVersion, kind}
+// each, at least one, none twice.
+func (d *decoder) kindList(kn *yaml.Node, field string) []KindRef {
+	var out []KindRef
+	errsBefore := len(d.errs)
 	for i, en := range d.seq(kn, field+".kinds") {
 		ef := fmt.Sprintf("%s.kinds[%d]", field, i)
 		kf := d.fields(en, ef, "apiVersion", "kind")
@@ -69,15 +77,16 @@ func (d *decoder) decodeKindList(res *Resource, kn *yaml.Node, field string) {
 			continue
 		}
 		k.GVK = gv.WithKind(k.Kind)
-		if slices.ContainsFunc(res.Kinds, func(o KindRef) bool { return o.GVK == k.GVK }) {
+		if slices.ContainsFunc(out, func(o KindRef) bool { return o.GVK == k.GVK }) {
 			d.errorf(en, ef, "%s %s is listed twice", k.APIVersion, k.Kind)
 			continue
 		}
-		res.Kinds = append(res.Kinds, k)
+		out = append(out, k)
 	}
-	if len(res.Kinds) == 0 && len(d.errs) == 0 {
+	if len(out) == 0 && len(d.errs) == errsBefore {
 		d.errorf(kn, field+".kinds", "must list at least one kind")
 	}
+	return out
 }
 
 // literalOf is the literal string at key of a template's top fields.

@@ -361,7 +361,9 @@ func (r *Rule) resolveLookupReads() {
 			lookups, variables = append(lookups, res.Template.LookupRefs()...), append(variables, res.Template.VariableRefs()...)
 		} else { // a function is given every lookup and variable
 			for _, l := range r.Lookups {
-				lookups = append(lookups, l.ID)
+				if !l.Related { // given only as its customize function says
+					lookups = append(lookups, l.ID)
+				}
 			}
 			for _, v := range r.Variables {
 				variables = append(variables, v.Name)

@@ -37,6 +37,7 @@ func (d *decoder) decodeResources(r *Rule, n, fn *yaml.Node, docVal any, pos pos
 	if fn != nil {
 		if res := d.decodeRuleFunction(fn, len(nodes), ids, docVal); res != nil {
 			r.Resources = append(r.Resources, res)
+			r.addRelatedLookups(res)
 			ids = append(ids, res.ID)
 		}
 	}

@@ -48,6 +48,12 @@ func TestRuleFunctionDecoding(t *testing.T) {
 			want: `spec.function.finalize.wasm: required (or webhook)`},
 		{name: "finalize with kinds", yaml: "  function:\n" + kinds + "    webhook: {url: 'http://h/sync'}\n    finalize: {webhook: {url: 'http://h/f'}, kinds: []}\n",
 			want: `spec.function.finalize: unknown field "kinds"`},
+		{name: "customize", yaml: "  lookups: [{id: defaults, apiVersion: v1, kind: ConfigMap, namespace: n, name: d}]\n  function:\n" + kinds + "    webhook: {url: 'http://h/sync'}\n    customize:\n      kinds: [{apiVersion: v1, kind: Secret}, {apiVersion: apps/v1, kind: Deployment}]\n      webhook: {url: 'http://h/customize'}\n",
+			url: "http://h/sync"},
+		{name: "customize without kinds", yaml: "  function:\n" + kinds + "    webhook: {url: 'http://h/sync'}\n    customize: {webhook: {url: 'http://h/c'}}\n",
+			want: `r.yaml:12:16: rule "r": spec.function.customize.kinds: required: list every kind the customize function may name`},
+		{name: "customize kind twice", yaml: "  function:\n" + kinds + "    webhook: {url: 'http://h/sync'}\n    customize: {webhook: {url: 'http://h/c'}, kinds: [{apiVersion: v1, kind: Secret}, {apiVersion: v1, kind: Secret}]}\n",
+			want: `spec.function.customize.kinds[1]: v1 Secret is listed twice`},
 		{name: "reads", yaml: "  function:\n" + kinds + "    webhook: {url: 'http://h/s'}\n    reads: [x]\n",
 			want: `spec.function: unknown field "reads"`},
 	} {
@@ -76,6 +82,11 @@ func TestRuleFunctionDecoding(t *testing.T) {
 				} else if fin != nil && (fin.Webhook.URL != "http://h/finalize" || !fin.Sync || fin.Limits.Timeout.String() != "3s") {
 					t.Errorf("finalize %+v: want a sync webhook at http://h/finalize, 3s", fin)
 				}
+				if cust := sync.Function.Customize; (tc.name == "customize") != (cust != nil) {
+					t.Errorf("customize %+v", cust)
+				} else if cust != nil {
+					checkRelated(t, r, cust)
+				}
 				if tc.name == "url" && sync.Function.Limits.Timeout != DefaultWebhookTimeout {
 					t.Errorf("timeout %s, want the default %s", sync.Function.Limits.Timeout, DefaultWebhookTimeout)
 				}
@@ -89,5 +100,25 @@ func TestRuleFunctionDecoding(t *testing.T) {
 				t.Errorf("got  %q\nwant %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// checkRelated checks that a customize function's kinds are lookups of
+// the rule after spec.lookups, read only as it says: not in LookupOrder.
+func checkRelated(t *testing.T, r *Rule, cust *Function) {
+	t.Helper()
+	if cust.Hook != "customize" || cust.Webhook.URL != "http://h/customize" || cust.Memo == nil || cust.CallID(r.Sync()) != "sync/customize" {
+		t.Errorf("customize %+v: want the customize hook at http://h/customize, with a memo", cust)
+	}
+	if len(r.Lookups) != 3 || len(r.LookupOrder) != 1 || r.LookupOrder[0].ID != "defaults" {
+		t.Fatalf("lookups %v, order %v: want defaults, then the two related kinds out of the order", r.Lookups, r.LookupOrder)
+	}
+	for i, l := range r.Lookups[1:] {
+		if !l.Related || l.Index != i+1 || l != cust.Related[i] || !strings.HasPrefix(l.ID, RelatedLookupPrefix) || !l.List() {
+			t.Errorf("lookup %d %+v: want related kind %d, a list", i+1, l, i)
+		}
+	}
+	if r.Lookups[2].GVK.Kind != "Deployment" || r.Lookups[2].GVK.Group != "apps" {
+		t.Errorf("related %v: want apps/v1 Deployment", r.Lookups[2].GVK)
 	}
 }

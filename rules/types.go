@@ -158,6 +158,10 @@ type Lookup struct {
 	// that read the lookup wait — neither applied nor pruned — and the
 	// Ready condition says WaitingForLookup<Id>.
 	Required bool
+	// Related: a kind the rule function's customize function may name
+	// (spec.function.customize.kinds), read only as it says: not in
+	// LookupOrder, not lookups.<id>.
+	Related bool
 	// Deps are the lookups this one reads as lookups.<id> in its
 	// namespace, name or labelSelector, in spec order; Refs say where.
 	Deps []*Lookup

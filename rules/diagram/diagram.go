@@ -96,6 +96,11 @@ func Of(r *rules.Rule, prefix string) *Graph {
 		for _, id := range res.Lookups {
 			g.Edges = append(g.Edges, Edge{From: lookupID(id), To: childID(res.ID), Via: "lookups." + id, Waits: required[id]})
 		}
+		if res.Function != nil && res.Function.Customize != nil {
+			for _, l := range res.Function.Customize.Related {
+				g.Edges = append(g.Edges, Edge{From: lookupID(l.ID), To: childID(res.ID), Via: "related"})
+			}
+		}
 		for _, dep := range res.Deps {
 			g.Edges = append(g.Edges, Edge{From: childID(dep.ID), To: childID(res.ID), Via: "children." + dep.ID, Waits: true})
 		}
@@ -157,6 +162,9 @@ func triggerNode(r *rules.Rule, id string) Node {
 func lookupNode(l *rules.Lookup, id string) Node {
 	n := Node{ID: id, Shape: Lookup, Title: "lookup " + l.ID, Lines: []string{kindLine(l.KindRef)}, Many: l.List(), Required: l.Required}
 	switch {
+	case l.Related:
+		n.Title = "related " + l.Kind
+		n.Lines = append(n.Lines, "as customize names")
 	case !l.List():
 		n.Lines = append(n.Lines, "one by name")
 	case l.LabelSelector.Empty():

@@ -68,7 +68,11 @@ func (w *graphWalk) callFunction(ctx context.Context, res *rules.Resource, names
 		if finalizing {
 			fn = fn.Finalize
 		}
-		in = w.syncRequest(ctx, finalizing)
+		req, err := w.syncRequest(ctx, res, finalizing)
+		if err != nil {
+			return nil, childError(w.r, res, "", err)
+		}
+		in = req
 	} else {
 		in = w.functionInput(res)
 	}
@@ -130,7 +134,7 @@ func (w *graphWalk) functionInput(res *rules.Resource) *FunctionInput {
 func (w *graphWalk) call(ctx context.Context, res *rules.Resource, fn *rules.Function, data []byte) ([]byte, error) {
 	if fn.Webhook != nil && w.offline {
 		if rp, ok := w.lk.(Responder); ok {
-			if out, ok := rp.Response(w.r.Name, res.ID, rules.RefOf(w.trigger)); ok {
+			if out, ok := rp.Response(w.r.Name, fn.CallID(res), rules.RefOf(w.trigger)); ok {
 				return out, nil
 			}
 		}
@@ -141,7 +145,7 @@ func (w *graphWalk) call(ctx context.Context, res *rules.Resource, fn *rules.Fun
 	if co, ok := w.ap.(CallObserver); ok {
 		co.FunctionCalled(res, fn, time.Since(start), err)
 	}
-	logger := klog.FromContext(ctx).WithValues("rule", w.r.Name, "resource", res.ID, "function", fn.Name())
+	logger := klog.FromContext(ctx).WithValues("rule", w.r.Name, "resource", fn.CallID(res), "function", fn.Name())
 	if len(out.Stderr) > 0 && err == nil {
 		logger.V(2).Info("Function stderr", "stderr", string(out.Stderr))
 	}

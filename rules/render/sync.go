@@ -86,15 +86,29 @@ func byKind(m map[string]map[string]any, parent, obj *unstructured.Unstructured)
 	m[key][name] = obj.Object
 }
 
-// syncRequest is the request of the rule's function for this render.
-func (w *graphWalk) syncRequest(ctx context.Context, finalizing bool) *SyncRequest {
+// controllerOf is what a hook is given as its controller: a
+// CompositeController named as the rule.
+func controllerOf(r *rules.Rule) map[string]any {
+	return map[string]any{"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+		"metadata": map[string]any{"name": r.Name}}
+}
+
+// syncRequest is the request of res, the rule's function, for this
+// render: related holds what its customize function names, if it has
+// one, and what the rule's lookups read.
+func (w *graphWalk) syncRequest(ctx context.Context, res *rules.Resource, finalizing bool) (*SyncRequest, error) {
 	in := &SyncRequest{
-		Controller: map[string]any{"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
-			"metadata": map[string]any{"name": w.r.Name}},
-		Parent: w.trigger.Object, Children: map[string]map[string]any{}, Related: map[string]map[string]any{},
+		Controller: controllerOf(w.r), Parent: w.trigger.Object, Children: map[string]map[string]any{}, Related: map[string]map[string]any{},
 		Finalizing: finalizing, Rule: w.r.Name, Variables: w.rd.act.Variables, Lookups: w.rd.act.Lookups,
 	}
-	for _, k := range w.r.Sync().Kinds {
+	if cust := res.Function.Customize; cust != nil {
+		related, err := w.related(ctx, res, cust)
+		if err != nil {
+			return nil, err
+		}
+		in.Related = related
+	}
+	for _, k := range res.Kinds {
 		in.Children[kindKey(k.GVK)] = map[string]any{}
 	}
 	if cl, ok := w.lk.(ChildLister); ok {
@@ -114,7 +128,7 @@ func (w *graphWalk) syncRequest(ctx context.Context, finalizing bool) *SyncReque
 			}
 		}
 	}
-	return in
+	return in, nil
 }
 
 // decodeSyncResponse reads what the rule's function returns: Metacontroller's

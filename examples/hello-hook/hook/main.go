@@ -1,9 +1,10 @@
 // Command hook is a sync hook server written to Metacontroller's
 // CompositeController protocol alone — the standard library, nothing of
 // syncloop — as a team moving from Metacontroller has one: for each
-// HelloWorld, a Pod that greets spec.who, and as status how many of its
-// Pods exist and how many succeeded. syncloop calls it unchanged
-// (examples/hello-hook/rules.yaml).
+// HelloWorld, a Pod that greets spec.who — with the greeting of the
+// ConfigMap greetings in its namespace, which its customize hook asks to
+// be given — and as status how many of its Pods exist and how many
+// succeeded. syncloop calls it unchanged (examples/hello-hook/rules.yaml).
 package main
 
 import (
@@ -24,13 +25,23 @@ type object struct {
 	Status struct {
 		Phase string `json:"phase"`
 	} `json:"status"`
+	Data map[string]string `json:"data"`
 }
 
-// request is the sync hook's request: the parent, and its children by
-// kind ("Pod.v1") then name.
+// request is the sync hook's request: the parent, and its children and
+// related objects by kind ("Pod.v1") then name.
 type request struct {
 	Parent   object                       `json:"parent"`
 	Children map[string]map[string]object `json:"children"`
+	Related  map[string]map[string]object `json:"related"`
+}
+
+// customize answers the customize hook: the parent is to be given the
+// ConfigMap greetings of its namespace.
+func customize(object) map[string]any {
+	return map[string]any{"relatedResources": []any{
+		map[string]any{"apiVersion": "v1", "resource": "configmaps", "names": []string{"greetings"}},
+	}}
 }
 
 // response is the sync hook's response.
@@ -50,6 +61,10 @@ func sync(req request) response {
 	if who == "" {
 		who = "World"
 	}
+	greeting := req.Related["ConfigMap.v1"]["greetings"].Data["greeting"]
+	if greeting == "" {
+		greeting = "Hello"
+	}
 	pod := map[string]any{
 		"apiVersion": "v1",
 		"kind":       "Pod",
@@ -57,7 +72,7 @@ func sync(req request) response {
 		"spec": map[string]any{
 			"restartPolicy": "OnFailure",
 			"containers": []any{map[string]any{
-				"name": "hello", "image": "busybox", "command": []any{"echo", "Hello, " + who + "!"},
+				"name": "hello", "image": "busybox", "command": []any{"echo", greeting + ", " + who + "!"},
 			}},
 		},
 	}
@@ -67,19 +82,29 @@ func sync(req request) response {
 	}
 }
 
-func main() {
-	addr := flag.String("addr", ":8080", "address to listen on")
-	flag.Parse()
-	http.HandleFunc("/sync", func(w http.ResponseWriter, r *http.Request) {
-		var req request
+// serve handles a hook: the request decoded as In, the answer of f.
+func serve[In, Out any](f func(In) Out) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req In
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		if err := json.NewEncoder(w).Encode(sync(req)); err != nil {
+		if err := json.NewEncoder(w).Encode(f(req)); err != nil {
 			log.Print(err)
 		}
-	})
+	}
+}
+
+func main() {
+	addr := flag.String("addr", ":8080", "address to listen on")
+	flag.Parse()
+	http.HandleFunc("/sync", serve(sync))
+	http.HandleFunc("/customize", serve(func(req struct {
+		Parent object `json:"parent"`
+	}) map[string]any {
+		return customize(req.Parent)
+	}))
 	log.Fatal(http.ListenAndServe(*addr, nil))
 }
