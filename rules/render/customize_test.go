@@ -103,10 +103,10 @@ func TestCustomizeHook(t *testing.T) {
 // trigger naming the customize function; a failed answer is not kept.
 func TestCustomizeHookFails(t *testing.T) {
 	for related, want := range map[string]string{
-		`[{"apiVersion": "v1", "resource": "secrets"}]`:                                                     "returned relatedResources[0] apiVersion v1, resource secrets: not among the kinds listed (v1 ConfigMap)",
+		`[{"apiVersion": "v1", "resource": "secrets"}]`:                                                    "returned relatedResources[0] apiVersion v1, resource secrets: not among the kinds listed (v1 ConfigMap)",
 		`[{"apiVersion": "v1", "resource": "configmaps", "labelSelector": {"matchLabels": {"a b": "c"}}}]`: "returned relatedResources[0]: labelSelector:",
-		`[{"apiVersion": "v1", "resource": "configmaps", "name": "a"}]`:                                     `unknown field "name"`,
-		`[{"resource": "configmaps"}]`:                                                                      "relatedResources[0] needs apiVersion and resource",
+		`[{"apiVersion": "v1", "resource": "configmaps", "name": "a"}]`:                                    `unknown field "name"`,
+		`[{"resource": "configmaps"}]`:                                                                     "relatedResources[0] needs apiVersion and resource",
 	} {
 		h := &customizeHook{related: related}
 		srv := httptest.NewServer(h)
