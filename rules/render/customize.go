@@ -1,6 +1,7 @@
 package render
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -103,7 +104,7 @@ func decodeCustomizeResponse(data []byte) ([]RelatedRule, error) {
 	var resp struct {
 		RelatedResources []RelatedRule `json:"relatedResources"`
 	}
-	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&resp); err != nil {
 		return nil, err
