@@ -97,6 +97,10 @@ type Options struct {
 	// Fights says when a child another writer keeps changing is left
 	// alone for a while; the zero value is DefaultFightPolicy.
 	Fights FightPolicy
+	// Fleet, when set, is the inventory of clusters the children of rules
+	// that target clusters go to; nil: such children wait, their clusters
+	// not reachable.
+	Fleet Fleet
 	// Plan, when set, makes the engine a dry run: every write becomes a
 	// server-side dry-run request (dryRun=All: defaulting and admission
 	// apply, nothing is persisted) and an Action for Plan. No Event is
@@ -186,6 +190,7 @@ func New(o Options) *Engine {
 				e.metrics.WatchError(key.GVR.GroupResource().String(), errorReason(err))
 			}
 		})
+	e.actors.fleet = o.Fleet
 	if e.drain == 0 {
 		e.drain = 30 * time.Second
 	}
@@ -209,7 +214,7 @@ func (e *Engine) PlanOnce(ctx context.Context, set *rules.Set) error {
 		e.planned.rollouts = e.Rollouts()
 		e.planned.reconciles, _ = e.Progress()
 		e.Enforce(ctx, nil)
-		e.actors.shutdown()
+		e.shutdown()
 	}()
 	// Idle twice in a row, 20ms apart: a key a worker has just taken from
 	// its queue (not yet counted in flight) is in flight, or done, by the
@@ -281,8 +286,14 @@ func (e *Engine) Run(ctx context.Context, set *rules.Set, updates <-chan *rules.
 		break
 	}
 	e.Enforce(ctx, nil)
-	e.actors.shutdown()
+	e.shutdown()
 	return nil
+}
+
+// shutdown stops every informer, of every identity and cluster.
+func (e *Engine) shutdown() {
+	e.actors.shutdown()
+	e.actors.remotes.each(func(a *actor) { a.registry.Shutdown() })
 }
 
 // Enforce puts set in force, bringing the running loops in line with it:
@@ -407,7 +418,11 @@ func retiredKinds(w *watches, r *rules.Rule) []schema.GroupVersionKind {
 }
 
 // Informers is how many shared informers run.
-func (e *Engine) Informers() int { return e.actors.informers() }
+func (e *Engine) Informers() int {
+	n := e.actors.informers()
+	e.actors.remotes.each(func(a *actor) { n += a.registry.Len() })
+	return n
+}
 
 // RuleState says where one rule's loop is: StateWaiting,
 // StateSyncing, StateRunning or StateFailed; Detail says why a rule does not

@@ -46,6 +46,7 @@ type harness struct {
 	shard     Shard           // Options.Shard, set before start
 	rollouts  RolloutStore    // Options.Rollouts, set before start
 	fights    FightPolicy     // Options.Fights, set before start
+	fleet     Fleet           // Options.Fleet, set before start
 	eventLRU  int             // entries of each of the recorder's Event caches, set before start; 0: client-go's 4,096
 	// alone: the test looks at the whole process (its goroutines), or
 	// takes its CPU for seconds (hostile triggers), and shares it with no
@@ -165,7 +166,7 @@ func (h *harness) startWith(set *rules.Set, waitReady bool) {
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: h.cs.CoreV1().Events("")})
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "syncloop"})
 
-	h.engine = New(Options{Client: cl, Mapper: dynamic.NewMapper(disco, 200*time.Millisecond), Recorder: recorder, DrainTimeout: 5 * time.Second, Plan: h.plan, Metrics: h.metrics, Namespace: h.limitNS, Events: h.eventMode, Shard: h.shard, Rollouts: h.rollouts, Fights: h.fights})
+	h.engine = New(Options{Client: cl, Mapper: dynamic.NewMapper(disco, 200*time.Millisecond), Recorder: recorder, DrainTimeout: 5 * time.Second, Plan: h.plan, Metrics: h.metrics, Namespace: h.limitNS, Events: h.eventMode, Shard: h.shard, Rollouts: h.rollouts, Fights: h.fights, Fleet: h.fleet})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	h.done = done

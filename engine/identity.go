@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 
 	k8sdynamic "k8s.io/client-go/dynamic"
@@ -30,6 +31,10 @@ type actors struct {
 	dryRun   bool
 	indexers cache.Indexers
 	setup    func(*dynamic.Registry)
+	// fleet are the other clusters children of rules may go to (nil:
+	// none); remotes the actors that reach them.
+	fleet   Fleet
+	remotes remoteActors
 
 	mu sync.Mutex
 	by map[rules.ServiceAccount]*actor
@@ -108,4 +113,59 @@ func (as *actors) keys() []dynamic.WatchKey {
 	var out []dynamic.WatchKey
 	as.each(func(a *actor) { out = append(out, a.registry.Keys()...) })
 	return out
+}
+
+// remoteActors are the actors of the fleet's clusters (Fleet): one per
+// cluster and kubeconfig version, acting as whoever that kubeconfig says
+// — no ServiceAccount of this cluster is anyone there. Those of a
+// kubeconfig replaced, or of a cluster gone, are dropped once no rule
+// watches through them.
+type remoteActors struct {
+	mu sync.Mutex
+	by map[string]*actor // by name@version
+}
+
+// of is the actor of cluster name reached through r, made on first use,
+// its informers set up as local ones are (as's), and its failed watches
+// telling r that the cluster does not answer.
+func (ra *remoteActors) of(name string, r dynamic.Remote, as *actors) *actor {
+	ra.mu.Lock()
+	defer ra.mu.Unlock()
+	if ra.by == nil {
+		ra.by = map[string]*actor{}
+	}
+	key := name + "@" + r.Version
+	if a, ok := ra.by[key]; ok {
+		return a
+	}
+	for k, a := range ra.by {
+		if strings.HasPrefix(k, name+"@") && a.registry.Len() == 0 {
+			delete(ra.by, k)
+		}
+	}
+	reg := dynamic.NewRegistry(r.Client.Dynamic, as.indexers)
+	reg.Protobuf = r.Client.Protobuf()
+	reg.Identity = "cluster " + name
+	as.setup(reg)
+	counted := reg.OnWatchError
+	reg.OnWatchError = func(key dynamic.WatchKey, err error) {
+		if counted != nil {
+			counted(key, err)
+		}
+		if dynamic.NoAnswer(err) && r.Failed != nil {
+			r.Failed(err)
+		}
+	}
+	a := &actor{registry: reg, client: &dynamic.Writer{Client: r.Client, DryRun: as.dryRun}}
+	ra.by[key] = a
+	return a
+}
+
+// each calls f with every remote actor.
+func (ra *remoteActors) each(f func(*actor)) {
+	ra.mu.Lock()
+	defer ra.mu.Unlock()
+	for _, a := range ra.by {
+		f(a)
+	}
 }

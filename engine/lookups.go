@@ -36,6 +36,15 @@ func (lk *cacheLookuper) Observed(context.Context) []*unstructured.Unstructured 
 	return out
 }
 
+// Clusters implements render.ClusterLister: the fleet's clusters, none
+// without one.
+func (lk *cacheLookuper) Clusters() []rules.Cluster {
+	if lk.rc.fleet == nil {
+		return nil
+	}
+	return lk.rc.fleet.fleet.Clusters()
+}
+
 // Resource implements render.Resourcer: the resource l's kind is served
 // as.
 func (lk *cacheLookuper) Resource(l *rules.Lookup) string {

@@ -67,6 +67,9 @@ type ruleLoop struct {
 	watches *watches    // resolved and subscribed by run before any worker starts
 	rc      *reconciler // reconciles one trigger
 	own     []*reconciler
+	// fleet are the clusters the rule's children may go to; nil when no
+	// resource of the rule targets clusters.
+	fleet *loopFleet
 	// ro is the rule's rollout from its previous revision, if one is
 	// under way (or was, since the loop started): nil, every trigger is
 	// on the loop's revision.
@@ -181,6 +184,9 @@ func newRuleLoop(e *Engine, r *rules.Rule, retired []schema.GroupVersionKind, re
 		phase:   loopPhase{state: StateWaiting},
 		share:   loopShare{reshard: make(chan struct{}, 1), working: map[uint64]context.CancelFunc{}},
 	}
+	if f := e.actors.fleet; r.TargetsClusters() && f != nil {
+		l.fleet = newLoopFleet(l, f)
+	}
 	l.rc = l.reconcilerOf(r, l.watches)
 	l.own = []*reconciler{l.rc}
 	if plan != nil {
@@ -200,9 +206,10 @@ func newRuleLoop(e *Engine, r *rules.Rule, retired []schema.GroupVersionKind, re
 func (l *ruleLoop) reconcilerOf(r *rules.Rule, w *watches) *reconciler {
 	e, client := l.e, w.actor.client
 	rc := newReconciler(r, w, e.mapper, client, e.metrics, e.fights, func(writes *ownWrites) writer {
-		return e.out.writer(r, client, writes, l.add)
+		return e.out.writer(r, "", client, writes, l.add)
 	})
 	rc.mayLag = l.mayLag
+	rc.fleet = l.fleet
 	rc.later = func(key cache.ObjectName, d time.Duration) {
 		if e.owns(l.rule.Name, key) {
 			l.queue.AddAfter(key, d)
@@ -268,12 +275,15 @@ func (l *ruleLoop) run(ctx context.Context) {
 	l.share.seen = l.e.currentShard()
 	listed := l.listingNow()
 	l.share.listed.Store(&listed)
-	if !l.prepare(ctx) || !l.prepareRollout(ctx) || !l.waitForSync(ctx, l.needed()) {
+	if !l.prepare(ctx) || !l.prepareRollout(ctx) {
 		return
 	}
-	l.phase.mu.Lock()
-	l.phase.syncedAt = time.Now()
-	l.phase.mu.Unlock()
+	stopFleet, ok := l.startFleet(ctx)
+	defer stopFleet()
+	if !ok || !l.waitForSync(ctx, l.needed()) {
+		return
+	}
+	l.synced()
 
 	// Workers get a context that outlives ctx by the drain timeout, so
 	// that in-flight reconciles finish on shutdown. They start before the
@@ -325,6 +335,13 @@ func (l *ruleLoop) run(ctx context.Context) {
 	defer timer.Stop()
 	l.queue.ShutDownWithDrain()
 	wg.Wait()
+}
+
+// synced records that the informers the workers need have synced, now.
+func (l *ruleLoop) synced() {
+	l.phase.mu.Lock()
+	l.phase.syncedAt = time.Now()
+	l.phase.mu.Unlock()
 }
 
 // prepare resolves the rule's kinds, checks them against the engine's

@@ -18,8 +18,9 @@ import (
 type outputs struct {
 	// plan is the dry run's; nil when the engine is live.
 	plan Planner
-	// writer makes rule r's writer, writing with client (the identity's).
-	writer func(r *rules.Rule, client *dynamic.Writer, writes *ownWrites, requeue func(cache.ObjectName)) writer
+	// writer makes rule r's writer, writing with client (the identity's,
+	// or in another cluster of the fleet, that cluster's: "" syncloop's).
+	writer func(r *rules.Rule, cluster string, client *dynamic.Writer, writes *ownWrites, requeue func(cache.ObjectName)) writer
 	// rollouts makes the recorder of a rollout of r; coordinates says
 	// whether this replica steps it.
 	rollouts func(r *rules.Rule, coordinates func() bool) rollout.Recorder
@@ -31,8 +32,8 @@ type outputs struct {
 // recorder; rollouts and removals to store (nil: kept in memory only).
 func liveOutputs(m Metrics, recorder record.EventRecorder, events EventMode, store RolloutStore) outputs {
 	return outputs{
-		writer: func(r *rules.Rule, client *dynamic.Writer, writes *ownWrites, requeue func(cache.ObjectName)) writer {
-			return &liveWriter{rule: r.Name, client: client, writes: writes, requeue: requeue,
+		writer: func(r *rules.Rule, cluster string, client *dynamic.Writer, writes *ownWrites, requeue func(cache.ObjectName)) writer {
+			return &liveWriter{rule: r.Name, cluster: cluster, client: client, writes: writes, requeue: requeue,
 				metrics: m, recorder: recorder, events: events}
 		},
 		rollouts: func(r *rules.Rule, coordinates func() bool) rollout.Recorder {
@@ -52,8 +53,8 @@ func liveOutputs(m Metrics, recorder record.EventRecorder, events EventMode, sto
 func planOutputs(plan Planner, once bool) outputs {
 	return outputs{
 		plan: plan,
-		writer: func(r *rules.Rule, client *dynamic.Writer, _ *ownWrites, _ func(cache.ObjectName)) writer {
-			return &planWriter{rule: r.Name, client: client, plan: plan, once: once}
+		writer: func(r *rules.Rule, cluster string, client *dynamic.Writer, _ *ownWrites, _ func(cache.ObjectName)) writer {
+			return &planWriter{rule: r.Name, cluster: cluster, client: client, plan: plan, once: once}
 		},
 		rollouts: func(r *rules.Rule, _ func() bool) rollout.Recorder {
 			return plannedRollout{plan: plan, rule: r.Name}

@@ -46,6 +46,9 @@ type Action struct {
 	Rule    string          `json:"rule"`
 	Trigger rules.ObjectRef `json:"trigger"`
 	Object  rules.ObjectRef `json:"object"`
+	// Cluster is the cluster of the fleet the object is in; "": syncloop's
+	// own.
+	Cluster string `json:"cluster,omitempty"`
 	// Diff is a unified diff, live against desired, of the fields syncloop
 	// manages (updates and status); Secret values are redacted.
 	Diff string `json:"diff,omitempty"`
@@ -99,7 +102,7 @@ func NewPlanPrinter(w, errW io.Writer, jsonLines, stream bool) *PlanPrinter {
 func (p *PlanPrinter) Plan(a Action) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	key := a.Rule + " " + a.Action + " " + a.Object.String()
+	key := a.Rule + " " + a.Action + " " + a.Object.String() + " " + a.Cluster
 	if a.Action == ActionWait {
 		key += " " + a.Trigger.String() + " " + a.Resource
 	}
@@ -127,6 +130,9 @@ func (p *PlanPrinter) print(a Action) {
 	object := a.Object.String()
 	if a.Action == ActionWait {
 		object = fmt.Sprintf("resource %s (%s)", a.Resource, strings.TrimSpace(object))
+	}
+	if a.Cluster != "" {
+		object += " in cluster " + a.Cluster
 	}
 	fmt.Fprintf(p.w, "%s %-7s %s  (rule %s", sym, a.Action, object, a.Rule)
 	if a.Action != ActionStatus && a.Trigger != (rules.ObjectRef{}) {

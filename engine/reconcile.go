@@ -45,6 +45,9 @@ type reconciler struct {
 	// queues a trigger again after a while (when a cooling ends).
 	fights *fights
 	later  func(cache.ObjectName, time.Duration)
+	// fleet are the other clusters the rule's children go to; nil when
+	// none does (or syncloop has no inventory).
+	fleet *loopFleet
 }
 
 // liveReader reads one object from the API server, for the few decisions
@@ -180,12 +183,19 @@ func (rc *reconciler) converge(ctx context.Context, ch *changes, ref rules.Objec
 	if err := rc.prune(ctx, ch, ref, owner, existing, ap.desired, waiting); err != nil {
 		errs = append(errs, err)
 	}
-	if err := errors.Join(rc.releasePatches(ctx, ch, ref, key, ap.patched, waitingKinds), rc.remember(ctx, trigger, ap.createdNow(waiting)),
-		rc.hold(ctx, key, trigger, true, len(ap.desired) > 0 || len(existing) > 0)); err != nil {
+	if err := rc.pruneRemote(ctx, ch, ref, owner, rd, ap.remote, waiting); err != nil {
 		errs = append(errs, err)
 	}
-	if rd.ResyncAfter > 0 {
+	hasChildren := len(ap.desired) > 0 || len(existing) > 0 || ap.remoteCount() > 0 || ap.unreachable || rc.remoteChildren(owner)
+	if err := errors.Join(rc.releasePatches(ctx, ch, ref, key, ap.patched, waitingKinds), rc.remember(ctx, trigger, ap.createdNow(waiting)),
+		rc.hold(ctx, key, trigger, true, hasChildren)); err != nil {
+		errs = append(errs, err)
+	}
+	switch {
+	case rd.ResyncAfter > 0:
 		rc.later(key, rd.ResyncAfter) // the rule's function asked to be called again
+	case ap.unreachable:
+		rc.later(key, unreachableAgain) // and when the cluster answers again
 	}
 	if rc.rule.WritesStatus() {
 		if err := rc.writeStatus(ctx, trigger, rd, errors.Join(append(errs, ap.contended...)...)); err != nil {
@@ -222,7 +232,8 @@ func (rc *reconciler) release(ctx context.Context, ch *changes, ref rules.Object
 	rc.deps.set(key, nil)
 	rc.patches.setKeys(key, nil)
 	rc.writes.forgetConflicts(key)
-	return errors.Join(rc.prune(ctx, ch, ref, owner, existing, nil, nil), rc.releasePatches(ctx, ch, ref, key, nil, nil))
+	return errors.Join(rc.prune(ctx, ch, ref, owner, existing, nil, nil), rc.pruneRemote(ctx, ch, ref, owner, nil, nil, nil),
+		rc.releasePatches(ctx, ch, ref, key, nil, nil))
 }
 
 // applier applies the children of one reconcile as the render walks the
@@ -246,6 +257,10 @@ type applier struct {
 	// finalizing: the trigger is being deleted and the rule's finalize
 	// function is called instead of its function.
 	finalizing bool
+	// remote are the children applied in other clusters, by cluster;
+	// unreachable: some went to a cluster that could not be reached.
+	remote      map[string]map[childRef]bool
+	unreachable bool
 }
 
 var (
@@ -276,11 +291,17 @@ func (a *applier) Apply(ctx context.Context, child render.Child) (map[string]any
 	ref := refOf(child.Object)
 	var out map[string]any
 	var err error
-	if child.Patch {
+	switch {
+	case child.Cluster != "":
+		out, err = a.applyRemote(ctx, child)
+		if errors.As(err, new(*render.UnreachableError)) {
+			return nil, err // the child waits there: not a failure
+		}
+	case child.Patch:
 		a.patched[ref] = true
 		a.patchKeys[depKey{lookup: child.Resource.Index, namespace: ref.namespace, name: ref.name}] = true
 		out, err = rc.applyPatch(ctx, a.ch, a.trigger, a.key, child)
-	} else {
+	default:
 		a.desired[ref] = true
 		if child.Resource.CreateOnce {
 			out, err = a.createOnce(ctx, child)
@@ -307,6 +328,9 @@ func (a *applier) Apply(ctx context.Context, child render.Child) (map[string]any
 // Observed implements render.Observer: the child as the caches hold it,
 // if it is this trigger's child of this rule.
 func (a *applier) Observed(child render.Child) map[string]any {
+	if child.Cluster != "" {
+		return a.observedRemote(child)
+	}
 	ref := refOf(child.Object)
 	ck := a.rc.w.children[ref.gvk]
 	if ck.sub == nil {

@@ -155,7 +155,7 @@ func (e *Engine) removeRule(ctx context.Context, r *rules.Rule) (RemovalRecord, 
 	if err != nil {
 		return rec, err
 	}
-	out := e.out.writer(r, a.client, newOwnWrites(), func(cache.ObjectName) {})
+	out := e.out.writer(r, "", a.client, newOwnWrites(), func(cache.ObjectName) {})
 	if rec.Released, err = e.releaseRemoved(ctx, r, a, out); err != nil || r.RemovalPolicy != rules.DeletionDelete {
 		return rec, err
 	}

@@ -243,9 +243,7 @@ func (l *ruleLoop) refresh(ctx context.Context) bool {
 		}
 	}
 	l.share.listed.Store(&now)
-	l.phase.mu.Lock()
-	l.phase.syncedAt = time.Now()
-	l.phase.mu.Unlock()
+	l.synced()
 	l.refreshes.Add(1)
 	logger.V(1).Info("Shard changed: listed again", "took", time.Since(start).Round(time.Millisecond), "keepAll", now.keepAll)
 	return true

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -44,8 +45,18 @@ func (rc *reconciler) letGo(ctx context.Context, ch *changes, ref rules.ObjectRe
 	rc.deps.set(key, nil)
 	rc.writes.forgetConflicts(key)
 	doomed := rc.prunable(ctx, owner, existing, nil, nil, true)
-	if len(doomed) > 0 {
-		return rc.tearDown(ctx, ch, ref, trigger, doomed)
+	remote, waitingFor := rc.remoteDoomed(ctx, owner)
+	if len(doomed) > 0 || len(remote) > 0 {
+		return rc.tearDown(ctx, ch, ref, trigger, doomed, remote)
+	}
+	if len(waitingFor) > 0 {
+		// Held until every cluster where it may have children answers (or
+		// leaves the inventory): none of them is left behind unseen.
+		err := &ClusterWaitError{Clusters: waitingFor}
+		if rc.rule.WritesStatus() {
+			return errors.Join(err, rc.applyStatus(ctx, trigger, nil, render.TearingDown(err.Error()), nil))
+		}
+		return err
 	}
 	// What the trigger patched is released last: its dependents are gone.
 	if err := rc.releasePatches(ctx, ch, ref, key, nil, nil); err != nil {
@@ -55,35 +66,28 @@ func (rc *reconciler) letGo(ctx context.Context, ch *changes, ref rules.ObjectRe
 	return rc.unhold(ctx, key, trigger)
 }
 
-// tearDown deletes the children of the earliest wave doomed holds — those
-// not being deleted already — and says on the trigger which wave its
-// deletion waits on. The children's deletes queue the trigger again.
-func (rc *reconciler) tearDown(ctx context.Context, ch *changes, ref rules.ObjectRef, trigger *unstructured.Unstructured, doomed []object) error {
-	wave := waveOf(rc.rule, doomed[0])
-	for _, child := range doomed[1:] {
-		wave = min(wave, waveOf(rc.rule, child))
+// tearDown deletes the children of the earliest wave doomed and remote
+// (per cluster) hold — those not being deleted already — and says on the
+// trigger which wave its deletion waits on. The children's deletes queue
+// the trigger again.
+func (rc *reconciler) tearDown(ctx context.Context, ch *changes, ref rules.ObjectRef, trigger *unstructured.Unstructured, doomed []object, remote map[*place][]object) error {
+	wave := -1
+	places := make([]*place, 0, len(remote))
+	for _, objs := range append([][]object{doomed}, slices.Collect(maps.Values(remote))...) {
+		for _, child := range objs {
+			if w := waveOf(rc.rule, child); wave < 0 || w < wave {
+				wave = w
+			}
+		}
 	}
-	var names []string
-	var errs []error
-	deleted := 0
-	for _, child := range doomed {
-		if waveOf(rc.rule, child) != wave {
-			continue
-		}
-		r := refOf(child)
-		names = append(names, r.gvk.Kind+" "+cacheKey(r))
-		ck, ok := rc.w.children[r.gvk]
-		if !ok || child.GetDeletionTimestamp() != nil || rc.writes.deletedAlready(r, child.GetUID()) {
-			continue
-		}
-		// Foreground: the child stays, being deleted, until its own
-		// dependents (a Deployment's Pods) are gone — which the next wave
-		// waits for too.
-		if err := rc.out.delete(ctx, ck.mapping, ref, child, ch, metav1.DeletePropagationForeground); err != nil {
-			errs = append(errs, fmt.Errorf("tearing down %s %s: %w", r.gvk.Kind, cacheKey(r), err))
-			continue
-		}
-		deleted++
+	for p := range remote {
+		places = append(places, p)
+	}
+	slices.SortFunc(places, func(a, b *place) int { return strings.Compare(a.cluster, b.cluster) })
+	names, deleted, errs := rc.deleteWave(ctx, ch, ref, doomed, wave, "")
+	for _, p := range places {
+		n, d, e := p.rc.deleteWave(ctx, ch, ref, remote[p], wave, " in cluster "+p.cluster)
+		names, deleted, errs = append(names, n...), deleted+d, append(errs, e...)
 	}
 	slices.Sort(names)
 	msg := fmt.Sprintf("deleting wave %d of %d: %s", wave+1, rc.rule.Waves(), strings.Join(names, ", "))
@@ -95,6 +99,35 @@ func (rc *reconciler) tearDown(ctx context.Context, ch *changes, ref rules.Objec
 		errs = append(errs, rc.applyStatus(ctx, trigger, nil, render.TearingDown(msg), nil))
 	}
 	return errors.Join(errs...)
+}
+
+// deleteWave deletes the children of doomed in wave (where says where
+// they are, for the names), and returns the names of the wave's children,
+// how many it deleted and what failed.
+func (rc *reconciler) deleteWave(ctx context.Context, ch *changes, ref rules.ObjectRef, doomed []object, wave int, where string) ([]string, int, []error) {
+	var names []string
+	var errs []error
+	deleted := 0
+	for _, child := range doomed {
+		if waveOf(rc.rule, child) != wave {
+			continue
+		}
+		r := refOf(child)
+		names = append(names, r.gvk.Kind+" "+cacheKey(r)+where)
+		ck, ok := rc.w.children[r.gvk]
+		if !ok || child.GetDeletionTimestamp() != nil || rc.writes.deletedAlready(r, child.GetUID()) {
+			continue
+		}
+		// Foreground: the child stays, being deleted, until its own
+		// dependents (a Deployment's Pods) are gone — which the next wave
+		// waits for too.
+		if err := rc.out.delete(ctx, ck.mapping, ref, child, ch, metav1.DeletePropagationForeground); err != nil {
+			errs = append(errs, fmt.Errorf("tearing down %s %s%s: %w", r.gvk.Kind, cacheKey(r), where, err))
+			continue
+		}
+		deleted++
+	}
+	return names, deleted, errs
 }
 
 // waveOf is the teardown wave of child: its resource's, or the first for

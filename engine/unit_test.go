@@ -384,3 +384,26 @@ func (r *recorder) contended(_ *unstructured.Unstructured, ce *render.ContendedE
 func (r *recorder) reconciled(*unstructured.Unstructured, *changes) {}
 func (r *recorder) ended(_ cache.ObjectName, err error) error       { return err }
 func (r *recorder) dryRun() bool                                    { return false }
+
+// TestGoneAlready: a delete answered 404 or 409 about the object itself
+// means it is gone (or replaced); a 404 naming nothing — an API server
+// starting up, not serving the path yet — does not: the delete is made
+// again, never assumed.
+func TestGoneAlready(t *testing.T) {
+	cm := schema.GroupResource{Resource: "configmaps"}
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{apierrors.NewNotFound(cm, "web"), true},
+		{apierrors.NewConflict(cm, "web", fmt.Errorf("precondition failed: UID in precondition: a, UID in object meta: b")), true},
+		{&apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 404, Reason: metav1.StatusReasonNotFound,
+			Message: "the server could not find the requested resource", Details: &metav1.StatusDetails{}}}, false},
+		{apierrors.NewServiceUnavailable("starting"), false},
+		{fmt.Errorf("dial tcp: connection refused"), false},
+	} {
+		if got := goneAlready(c.err); got != c.want {
+			t.Errorf("goneAlready(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}

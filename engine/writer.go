@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -96,6 +97,7 @@ func (w *write) ref() childRef { return refOf(w.obj) }
 // liveWriter is the writer of a running syncloop.
 type liveWriter struct {
 	rule     string
+	cluster  string // "": syncloop's own
 	client   *dynamic.Writer
 	writes   *ownWrites
 	requeue  func(cache.ObjectName) // queues a trigger (an event missed during its apply)
@@ -136,7 +138,7 @@ func (lw *liveWriter) apply(ctx context.Context, w *write) (map[string]any, erro
 	logger := klog.FromContext(ctx)
 	switch w.kind {
 	case writeChild:
-		logger.V(2).Info("Applied child", "action", w.action, "kind", ref.gvk.Kind, "child", klog.KObj(w.obj))
+		logger.V(2).Info("Applied child", "action", w.action, "kind", ref.gvk.Kind, "child", klog.KObj(w.obj), "cluster", lw.cluster)
 		lw.note(&w.ch.applied, appliedVerbs[w.action], ref)
 		if w.action == ActionAdopt {
 			logger.Info("Adopted an object syncloop did not create", "kind", ref.gvk.Kind, "object", klog.KObj(w.obj))
@@ -168,7 +170,7 @@ func (lw *liveWriter) delete(ctx context.Context, m *meta.RESTMapping, _ rules.O
 	}
 	lw.writes.deleteDone(ref)
 	lw.metrics.Write(lw.rule, ActionDelete)
-	klog.FromContext(ctx).V(2).Info("Pruned child", "kind", ref.gvk.Kind, "child", klog.KObj(child))
+	klog.FromContext(ctx).V(2).Info("Pruned child", "kind", ref.gvk.Kind, "child", klog.KObj(child), "cluster", lw.cluster)
 	lw.note(&ch.pruned, "Deleted", ref)
 	return nil
 }
@@ -181,14 +183,30 @@ var appliedVerbs = map[string]string{ActionCreate: "Created", ActionUpdate: "Upd
 // the default, a write formats nothing for an Event that is not sent.
 func (lw *liveWriter) note(list *[]string, verb string, ref childRef) {
 	if lw.events == EventsAll {
-		*list = append(*list, verb+" "+ref.gvk.Kind+" "+cacheKey(ref))
+		where := ""
+		if lw.cluster != "" {
+			where = " in cluster " + lw.cluster
+		}
+		*list = append(*list, verb+" "+ref.gvk.Kind+" "+cacheKey(ref)+where)
 	}
 }
 
 // goneAlready reports whether the answer to a delete says its object was
 // gone already, or replaced by another (the UID precondition failed):
 // nothing to prune.
-func goneAlready(err error) bool { return apierrors.IsNotFound(err) || apierrors.IsConflict(err) }
+func goneAlready(err error) bool {
+	if !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return false
+	}
+	// Only an answer about the object itself: an API server starting up
+	// answers 404 for every path it does not serve yet, naming nothing.
+	var st apierrors.APIStatus
+	if !errors.As(err, &st) {
+		return false
+	}
+	d := st.Status().Details
+	return d != nil && d.Name != ""
+}
 
 func (lw *liveWriter) status(ctx context.Context, m *meta.RESTMapping, _, patch *unstructured.Unstructured, manager string) error {
 	if _, err := lw.client.ApplyStatus(ctx, m, patch, manager, true); err != nil {
@@ -280,9 +298,10 @@ type changes struct {
 // persisted), and what it would change is an Action for the Planner. It
 // emits no Event and remembers no write: none was made.
 type planWriter struct {
-	rule   string
-	client *dynamic.Writer // DryRun set
-	plan   Planner
+	rule    string
+	cluster string          // "": syncloop's own
+	client  *dynamic.Writer // DryRun set
+	plan    Planner
 	// once: a trigger that fails is reported and not retried (PlanOnce).
 	once bool
 }
@@ -292,7 +311,7 @@ func (pw *planWriter) apply(ctx context.Context, w *write) (map[string]any, erro
 	if err != nil {
 		return nil, err
 	}
-	a := Action{Action: w.action, Rule: pw.rule, Trigger: w.trigger, Object: rules.RefOf(w.obj)}
+	a := Action{Action: w.action, Rule: pw.rule, Trigger: w.trigger, Object: rules.RefOf(w.obj), Cluster: pw.cluster}
 	if w.before != nil {
 		// The fields syncloop manages: those applied, or for a release
 		// those the object had.
@@ -319,7 +338,7 @@ func (pw *planWriter) delete(ctx context.Context, m *meta.RESTMapping, trigger r
 	}
 	ref := refOf(child)
 	apiVersion, kind := ref.gvk.ToAPIVersionAndKind()
-	pw.plan.Plan(Action{Action: ActionDelete, Rule: pw.rule, Trigger: trigger,
+	pw.plan.Plan(Action{Action: ActionDelete, Rule: pw.rule, Trigger: trigger, Cluster: pw.cluster,
 		Object: rules.ObjectRef{APIVersion: apiVersion, Kind: kind, Namespace: ref.namespace, Name: ref.name}})
 	return nil
 }

@@ -77,6 +77,10 @@ func (d *decoder) decodeResource(i int, n *yaml.Node, docVal any, pos positions,
 		res.When = d.expression(nn, field+".when", c, scope, expr.BoolResult)
 		res.Refs = append(res.Refs, d.exprRefs(nn, res.When)...)
 	}
+	if nn, ok := f["clusters"]; ok {
+		d.decodeClusters(res, nn, field, c, scope)
+		scope.Cluster = true // even when clusters is wrong: one error, not one per use
+	}
 	if nn, ok := f["forEach"]; ok {
 		res.ForEach = d.expression(nn, field+".forEach", c, scope, expr.ListResult)
 		res.Refs = append(res.Refs, d.exprRefs(nn, res.ForEach)...)
@@ -86,6 +90,7 @@ func (d *decoder) decodeResource(i int, n *yaml.Node, docVal any, pos positions,
 		}
 	}
 	tn, ok := f["template"]
+	d.checkClusters(res, n, field)
 	if fnode, fok := f["function"]; fok {
 		if ok {
 			d.errorf(fnode, field+".function", "a resource has a template or a function, not both")

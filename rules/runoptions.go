@@ -29,7 +29,7 @@ func (d *decoder) decodeRuleOptions(r *Rule, f map[string]*yaml.Node) {
 		if !res.adoptSet && res.Mode == ModeOwn {
 			res.Adopt = adopt
 		}
-		if !res.createOnceSet && res.Mode == ModeOwn {
+		if !res.createOnceSet && res.Mode == ModeOwn && res.Clusters == nil { // in other clusters: kept, not made once
 			res.CreateOnce = createOnce
 		}
 	}

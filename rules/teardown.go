@@ -25,8 +25,12 @@ const (
 // down in waves: teardown is Ordered and some resource reads another's
 // children (otherwise every child is in the first wave, and the garbage
 // collector deletes them as well, with no finalizer to hold the trigger).
+//
+// A rule whose children go to other clusters always orders it: no
+// ownerReference crosses clusters, so only syncloop deletes them there,
+// and the trigger is held until it has.
 func (r *Rule) OrdersTeardown() bool {
-	return r.Teardown == TeardownOrdered && r.Waves() > 1
+	return r.Teardown == TeardownOrdered && (r.Waves() > 1 || r.TargetsClusters())
 }
 
 // Waves is how many waves the rule's teardown has: one more than the
@@ -79,13 +83,16 @@ func (r *Rule) setWaves() {
 // the triggers' kind, for the finalizer), or that it has nothing to order.
 func (d *decoder) decodeTeardown(r *Rule, spec *yaml.Node, f map[string]*yaml.Node) {
 	r.Teardown = TeardownUnordered
-	if r.API != nil {
+	if r.API != nil || r.TargetsClusters() {
 		r.Teardown = TeardownOrdered
 	}
 	n, set := f["teardown"]
 	if set {
 		if v, ok := d.oneOf(n, "spec.teardown", string(TeardownOrdered), string(TeardownUnordered)); ok {
 			r.Teardown = Teardown(v)
+		}
+		if r.Teardown == TeardownUnordered && r.TargetsClusters() {
+			d.errorf(n, "spec.teardown", "children in other clusters carry no ownerReference for the garbage collector to follow: only syncloop deletes them, holding the trigger with its finalizer until it has (Ordered)")
 		}
 	} else {
 		n = spec

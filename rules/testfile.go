@@ -54,6 +54,9 @@ type Expectation struct {
 	// Children must each be rendered: a partial object whose fields must
 	// all match (maps as subsets, lists and scalars exactly).
 	Children []map[string]any
+	// Clusters are the children each named cluster must get, as Children
+	// (an empty list: none there).
+	Clusters map[string][]map[string]any
 	// Absent must not be rendered (Kind and Name; APIVersion, Namespace
 	// match any when empty).
 	Absent []ObjectRef
@@ -277,22 +280,16 @@ func (d *decoder) decodeExpectation(n *yaml.Node, field string) *Expectation {
 		e.Trigger = d.objectRef(tn, field+".trigger")
 	}
 	if cn, ok := f["children"]; ok {
-		for i, c := range d.seq(cn, field+".children") {
-			cf := fmt.Sprintf("%s.children[%d]", field, i)
-			v, ok := d.value(c, nil, cf, positions{})
-			m, isMap := v.(map[string]any)
-			switch {
-			case !ok:
-			case !isMap:
-				d.errorf(c, cf, "must be a mapping: a partial object")
-			default:
-				if k, _ := m["kind"].(string); k == "" {
-					d.errorf(c, cf, "kind is required")
-				}
-				if md, _ := m["metadata"].(map[string]any); md == nil || md["name"] == nil {
-					d.errorf(c, cf, "metadata.name is required")
-				}
-				e.Children = append(e.Children, m)
+		e.Children = d.partialObjects(cn, field+".children")
+	}
+	if cn, ok := f["clusters"]; ok {
+		e.Clusters = map[string][]map[string]any{}
+		if m := resolve(cn); m.Kind != yaml.MappingNode {
+			d.errorf(cn, field+".clusters", "must be a mapping: the children wanted in each cluster, by its name")
+		} else {
+			for i := 0; i+1 < len(m.Content); i += 2 {
+				name := m.Content[i].Value
+				e.Clusters[name] = nonNilMaps(d.partialObjects(m.Content[i+1], field+".clusters."+name))
 			}
 		}
 	}
@@ -352,4 +349,36 @@ func (r ObjectRef) Matches(obj ObjectRef) bool {
 	return r.Kind == obj.Kind && r.Name == obj.Name &&
 		(r.APIVersion == "" || r.APIVersion == obj.APIVersion) &&
 		(r.Namespace == "" || r.Namespace == obj.Namespace)
+}
+
+// partialObjects decodes a list of partial objects, each with a kind and
+// a metadata.name.
+func (d *decoder) partialObjects(n *yaml.Node, field string) []map[string]any {
+	var out []map[string]any
+	for i, c := range d.seq(n, field) {
+		cf := fmt.Sprintf("%s[%d]", field, i)
+		v, ok := d.value(c, nil, cf, positions{})
+		m, isMap := v.(map[string]any)
+		switch {
+		case !ok:
+		case !isMap:
+			d.errorf(c, cf, "must be a mapping: a partial object")
+		default:
+			if k, _ := m["kind"].(string); k == "" {
+				d.errorf(c, cf, "kind is required")
+			}
+			if md, _ := m["metadata"].(map[string]any); md == nil || md["name"] == nil {
+				d.errorf(c, cf, "metadata.name is required")
+			}
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func nonNilMaps(l []map[string]any) []map[string]any {
+	if l == nil {
+		return []map[string]any{}
+	}
+	return l
 }

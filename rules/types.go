@@ -209,6 +209,9 @@ type Resource struct {
 	Kinds   []KindRef
 	When    *Expression // nil: always
 	ForEach *Expression // nil: one child
+	// Clusters, when set, puts the children in the clusters it selects,
+	// one set per cluster; nil: in syncloop's own.
+	Clusters *Clusters
 	// Template renders the child; or else Function computes the children.
 	Template *Template
 	Function *Function

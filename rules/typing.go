@@ -59,6 +59,9 @@ func (d *decoder) types(c *expr.Compiler, r *Rule, docVal any) *expr.Types {
 	for i, rv := range resources {
 		m, _ := rv.(map[string]any)
 		_, forEach := m["forEach"]
+		if _, clusters := m["clusters"]; clusters {
+			forEach = true // a list: one child per cluster
+		}
 		if _, fn := m["function"]; fn {
 			if id, _ := m["id"].(string); id != "" {
 				ts.Children[id] = nil // a list of what the function returns: read as dyn

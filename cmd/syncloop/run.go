@@ -28,6 +28,8 @@ type clusterFlags struct {
 	manageCRDs     bool
 	// migrationQPS is run's --storage-migration-qps.
 	migrationQPS float64
+	// clustersNamespace is where the cluster inventory's Secrets are.
+	clustersNamespace string
 }
 
 func (f *clusterFlags) register(cmd *cobra.Command) {
@@ -35,6 +37,7 @@ func (f *clusterFlags) register(cmd *cobra.Command) {
 	cmd.Flags().Float32Var(&f.qps, "qps", 0, "cap on API requests per second, client-side (default 0: no cap; syncloop adapts to the API server's flow control)")
 	cmd.Flags().IntVar(&f.burst, "burst", 0, "with --qps, the burst of API requests allowed over the cap (default 0: twice --qps)")
 	cmd.Flags().StringVar(&f.watchNamespace, "watch-namespace", "", "limit syncloop to this namespace, so that it needs no cluster-wide rights: rules must watch and make namespaced kinds there")
+	cmd.Flags().StringVar(&f.clustersNamespace, "clusters-namespace", "", "namespace of the cluster inventory: the kubeconfig Secrets labelled "+rules.LabelClusterName+" (key value, as Cluster API writes them) of the clusters rules put children in with clusters: (default: syncloop's namespace, run's --leader-elect-namespace, plan's --syncloop-namespace)")
 	cmd.Flags().BoolVar(&f.manageCRDs, "manage-crds", true, "apply the CustomResourceDefinitions of the kinds rules define (spec.api); false: they come from elsewhere (GitOps, syncloop crds) and are only checked")
 }
 
@@ -230,8 +233,8 @@ func (f *runFlags) options(cmd *cobra.Command) (manager.Options, error) {
 		// syncloop's own objects live with its Leases.
 		SyncloopNamespace: leaseNS,
 		RulesConfigMap:    f.rulesConfigMap,
+		ClustersNamespace: f.cf.clustersNamespace,
 		// Rules act as it unless they name a ServiceAccount of their own.
-		DefaultServiceAccount: defaultSA,
-		TenantRules:           f.tenantRules,
+		Identities: manager.Identities{Default: defaultSA, Tenants: f.tenantRules},
 	}, nil
 }

@@ -24,6 +24,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/syncloop/syncloop/engine"
+	"github.com/syncloop/syncloop/internal/fleet"
 	"github.com/syncloop/syncloop/internal/metrics"
 	"github.com/syncloop/syncloop/rules"
 )
@@ -65,15 +66,25 @@ type Options struct {
 	RulesConfigMap string
 	// CRDs say how the CRDs of the kinds rules define are kept.
 	CRDs CRDs
-	// DefaultServiceAccount is the identity of every rule that names none
+	// Identities say who rules act as, and whose rules are read.
+	Identities Identities
+	// ClustersNamespace is where the kubeconfig Secrets of the cluster
+	// inventory are ("": SyncloopNamespace).
+	ClustersNamespace string
+}
+
+// Identities say who rules act as, and whether the tenants' rules are
+// read.
+type Identities struct {
+	// Default is the identity of every rule that names none
 	// (rules.Loader.SetIdentities); zero: syncloop's own.
-	DefaultServiceAccount rules.ServiceAccount
-	// TenantRules also reads rules from the ConfigMaps labelled
+	Default rules.ServiceAccount
+	// Tenants also reads rules from the ConfigMaps labelled
 	// syncloop.dev/rules: "true" in every namespace (or Namespace's): each
 	// key a file of the tenant rules of its namespace
 	// (rules.Loader.ForTenant), reloaded when they change; why one does
 	// not load is a Warning Event on its ConfigMap.
-	TenantRules bool
+	Tenants bool
 }
 
 // CRDs say how the CRDs of the kinds rules define are kept, and how the
@@ -128,6 +139,7 @@ type process struct {
 	events  record.EventBroadcaster
 	servers []*server // /metrics and the probes: listening, not serving yet
 	rules   *ruleFiles
+	fleet   *fleet.Inventory
 }
 
 // Run runs syncloop until ctx ends: then it stops taking work, lets
@@ -188,7 +200,9 @@ func newProcess(ctx context.Context, o Options) (*process, error) {
 	if p.rules.tenants != nil {
 		p.rules.tenants.recorder = recorder
 	}
+	p.fleet = newInventory(p.clients, cmp.Or(o.ClustersNamespace, o.SyncloopNamespace), recorder, fleetMetrics(p))
 	eo := engine.Options{
+		Fleet:        p.fleet,
 		Client:       p.clients.Dynamic,
 		Mapper:       p.clients.Mapper,
 		Recorder:     recorder,
@@ -209,6 +223,16 @@ func newProcess(ctx context.Context, o Options) (*process, error) {
 		return nil, err
 	}
 	p.engine = engine.New(eo)
+	rolloutMetrics(p)
+	if err := p.listen(); err != nil {
+		p.events.Shutdown()
+		return nil, err
+	}
+	return p, nil
+}
+
+// rolloutMetrics registers the metrics of the engine's rollouts.
+func rolloutMetrics(p *process) {
 	metrics.NewRollouts(p.reg, func() []metrics.Rollout {
 		var out []metrics.Rollout
 		for _, r := range p.engine.Rollouts() {
@@ -217,11 +241,6 @@ func newProcess(ctx context.Context, o Options) (*process, error) {
 		}
 		return out
 	})
-	if err := p.listen(); err != nil {
-		p.events.Shutdown()
-		return nil, err
-	}
-	return p, nil
 }
 
 // listen opens the listeners of /metrics, the probes and the profiler (""
@@ -294,6 +313,7 @@ func (p *process) start(ctx context.Context) error {
 		logger.Info("Dry run: every write is a server-side dry run, printed as a plan; nothing is persisted")
 	}
 
+	runInventory(ctx, p.fleet)
 	set := p.rules.load(ctx)
 	watched := p.rules.watch(ctx)
 	logger.Info("Starting", "rules", set.Len(), "host", p.clients.Config.Host, "installation", p.opts.Installation)

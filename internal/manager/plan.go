@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -31,6 +32,10 @@ type PlanOptions struct {
 	Revisions         *rules.Loader
 	SyncloopNamespace string
 	Installation      string
+	// ClustersNamespace is where the kubeconfig Secrets of the cluster
+	// inventory are: the children rules put in those clusters are
+	// planned there ("": SyncloopNamespace).
+	ClustersNamespace string
 	// Progress, when set, is called every ProgressInterval while the
 	// triggers are planned: how many are done and how many are queued.
 	Progress func(planned, queued int64)
@@ -52,7 +57,11 @@ func Plan(ctx context.Context, c *Clients, set *rules.Set, o PlanOptions) (actio
 	// A rule whose CRD is to be created has no triggers yet.
 	created := newCRDKeeper(c, !o.NoManageCRDs).plan(set, printer)
 	set = set.Only(func(r *rules.Rule) bool { return !created[r.Name] })
-	eo := engine.Options{Client: c.Dynamic, Mapper: c.Mapper, Plan: printer, Namespace: o.Namespace}
+	inventory := newInventory(c, cmp.Or(o.ClustersNamespace, o.SyncloopNamespace), nil, nil)
+	ictx, stopInventory := context.WithCancel(ctx)
+	defer stopInventory()
+	runInventory(ictx, inventory) // it lists only if a rule targets clusters
+	eo := engine.Options{Client: c.Dynamic, Mapper: c.Mapper, Plan: printer, Namespace: o.Namespace, Fleet: inventory}
 	if o.Revisions != nil {
 		k := newRevisionKeeper(c, o.SyncloopNamespace, o.Installation)
 		k.compile = compileRevision(o.Revisions)

@@ -89,7 +89,7 @@ func newRuleFiles(logger klog.Logger, o Options, c *Clients, m *metrics.Metrics)
 	if err := loader.SetInstallation(o.Installation); err != nil {
 		return nil, err
 	}
-	if err := loader.SetIdentities(o.SyncloopNamespace, o.DefaultServiceAccount); err != nil {
+	if err := loader.SetIdentities(o.SyncloopNamespace, o.Identities.Default); err != nil {
 		return nil, err
 	}
 	loader.UseSchemas(c.Schemas)
@@ -106,7 +106,7 @@ func newRuleFiles(logger klog.Logger, o Options, c *Clients, m *metrics.Metrics)
 	f := &ruleFiles{src: src, watcher: reload.NewWatcher(src, 0), clients: c, metrics: m,
 		files: &fileErrors{}, current: &currentSet{}, updates: make(chan *rules.Set, 1), crds: crds,
 		revisions: revisions}
-	if o.TenantRules {
+	if o.Identities.Tenants {
 		f.tenants = &tenants{core: c.Core, namespace: o.Namespace, src: src, changed: f.watcher.Reload}
 	}
 	return f, nil

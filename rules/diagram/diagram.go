@@ -179,7 +179,7 @@ func lookupNode(l *rules.Lookup, id string) Node {
 }
 
 func resourceNode(res *rules.Resource, id string) Node {
-	n := Node{ID: id, Shape: Child, Title: res.ID, Many: res.ForEach != nil || res.Function != nil, Conditional: res.When != nil}
+	n := Node{ID: id, Shape: Child, Title: res.ID, Many: res.Many(), Conditional: res.When != nil}
 	var kinds []string
 	for _, k := range res.Kinds {
 		kinds = append(kinds, kindLine(k))
@@ -188,6 +188,9 @@ func resourceNode(res *rules.Resource, id string) Node {
 	if res.Mode == rules.ModePatch {
 		n.Shape = Patch
 		n.Lines = append(n.Lines, "patches, does not own")
+	}
+	if cl := res.Clusters; cl != nil {
+		n.Lines = append(n.Lines, "in clusters "+clip(clustersLine(cl)))
 	}
 	if res.ForEach != nil {
 		n.Lines = append(n.Lines, "forEach "+clip(res.ForEach.Source()))
@@ -243,4 +246,20 @@ func sanitize(id string) string {
 		}
 	}
 	return b.String()
+}
+
+// clustersLine says which clusters a resource's children go to: its
+// selector, or its names.
+func clustersLine(cl *rules.Clusters) string {
+	if cl.Selector != nil {
+		return cl.Selector.Source()
+	}
+	names := make([]string, len(cl.Names))
+	for i, t := range cl.Names {
+		names[i] = t.Literal
+		if !t.IsLiteral() {
+			names[i] = "${…}" // one per trigger
+		}
+	}
+	return strings.Join(names, ", ")
 }

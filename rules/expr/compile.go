@@ -42,6 +42,9 @@ type Scope struct {
 	// Types, when not nil, types object, lookups.<id> and children.<id>
 	// from the schemas of their kinds; nil: they are dyn.
 	Types *Types
+	// Cluster makes cluster available ({name, labels}): the cluster a
+	// resource that targets clusters renders a child for.
+	Cluster bool
 	// Item is the type of item inside forEach (Program.Elem of the
 	// forEach), SelfType the type of self in readyWhen; nil: dyn.
 	Item, SelfType *Type
@@ -189,9 +192,10 @@ func (c *Compiler) Compile(src string, scope Scope, want Result) (*Program, erro
 		indexToSelect(parsed, varLookups)
 	}
 
-	if scope.typed() && !scope.Self {
-		// The rule's environment declares every name: those this scope
-		// does not have are rejected here, as the checker would.
+	if !scope.Self {
+		// The rule's environment declares every name (and every
+		// environment cluster): those this scope does not have are
+		// rejected here, as the checker would.
 		if err := outOfScope(parsed, src, scope); err != nil {
 			return nil, err
 		}
@@ -386,7 +390,7 @@ func checkReferences(checked *cel.Ast, src, name, what string, declared []string
 // Names bound by a comprehension (x.map(item, …)) are the comprehension's.
 func outOfScope(parsed *cel.Ast, src string, scope Scope) error {
 	absent := map[string]bool{varItem: !scope.ForEach, varIndex: !scope.ForEach,
-		varChildren: scope.Children == nil, varReady: !scope.Status}
+		varChildren: scope.Children == nil, varReady: !scope.Status, varCluster: !scope.Cluster}
 	a := parsed.NativeRep()
 	var found error
 	var walk func(e ast.Expr, bound map[string]bool)
@@ -398,7 +402,11 @@ func outOfScope(parsed *cel.Ast, src string, scope Scope) error {
 		case ast.IdentKind:
 			if name := e.AsIdent(); absent[name] && !bound[name] {
 				loc := a.SourceInfo().GetStartLocation(e.ID())
-				found = &Error{Offset: offsetOf(src, loc.Line(), loc.Column()), Msg: fmt.Sprintf("undeclared reference to '%s'", name)}
+				msg := fmt.Sprintf("undeclared reference to '%s'", name)
+				if name == varCluster {
+					msg += ": cluster is known in a resource that targets clusters (clusters:), in its forEach and template"
+				}
+				found = &Error{Offset: offsetOf(src, loc.Line(), loc.Column()), Msg: msg}
 			}
 		case ast.SelectKind:
 			walk(e.AsSelect().Operand(), bound)

@@ -30,6 +30,7 @@ const (
 	varLookups   = "lookups"
 	varReady     = "ready"
 	varSelf      = "self"
+	varCluster   = "cluster"
 )
 
 // Options configure a Compiler.
@@ -69,6 +70,7 @@ func NewCompiler(opts Options) (*Compiler, error) {
 		cel.Variable(varLookups, dynMap),
 		cel.Variable(varVariables, dynMap),
 		cel.Variable(varRule, cel.StringType),
+		cel.Variable(varCluster, dynMap),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("building CEL environment: %w", err)

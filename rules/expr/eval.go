@@ -29,6 +29,9 @@ type Activation struct {
 	Ready map[string]bool
 	// Self is the live child a readyWhen is evaluated on.
 	Self map[string]any
+	// Cluster is the cluster a child is rendered for ({name, labels});
+	// nil outside a resource that targets clusters.
+	Cluster map[string]any
 	// Offline: children are rendered, not live, so a field only the server
 	// sets is missing from them. A template string whose expression reads
 	// one renders as Unknown instead of failing.
@@ -95,6 +98,8 @@ func (b *bindings) ResolveName(name string) (any, bool) {
 		return b.lookups, true
 	case varReady:
 		return b.a.Ready, true
+	case varCluster:
+		return orEmpty(b.a.Cluster), true
 	}
 	return nil, false
 }
@@ -135,6 +140,8 @@ func (a *Activation) native(name string) any {
 		return a.Ready
 	case varSelf:
 		return a.Self
+	case varCluster:
+		return a.Cluster
 	}
 	return nil
 }

@@ -36,6 +36,7 @@ func TestCompileErrors(t *testing.T) {
 			`undeclared variable "nope" (declared: a, b)`, 14},
 		{"item outside forEach", "item == 'x'", Scope{}, BoolResult, "undeclared reference to 'item'", 0},
 		{"children outside status", "children.quota", Scope{}, AnyResult, "undeclared reference to 'children'", 0},
+		{"cluster outside clusters", "object.a == cluster.name", Scope{}, BoolResult, "cluster is known in a resource that targets clusters", 12},
 		{"unknown child id", "has(children.qouta.status)", Scope{Children: []string{"quota"}}, AnyResult,
 			`undeclared resource id "qouta" (declared: quota)`, 13},
 		{"when not bool", "'yes'", Scope{}, BoolResult, "must produce a bool, but produces string", -1},
@@ -81,6 +82,8 @@ func TestCompileAccepts(t *testing.T) {
 		{"item + '-' + string(index)", Scope{ForEach: true}, AnyResult},
 		{"has(children.quota.status.hard)", Scope{Children: []string{"quota"}}, AnyResult},
 		{"rule + '.' + object.metadata.name", Scope{}, StringResult},
+		{"cluster.labels.env == 'prod' && cluster.name != object.metadata.name", Scope{Cluster: true}, BoolResult},
+		{"cluster.name + '-' + item", Scope{Cluster: true, ForEach: true}, StringResult},
 		{"sets.contains([1, 2], [1])", Scope{}, BoolResult},
 		{"math.greatest(1, 2) == 2", Scope{}, BoolResult},
 		{"base64.encode(b'hi')", Scope{}, AnyResult},
@@ -250,4 +253,24 @@ func equal(a, b any) bool {
 		return true
 	}
 	return a == b
+}
+
+func TestEvalCluster(t *testing.T) {
+	c := newCompiler(t, Options{})
+	p, err := c.Compile("cluster.labels.env == 'prod' ? cluster.name : 'none'", Scope{Cluster: true}, AnyResult)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		cluster map[string]any
+		want    any
+	}{
+		{map[string]any{"name": "eu-1", "labels": map[string]any{"env": "prod"}}, "eu-1"},
+		{map[string]any{"name": "dev-1", "labels": map[string]any{"env": "dev"}}, "none"},
+	} {
+		got, err := p.Eval(context.Background(), &Activation{Cluster: tt.cluster})
+		if err != nil || got != tt.want {
+			t.Errorf("cluster %v: got %v, %v; want %v", tt.cluster, got, err, tt.want)
+		}
+	}
 }

@@ -20,6 +20,8 @@ type Result struct {
 	Trigger  rules.ObjectRef  `json:"trigger"`
 	Skipped  bool             `json:"skipped,omitempty"`
 	Children []map[string]any `json:"children,omitempty"`
+	// Clusters are the children that go to other clusters, by cluster.
+	Clusters []ClusterChildren `json:"clusters,omitempty"`
 	// Patches are the fields mode: patch resources apply onto objects
 	// syncloop does not own.
 	Patches []map[string]any `json:"patches,omitempty"`
@@ -31,6 +33,13 @@ type Result struct {
 	// that cannot hold on a rendered child, a value only the server sets.
 	Notes []string `json:"notes,omitempty"`
 	Error string   `json:"error,omitempty"`
+}
+
+// ClusterChildren are the children a trigger puts in one cluster of the
+// inventory.
+type ClusterChildren struct {
+	Cluster  string           `json:"cluster"`
+	Children []map[string]any `json:"children"`
 }
 
 // Conflict is a child an offline render did not apply (render.ConflictError).
@@ -114,6 +123,8 @@ func renderOne(ctx context.Context, r *rules.Rule, obj *unstructured.Unstructure
 		case conflicted[rules.RefOf(c.Object)]: // not applied: listed as a conflict
 		case c.Patch:
 			res.Patches = append(res.Patches, c.Object.Object)
+		case c.Cluster != "":
+			res.addRemote(c.Cluster, c.Object.Object)
 		default:
 			res.Children = append(res.Children, c.Object.Object)
 		}
@@ -124,6 +135,27 @@ func renderOne(ctx context.Context, r *rules.Rule, obj *unstructured.Unstructure
 		res.Error = err.Error()
 	}
 	return res
+}
+
+// addRemote lists obj among the children of cluster.
+func (r *Result) addRemote(cluster string, obj map[string]any) {
+	for i := range r.Clusters {
+		if r.Clusters[i].Cluster == cluster {
+			r.Clusters[i].Children = append(r.Clusters[i].Children, obj)
+			return
+		}
+	}
+	r.Clusters = append(r.Clusters, ClusterChildren{Cluster: cluster, Children: []map[string]any{obj}})
+}
+
+// childrenIn are the children the result puts in cluster.
+func (r *Result) childrenIn(cluster string) []map[string]any {
+	for _, cc := range r.Clusters {
+		if cc.Cluster == cluster {
+			return cc.Children
+		}
+	}
+	return nil
 }
 
 // WriteJSON writes the JSON document docs/cli.md describes: {"results":[…]}.
@@ -160,6 +192,13 @@ func (o *Report) WriteYAML(w io.Writer) error {
 		for _, c := range r.Children {
 			if err := writeDoc(&b, fmt.Sprintf("# rule: %s, trigger: %s", r.Rule, r.Trigger), c); err != nil {
 				return err
+			}
+		}
+		for _, cc := range r.Clusters {
+			for _, c := range cc.Children {
+				if err := writeDoc(&b, fmt.Sprintf("# rule: %s, trigger: %s, cluster: %s", r.Rule, r.Trigger, cc.Cluster), c); err != nil {
+					return err
+				}
 			}
 		}
 		for _, c := range r.Patches {

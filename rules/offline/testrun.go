@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 
@@ -131,9 +133,31 @@ func check(e *rules.Expectation, set *rules.Set, res *Report) []string {
 // checkChildren checks the children an expectation wants rendered (a
 // subset of their fields) and those it wants absent.
 func checkChildren(e *rules.Expectation, r *Result, fail func(string, ...any) string) []string {
-	var out []string
 	rendered := append(append([]map[string]any(nil), r.Children...), r.Patches...)
-	for i, want := range e.Children {
+	out := checkRendered(e.Children, rendered, "children", fail)
+	for _, cluster := range slices.Sorted(maps.Keys(e.Clusters)) {
+		want, got := e.Clusters[cluster], r.childrenIn(cluster)
+		field := "clusters." + cluster
+		if len(want) == 0 && len(got) > 0 {
+			out = append(out, fail("%s: want none there, rendered %s", field, describeAll(got)))
+		}
+		out = append(out, checkRendered(want, got, field, fail)...)
+	}
+	for i, a := range e.Absent {
+		for _, c := range rendered {
+			if a.Matches(refOfMap(c)) {
+				out = append(out, fail("absent[%d]: %s rendered", i, refOfMap(c).String()))
+			}
+		}
+	}
+	return out
+}
+
+// checkRendered checks that each partial object of wants (at field) is
+// among rendered.
+func checkRendered(wants, rendered []map[string]any, field string, fail func(string, ...any) string) []string {
+	var out []string
+	for i, want := range wants {
 		ref := refOfMap(want)
 		var got map[string]any
 		for _, c := range rendered {
@@ -143,19 +167,12 @@ func checkChildren(e *rules.Expectation, r *Result, fail func(string, ...any) st
 			}
 		}
 		if got == nil {
-			out = append(out, fail("children[%d]: %s not rendered (rendered: %s)", i, ref.String(), describeAll(rendered)))
+			out = append(out, fail("%s[%d]: %s not rendered (rendered: %s)", field, i, ref.String(), describeAll(rendered)))
 			continue
 		}
 		secret := ref.Kind == "Secret"
 		for _, d := range subsetDiff(want, got, "", secret) {
-			out = append(out, fail("children[%d] %s: %s", i, ref.String(), d))
-		}
-	}
-	for i, a := range e.Absent {
-		for _, c := range rendered {
-			if a.Matches(refOfMap(c)) {
-				out = append(out, fail("absent[%d]: %s rendered", i, refOfMap(c).String()))
-			}
+			out = append(out, fail("%s[%d] %s: %s", field, i, ref.String(), d))
 		}
 	}
 	return out

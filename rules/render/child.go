@@ -153,7 +153,9 @@ func markChild(r *rules.Rule, res *rules.Resource, obj *unstructured.Unstructure
 	// Kubernetes allows an ownerReference from a child in the trigger's
 	// namespace, or to a cluster-scoped trigger from anything. An orphaned
 	// child has none: the garbage collector must leave it too.
-	if res.DeletionPolicy != rules.DeletionOrphan && (!triggerNamespaced || (namespaced && obj.GetNamespace() == trigger.GetNamespace())) {
+	// No ownerReference crosses clusters: a child in another one is
+	// syncloop's to delete (its labels say whose it is).
+	if res.DeletionPolicy != rules.DeletionOrphan && !res.Targets() && (!triggerNamespaced || (namespaced && obj.GetNamespace() == trigger.GetNamespace())) {
 		// What SetOwnerReferences makes of the reference, without its
 		// conversion by reflection.
 		md["ownerReferences"] = []any{map[string]any{

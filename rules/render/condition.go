@@ -48,8 +48,9 @@ type Condition struct {
 // AllResourcesReady when every required lookup found its object and every
 // wanted resource's children exist and are ready; otherwise False with
 // WaitingForLookup<Id> naming the first required lookup whose object is
-// absent, or WaitingFor<Id> naming the first resource, in dependency
-// order, that is not ready, and why.
+// absent, ClusterUnreachable naming the clusters children wait for, or
+// WaitingFor<Id> naming the first resource, in dependency order, that is
+// not ready, and why.
 func (rd *Rendered) Readiness() Condition {
 	if len(rd.absent) > 0 {
 		q := rd.absent[0]
@@ -62,6 +63,9 @@ func (rd *Rendered) Readiness() Condition {
 			msg += "; waiting: " + strings.Join(ids, ", ")
 		}
 		return Condition{Status: false, Reason: ReasonWaitingForLookup + camel(q.Lookup.ID), Message: msg}
+	}
+	if c, ok := rd.unreachableCondition(); ok {
+		return c
 	}
 	wanted := 0
 	var first *ResourceState

@@ -230,6 +230,10 @@ func (q LookupQuery) absence() string {
 // Objects answers Lookuper from the objects given to an offline render: lookups read them as they would the cluster's.
 type Objects []*unstructured.Unstructured
 
+// Clusters implements ClusterLister: offline, the clusters are the
+// kubeconfig Secrets among the objects (rules.ClustersOf).
+func (o Objects) Clusters() []rules.Cluster { return rules.ClustersOf(o) }
+
 // Lookup implements Lookuper. Objects of the lookup's group and kind match
 // whatever their version, as the API server would serve them converted.
 func (o Objects) Lookup(_ context.Context, q LookupQuery) ([]*unstructured.Unstructured, error) {

@@ -32,6 +32,9 @@ type Child struct {
 	// Patch: the object is not syncloop's; Object holds only the fields
 	// to apply onto it, without syncloop's labels and annotations.
 	Patch bool
+	// Cluster is the cluster of the inventory the child goes to; "":
+	// syncloop's own.
+	Cluster string
 }
 
 // Rendered is the desired state of one trigger under one rule, and what
@@ -93,6 +96,11 @@ type ResourceState struct {
 	Why string
 	// Err is the first failure to apply one of its children.
 	Err error
+	// Clusters are, for a resource that targets clusters, those the
+	// trigger selects, by name; Unreachable those of them its children
+	// could not be brought about in (UnreachableError): they wait there,
+	// as they are.
+	Clusters, Unreachable []string
 }
 
 // Applier makes rendered children exist, in dependency order, and says
@@ -237,7 +245,7 @@ func Rule(ctx context.Context, r *rules.Rule, trigger *unstructured.Unstructured
 	act.Children = out.children
 	for _, res := range r.Resources {
 		out.ready[res.ID] = false
-		if res.ForEach != nil || res.Function != nil { // a list, empty until rendered
+		if res.Many() { // a list, empty until rendered
 			out.children[res.ID] = []any{}
 		}
 	}

@@ -48,7 +48,7 @@ func (w *graphWalk) resource(ctx context.Context, res *rules.Resource) error {
 			return err
 		}
 		for i, obj := range objs {
-			live, err := w.take(ctx, res, st, i, obj)
+			live, err := w.take(ctx, res, st, i, obj, "")
 			if err != nil {
 				return err
 			}
@@ -60,28 +60,40 @@ func (w *graphWalk) resource(ctx context.Context, res *rules.Resource) error {
 		w.rd.ready[res.ID] = st.Ready
 		return nil
 	}
-	items, err := w.items(ctx, res)
+	targets, err := w.clusters(ctx, res, st)
 	if err != nil {
 		return err
 	}
-	for i, item := range items {
-		index, act := -1, w.rd.act
-		if res.ForEach != nil {
-			index = i
+	for _, at := range targets {
+		act := w.rd.act
+		if at.Cluster != nil {
 			cp := *act
-			cp.Item, cp.Index = item, int64(i)
+			cp.Cluster = at.Cluster.Value()
 			act = &cp
 		}
-		live, err := w.child(ctx, res, st, index, act, namespaced)
+		items, err := w.items(ctx, res, act)
 		if err != nil {
 			return err
 		}
-		if live != nil {
-			lives = append(lives, live)
+		for i, item := range items {
+			index, act := -1, act
+			if res.ForEach != nil {
+				index = i
+				cp := *act
+				cp.Item, cp.Index = item, int64(i)
+				act = &cp
+			}
+			live, err := w.child(ctx, res, st, index, act, namespaced, at.Name)
+			if err != nil {
+				return err
+			}
+			if live != nil {
+				lives = append(lives, live)
+			}
 		}
 	}
 	switch {
-	case res.ForEach != nil:
+	case res.Many():
 		w.rd.children[res.ID] = nonNilList(lives)
 	case len(lives) == 1:
 		w.rd.children[res.ID] = lives[0]
@@ -133,11 +145,11 @@ func (w *graphWalk) proceeds(ctx context.Context, res *rules.Resource, st *Resou
 
 // items are what res renders a child for: its forEach's list, or one nil
 // item without forEach.
-func (w *graphWalk) items(ctx context.Context, res *rules.Resource) ([]any, error) {
+func (w *graphWalk) items(ctx context.Context, res *rules.Resource, act *expr.Activation) ([]any, error) {
 	if res.ForEach == nil {
 		return []any{nil}, nil
 	}
-	items, err := res.ForEach.EvalList(ctx, w.rd.act)
+	items, err := res.ForEach.EvalList(ctx, act)
 	switch {
 	case err != nil && w.offline && res.ForEach.Unknown(err):
 		w.rd.note(res, "%s: %v: known only on the server; rendered no children", res.ForEach.Field, err)
@@ -155,25 +167,26 @@ func (w *graphWalk) items(ctx context.Context, res *rules.Resource) ([]any, erro
 // child renders one child of res for act and has it applied; it returns
 // the child as it now is (nil: not applied, or absent), and notes in st
 // why it is not ready. An error is the render's: the trigger fails.
-func (w *graphWalk) child(ctx context.Context, res *rules.Resource, st *ResourceState, index int, act *expr.Activation, namespaced bool) (map[string]any, error) {
+func (w *graphWalk) child(ctx context.Context, res *rules.Resource, st *ResourceState, index int, act *expr.Activation, namespaced bool, cluster string) (map[string]any, error) {
 	obj, err := renderChild(ctx, w.r, res, act, w.trigger, w.trigger.GetNamespace() != "", namespaced)
 	if err != nil {
 		return nil, err
 	}
-	return w.take(ctx, res, st, index, obj)
+	return w.take(ctx, res, st, index, obj, cluster)
 }
 
 // take makes obj, rendered or returned by a function, child index of res
-// (-1: its only one) and has it applied; as child.
-func (w *graphWalk) take(ctx context.Context, res *rules.Resource, st *ResourceState, index int, obj *unstructured.Unstructured) (map[string]any, error) {
-	key := obj.GetKind() + "/" + obj.GetNamespace() + "/" + obj.GetName()
+// (-1: its only one) in cluster ("": syncloop's own) and has it applied;
+// as child.
+func (w *graphWalk) take(ctx context.Context, res *rules.Resource, st *ResourceState, index int, obj *unstructured.Unstructured, cluster string) (map[string]any, error) {
+	key := cluster + "/" + obj.GetKind() + "/" + obj.GetNamespace() + "/" + obj.GetName()
 	if prev, dup := w.seen[key]; dup {
 		pos, field := res.Body()
 		return nil, &RenderError{Pos: pos, Rule: w.r.Name, Resource: res.ID, Field: field,
-			Err: fmt.Errorf("%s %s rendered twice (also by resource %q)", obj.GetKind(), namespacedName(obj), prev)}
+			Err: fmt.Errorf("%s %s rendered twice%s (also by resource %q)", obj.GetKind(), namespacedName(obj), inCluster(cluster), prev)}
 	}
 	w.seen[key] = res.ID
-	c := Child{ResourceID: res.ID, Index: index, Object: obj, Resource: res, Patch: res.Mode == rules.ModePatch}
+	c := Child{ResourceID: res.ID, Index: index, Object: obj, Resource: res, Patch: res.Mode == rules.ModePatch, Cluster: cluster}
 	w.rd.Children = append(w.rd.Children, c)
 
 	if res.CreateOnce && w.offline && index <= 0 {
@@ -181,6 +194,10 @@ func (w *graphWalk) take(ctx context.Context, res *rules.Resource, st *ResourceS
 	}
 	live, err := w.apply(ctx, c)
 	switch {
+	case errors.As(err, new(*UnreachableError)):
+		st.Unreachable = appendNew(st.Unreachable, cluster)
+		w.notReady(st, err.Error())
+		return nil, nil
 	case errors.Is(err, ErrNotRecreated):
 		w.notReady(st, fmt.Sprintf("%s %s was %v", obj.GetKind(), namespacedName(obj), err))
 		return nil, nil
@@ -280,6 +297,9 @@ type renderedApplier struct {
 }
 
 func (a renderedApplier) Apply(_ context.Context, c Child) (map[string]any, error) {
+	if c.Cluster != "" { // the objects given are syncloop's own cluster's
+		return c.Object.Object, nil
+	}
 	gk := c.Object.GroupVersionKind().GroupKind()
 	for _, o := range a.objs {
 		if o.GroupVersionKind().GroupKind() == gk && o.GetNamespace() == c.Object.GetNamespace() && o.GetName() == c.Object.GetName() {

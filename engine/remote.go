@@ -1,0 +1,175 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/syncloop/syncloop/dynamic"
+	"github.com/syncloop/syncloop/rules"
+	"github.com/syncloop/syncloop/rules/render"
+)
+
+// One reconcile across clusters: a child the render puts in another
+// cluster is applied there by that cluster's place, with the same
+// decisions as at home (create-only applies, takeover, drift, fights);
+// what is pruned there follows the trigger's selection; a cluster that
+// cannot be reached is left as it is — nothing there is applied, pruned
+// or recreated — and the trigger's Ready condition names it.
+
+// unreachableAgain is when a trigger whose children wait for a cluster is
+// reconciled again, besides when the cluster answers again.
+const unreachableAgain = 30 * time.Second
+
+// applyRemote applies a child that goes to another cluster, in its
+// place; a cluster not reachable is a *render.UnreachableError, which
+// does not fail the reconcile.
+func (a *applier) applyRemote(ctx context.Context, child render.Child) (map[string]any, error) {
+	p, uerr := a.placeOf(child.Cluster)
+	if uerr != nil {
+		a.unreachable = true
+		return nil, uerr
+	}
+	ref := refOf(child.Object)
+	if a.remote == nil {
+		a.remote = map[string]map[childRef]bool{}
+	}
+	if a.remote[child.Cluster] == nil {
+		a.remote[child.Cluster] = map[childRef]bool{}
+	}
+	a.remote[child.Cluster][ref] = true
+	out, err := p.rc.applyChild(ctx, a.ch, a.trigger, child)
+	if dynamic.NoAnswer(err) && ctx.Err() == nil {
+		if p.remote.Failed != nil {
+			p.remote.Failed(err)
+		}
+		a.unreachable = true
+		return nil, &render.UnreachableError{Cluster: child.Cluster, Why: err.Error()}
+	}
+	return out, err
+}
+
+// placeOf is the place of cluster, or why it cannot be reached.
+func (a *applier) placeOf(cluster string) (*place, *render.UnreachableError) {
+	if a.rc.fleet == nil {
+		return nil, &render.UnreachableError{Cluster: cluster, Why: "syncloop runs without a cluster inventory (--clusters-namespace)"}
+	}
+	return a.rc.fleet.placeOf(cluster)
+}
+
+// observedRemote is a child in another cluster as its place's caches
+// hold it, if it is this trigger's child; nil otherwise.
+func (a *applier) observedRemote(child render.Child) map[string]any {
+	p, err := a.placeOf(child.Cluster)
+	if err != nil {
+		return nil
+	}
+	return (&applier{rc: p.rc, owner: a.owner}).Observed(render.Child{ResourceID: child.ResourceID, Object: child.Object, Resource: child.Resource})
+}
+
+// remoteCount is how many children the reconcile applied in other
+// clusters.
+func (a *applier) remoteCount() int {
+	n := 0
+	for _, refs := range a.remote {
+		n += len(refs)
+	}
+	return n
+}
+
+// pruneRemote prunes, in every cluster that can be reached, the trigger's
+// children there that rd does not want: those of a resource that is no
+// longer in the rule, no longer targets clusters or is not wanted, and
+// those of a resource whose selection still holds the cluster. The
+// children of a resource whose selection left a cluster stay there as
+// they are (orphaned: a relabelled or mislabelled cluster never deletes
+// workloads), as do those of a resource that waits. rd nil: the trigger
+// wants no children (gone, or its when is false): all of them go.
+func (rc *reconciler) pruneRemote(ctx context.Context, ch *changes, ref rules.ObjectRef, owner string, rd *render.Rendered, desired map[string]map[childRef]bool, waiting map[string]bool) error {
+	if rc.fleet == nil {
+		return nil
+	}
+	var errs []error
+	for _, p := range rc.fleet.each() {
+		if p.unreachable() != nil {
+			continue // its children wait there, as they are
+		}
+		existing := p.rc.childrenOf(owner)
+		if len(existing) == 0 {
+			continue
+		}
+		keep := map[string]bool{}
+		for id := range waiting {
+			keep[id] = true
+		}
+		var want map[childRef]bool
+		if rd != nil {
+			want = desired[p.cluster]
+			if want == nil {
+				want = map[childRef]bool{}
+			}
+			for _, st := range rd.Resources {
+				if st.Resource.Targets() && !st.Excluded && !slices.Contains(st.Clusters, p.cluster) {
+					keep[st.Resource.ID] = true // left the selection: orphaned
+				}
+			}
+		}
+		if err := p.rc.prune(ctx, ch, ref, owner, existing, want, keep); err != nil {
+			errs = append(errs, fmt.Errorf("in cluster %q: %w", p.cluster, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// remoteChildren reports whether the trigger has children in a cluster
+// that can be reached (as the caches there hold them).
+func (rc *reconciler) remoteChildren(owner string) bool {
+	if rc.fleet == nil {
+		return false
+	}
+	for _, p := range rc.fleet.each() {
+		if p.unreachable() == nil && len(p.rc.childrenOf(owner)) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// remoteDoomed are, per place, the trigger's children a teardown deletes
+// there, and the clusters it cannot tell (not reachable): the teardown
+// waits for them, holding the trigger.
+func (rc *reconciler) remoteDoomed(ctx context.Context, owner string) (doomed map[*place][]object, waitingFor []string) {
+	if rc.fleet == nil {
+		return nil, nil
+	}
+	doomed = map[*place][]object{}
+	for _, p := range rc.fleet.each() {
+		if p.unreachable() != nil {
+			waitingFor = append(waitingFor, p.cluster)
+			continue
+		}
+		if d := p.rc.prunable(ctx, owner, p.rc.childrenOf(owner), nil, nil, true); len(d) > 0 {
+			doomed[p] = d
+		}
+	}
+	return doomed, waitingFor
+}
+
+// ClusterWaitError is a teardown that cannot go on: clusters where the
+// trigger may have children do not answer. The trigger stays held.
+type ClusterWaitError struct{ Clusters []string }
+
+func (e *ClusterWaitError) Error() string {
+	return fmt.Sprintf("the trigger's children in cluster %s are deleted before the trigger is let go, and it does not answer", strings.Join(quoteAll(e.Clusters), ", "))
+}
+
+func quoteAll(s []string) []string {
+	out := make([]string, len(s))
+	for i, v := range s {
+		out[i] = fmt.Sprintf("%q", v)
+	}
+	return out
+}

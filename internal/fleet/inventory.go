@@ -1,0 +1,445 @@
+package fleet
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/syncloop/syncloop/dynamic"
+	"github.com/syncloop/syncloop/rules"
+)
+
+// KubeconfigKey is the key of a kubeconfig Secret that holds the
+// kubeconfig, as Cluster API writes it.
+const KubeconfigKey = "value"
+
+// ReasonBadKubeconfig is the reason of the Warning Event on a kubeconfig
+// Secret whose kubeconfig does not make a client.
+const ReasonBadKubeconfig = "BadKubeconfig"
+
+// Metrics receives what the inventory counts; nil counts nothing.
+type Metrics interface {
+	// KubeconfigInvalid counts one kubeconfig Secret of cluster that did
+	// not make a client.
+	KubeconfigInvalid(cluster string)
+}
+
+// Options configure an Inventory.
+type Options struct {
+	// Recorder emits the Warning Events on kubeconfig Secrets; nil: none.
+	Recorder record.EventRecorder
+	Metrics  Metrics
+	// Configure, when set, adjusts the rest.Config of each cluster's
+	// client before it is made (rate limits, flow control).
+	Configure func(*rest.Config)
+	// ProbeInterval is how often a cluster found not answering is asked
+	// again (GET /readyz) until it answers; 0: 2 seconds.
+	ProbeInterval time.Duration
+}
+
+// Inventory is syncloop's fleet: the kubeconfig Secrets in one namespace
+// that carry Cluster API's cluster-name label, each a cluster named by
+// the label, labelled with the Secret's labels, and reached with a client
+// made from its kubeconfig (key value). Secrets added, changed and
+// removed take effect at once (watched); a kubeconfig that makes no
+// client is a Warning Event on its Secret and a metric, and the cluster is
+// left out. It never logs, records or returns a kubeconfig's contents.
+type Inventory struct {
+	core      kubernetes.Interface
+	namespace string
+	opts      Options
+
+	mu       sync.RWMutex
+	clusters map[string]*cluster // by name
+	subs     map[int]func()
+	nextSub  int
+	ctx      context.Context // Run's: the probes' parent
+	synced   cache.InformerSynced
+	// wanted is closed by the first Subscribe: Run starts watching.
+	wanted chan struct{}
+	want   sync.Once
+}
+
+// cluster is one cluster of the inventory and how it is reached.
+type cluster struct {
+	rules.Cluster        // written and read under the Inventory's mu
+	secret        string // the Secret's name
+	remote        dynamic.Remote
+	disc          discovery.DiscoveryInterface
+
+	mu      sync.Mutex
+	down    error // nil: reachable as far as is known
+	probing bool
+}
+
+// New returns the inventory of the kubeconfig Secrets in namespace; it
+// is empty until Run.
+func New(core kubernetes.Interface, namespace string, o Options) *Inventory {
+	if o.ProbeInterval == 0 {
+		o.ProbeInterval = 2 * time.Second
+	}
+	return &Inventory{core: core, namespace: namespace, opts: o, clusters: map[string]*cluster{}, subs: map[int]func(){},
+		ctx: context.Background(), synced: func() bool { return false }, wanted: make(chan struct{})}
+}
+
+// Namespace is where the inventory's Secrets are.
+func (inv *Inventory) Namespace() string { return inv.namespace }
+
+// Run watches the kubeconfig Secrets until ctx ends — from the first
+// Subscribe on: a syncloop whose rules target no cluster never lists a
+// Secret.
+func (inv *Inventory) Run(ctx context.Context) {
+	select {
+	case <-inv.wanted:
+	case <-ctx.Done():
+		return
+	}
+	inv.watch(ctx)
+}
+
+func (inv *Inventory) watch(ctx context.Context) {
+	factory := informers.NewSharedInformerFactoryWithOptions(inv.core, 0, informers.WithNamespace(inv.namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = rules.LabelClusterName }))
+	inf := factory.Core().V1().Secrets().Informer()
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { inv.put(ctx, obj) },
+		UpdateFunc: func(_, obj any) { inv.put(ctx, obj) },
+		DeleteFunc: func(obj any) { inv.remove(ctx, obj) },
+	})
+	inv.mu.Lock()
+	inv.ctx, inv.synced = ctx, inf.HasSynced
+	inv.mu.Unlock()
+	factory.Start(ctx.Done())
+	<-ctx.Done()
+	factory.Shutdown()
+}
+
+// WaitForSync waits until the Secrets have been listed once, or ctx ends.
+func (inv *Inventory) WaitForSync(ctx context.Context) bool {
+	return cache.WaitForCacheSync(ctx.Done(), func() bool {
+		inv.mu.RLock()
+		defer inv.mu.RUnlock()
+		return inv.synced()
+	})
+}
+
+// Clusters are the clusters of the inventory, by name.
+func (inv *Inventory) Clusters() []rules.Cluster {
+	inv.mu.RLock()
+	defer inv.mu.RUnlock()
+	out := make([]rules.Cluster, 0, len(inv.clusters))
+	for _, c := range inv.clusters {
+		out = append(out, c.Cluster)
+	}
+	slices.SortFunc(out, func(a, b rules.Cluster) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Reach is how to reach the cluster named name; false when the inventory
+// has no such cluster.
+func (inv *Inventory) Reach(name string) (dynamic.Remote, bool) {
+	inv.mu.RLock()
+	defer inv.mu.RUnlock()
+	c, ok := inv.clusters[name]
+	if !ok {
+		return dynamic.Remote{}, false
+	}
+	return c.remote, true
+}
+
+// Unreachable are the clusters that do not answer now, by name.
+func (inv *Inventory) Unreachable() []string {
+	inv.mu.RLock()
+	defer inv.mu.RUnlock()
+	var out []string
+	for name, c := range inv.clusters {
+		if c.isDown() != nil {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Subscribe has f called whenever the inventory changes — a cluster
+// added, relabelled, given a new kubeconfig or removed — or a cluster
+// stops or starts answering. f must not block. cancel stops the calls.
+func (inv *Inventory) Subscribe(f func()) (cancel func()) {
+	inv.want.Do(func() { close(inv.wanted) })
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	id := inv.nextSub
+	inv.nextSub++
+	inv.subs[id] = f
+	return func() {
+		inv.mu.Lock()
+		delete(inv.subs, id)
+		inv.mu.Unlock()
+	}
+}
+
+func (inv *Inventory) changed() {
+	inv.mu.RLock()
+	subs := make([]func(), 0, len(inv.subs))
+	for _, f := range inv.subs {
+		subs = append(subs, f)
+	}
+	inv.mu.RUnlock()
+	for _, f := range subs {
+		f()
+	}
+}
+
+// put takes in an added or changed Secret.
+func (inv *Inventory) put(ctx context.Context, obj any) {
+	s, ok := obj.(*corev1.Secret)
+	if !ok {
+		return
+	}
+	cl, ok := rules.ClusterOf(s)
+	if !ok {
+		inv.forgetSecret(s.Name)
+		return
+	}
+	logger := klog.FromContext(ctx).WithValues("cluster", cl.Name, "secret", klog.KObj(s))
+	version := versionOf(s.Data[KubeconfigKey])
+	inv.mu.RLock()
+	old := inv.clusters[cl.Name]
+	inv.mu.RUnlock()
+	if old != nil && old.secret != s.Name {
+		inv.invalid(ctx, s, cl.Name, fmt.Errorf("cluster %q is already the cluster of Secret %s: one Secret per cluster", cl.Name, old.secret))
+		return
+	}
+	if old != nil && old.remote.Version == version {
+		if !equalLabels(old.Labels, cl.Labels) {
+			inv.mu.Lock()
+			old.Cluster = cl // read under inv.mu
+			inv.mu.Unlock()
+			logger.Info("Cluster relabelled", "labels", cl.Labels)
+			inv.changed()
+		}
+		return
+	}
+	c, err := inv.connect(cl, s.Name, version, s.Data[KubeconfigKey])
+	if err != nil {
+		inv.invalid(ctx, s, cl.Name, err)
+		if old != nil { // its old kubeconfig no longer stands
+			inv.forget(cl.Name)
+		}
+		return
+	}
+	inv.forgetSecret(s.Name) // the Secret named another cluster before
+	inv.mu.Lock()
+	inv.clusters[cl.Name] = c
+	inv.mu.Unlock()
+	logger.Info("Cluster in the inventory", "labels", cl.Labels, "server", c.hostOf())
+	inv.changed()
+}
+
+func (c *cluster) hostOf() string {
+	if c.remote.Client == nil {
+		return ""
+	}
+	return c.remote.Client.Host()
+}
+
+// remove forgets the cluster of a deleted Secret.
+func (inv *Inventory) remove(ctx context.Context, obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	s, ok := obj.(*corev1.Secret)
+	if !ok {
+		return
+	}
+	if name := inv.forgetSecret(s.Name); name != "" {
+		klog.FromContext(ctx).Info("Cluster left the inventory: its children there stay as they are", "cluster", name, "secret", klog.KObj(s))
+	}
+}
+
+// forgetSecret forgets the cluster of the Secret named secret, and
+// returns its name ("" if none).
+func (inv *Inventory) forgetSecret(secret string) string {
+	inv.mu.RLock()
+	name := ""
+	for n, c := range inv.clusters {
+		if c.secret == secret {
+			name = n
+		}
+	}
+	inv.mu.RUnlock()
+	if name != "" {
+		inv.forget(name)
+	}
+	return name
+}
+
+func (inv *Inventory) forget(name string) {
+	inv.mu.Lock()
+	delete(inv.clusters, name)
+	inv.mu.Unlock()
+	inv.changed()
+}
+
+// invalid reports a kubeconfig Secret that makes no client: a Warning
+// Event on it and the metric. err never holds the kubeconfig's contents.
+func (inv *Inventory) invalid(ctx context.Context, s *corev1.Secret, name string, err error) {
+	klog.FromContext(ctx).Error(err, "Kubeconfig Secret left out of the inventory", "cluster", name, "secret", klog.KObj(s))
+	if inv.opts.Recorder != nil {
+		inv.opts.Recorder.Eventf(s, corev1.EventTypeWarning, ReasonBadKubeconfig, "cluster %q left out of syncloop's inventory: %v", name, err)
+	}
+	if inv.opts.Metrics != nil {
+		inv.opts.Metrics.KubeconfigInvalid(name)
+	}
+}
+
+// connect makes the client of a cluster from its kubeconfig.
+func (inv *Inventory) connect(cl rules.Cluster, secret, version string, kubeconfig []byte) (*cluster, error) {
+	if len(kubeconfig) == 0 {
+		return nil, fmt.Errorf("the Secret has no key %q holding a kubeconfig", KubeconfigKey)
+	}
+	cfg, err := restConfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	if inv.opts.Configure != nil {
+		inv.opts.Configure(cfg)
+	}
+	client, err := dynamic.NewClient(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("making a client from key %q: %w", KubeconfigKey, err)
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("making a client from key %q: %w", KubeconfigKey, err)
+	}
+	c := &cluster{Cluster: cl, secret: secret, disc: disc}
+	c.remote = dynamic.Remote{Version: version, Client: client, Mapper: dynamic.NewMapper(disc, 0),
+		Down: c.isDown, Failed: func(err error) { inv.failed(cl.Name, err) }}
+	return c, nil
+}
+
+// yamlLine finds where a YAML error is, without what is there.
+var yamlLine = regexp.MustCompile(`line \d+`)
+
+// restConfig loads a kubeconfig's current context. Its errors say where
+// and what is wrong, never what the kubeconfig holds: a YAML error is
+// reduced to its line.
+func restConfig(kubeconfig []byte) (*rest.Config, error) {
+	raw, err := clientcmd.Load(kubeconfig)
+	if err != nil {
+		where := yamlLine.FindString(err.Error())
+		if where == "" {
+			where = "somewhere"
+		}
+		return nil, fmt.Errorf("key %q is not a kubeconfig: it does not parse (%s)", KubeconfigKey, where)
+	}
+	cfg, err := clientcmd.NewDefaultClientConfig(*raw, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("the kubeconfig in key %q makes no client: %s", KubeconfigKey, redact(err.Error(), kubeconfig))
+	}
+	return cfg, nil
+}
+
+// redact blanks out of msg anything of at least 8 characters that the
+// kubeconfig holds as a value: a token, a password, a key.
+func redact(msg string, kubeconfig []byte) string {
+	for _, f := range strings.FieldsFunc(string(kubeconfig), func(r rune) bool { return r == ' ' || r == '\n' || r == '"' || r == '\'' || r == ':' }) {
+		if len(f) >= 8 && strings.Contains(msg, f) {
+			msg = strings.ReplaceAll(msg, f, "[redacted]")
+		}
+	}
+	return msg
+}
+
+func versionOf(kubeconfig []byte) string {
+	sum := sha256.Sum256(kubeconfig)
+	return hex.EncodeToString(sum[:8])
+}
+
+func equalLabels(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if bv, ok := b[k]; !ok || bv != v {
+			return false
+		}
+	}
+	return true
+}
+
+// isDown says why the cluster is not reachable, or nil.
+func (c *cluster) isDown() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.down
+}
+
+// failed marks cluster name down, if it is not already, and probes it
+// until it answers.
+func (inv *Inventory) failed(name string, err error) {
+	inv.mu.RLock()
+	c, ok := inv.clusters[name]
+	ctx := inv.ctx
+	inv.mu.RUnlock()
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	c.down = err
+	start := !c.probing
+	c.probing = true
+	c.mu.Unlock()
+	if !start {
+		return
+	}
+	klog.FromContext(ctx).Info("Cluster not answering: its children wait there, as they are, until it does", "cluster", name, "err", err)
+	inv.changed()
+	go inv.probe(ctx, c)
+}
+
+// probe asks c's API server whether it is ready until it answers, then
+// marks it reachable again.
+func (inv *Inventory) probe(ctx context.Context, c *cluster) {
+	t := time.NewTicker(inv.opts.ProbeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, inv.opts.ProbeInterval)
+		err := c.disc.RESTClient().Get().AbsPath("/readyz").Do(pctx).Error()
+		cancel()
+		c.mu.Lock()
+		if err != nil {
+			c.down = err
+			c.mu.Unlock()
+			continue
+		}
+		c.down, c.probing = nil, false
+		c.mu.Unlock()
+		klog.FromContext(ctx).Info("Cluster answering again", "cluster", c.Name)
+		inv.changed()
+		return
+	}
+}

@@ -1,0 +1,152 @@
+package fleet
+
+import (
+	"context"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/syncloop/syncloop/internal/testenv"
+	"github.com/syncloop/syncloop/rules"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m, testenv.Options{}) }
+
+// invalids counts KubeconfigInvalid by cluster.
+type invalids struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *invalids) KubeconfigInvalid(cluster string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n[cluster]++
+}
+
+func (c *invalids) of(cluster string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[cluster]
+}
+
+// TestInventory: the kubeconfig Secrets labelled with Cluster API's
+// cluster-name in the namespace are the clusters, labelled as the Secrets
+// are; a relabel changes the labels without a new client; a kubeconfig
+// that makes no client is a Warning Event on its Secret that holds none of
+// its secrets, and a metric; a deleted Secret's cluster leaves.
+//
+// API server: Secrets listed and watched in one namespace.
+func TestInventory(t *testing.T) {
+	env := testenv.Get(t)
+	cs, err := kubernetes.NewForConfig(env.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "fleet-"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorder := record.NewFakeRecorder(20)
+	counts := &invalids{n: map[string]int{}}
+	inv := New(cs, ns.Name, Options{Recorder: recorder, Metrics: counts})
+	go inv.Run(t.Context())
+	changes := make(chan struct{}, 100)
+	defer inv.Subscribe(func() { changes <- struct{}{} })()
+	if !inv.WaitForSync(t.Context()) {
+		t.Fatal("the inventory did not sync")
+	}
+
+	kubeconfig, err := os.ReadFile(env.Kubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(name string, labels map[string]string, value []byte) {
+		t.Helper()
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name + "-kubeconfig", Labels: labels}, Data: map[string][]byte{KubeconfigKey: value}}
+		if _, err := cs.CoreV1().Secrets(ns.Name).Create(t.Context(), s, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually := func(what string, cond func() bool) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+	labelsOf := func(name string) map[string]string {
+		for _, c := range inv.Clusters() {
+			if c.Name == name {
+				return c.Labels
+			}
+		}
+		return nil
+	}
+
+	put("east", map[string]string{rules.LabelClusterName: "east", "env": "prod"}, kubeconfig)
+	put("plain", nil, kubeconfig) // not labelled: not a cluster
+	eventually("cluster east", func() bool { return labelsOf("east")["env"] == "prod" })
+	remote, ok := inv.Reach("east")
+	if !ok || remote.Client == nil || remote.Client.Host() != env.Config().Host || remote.Down() != nil {
+		t.Fatalf("east reached %v at %v", ok, remote)
+	}
+	if _, err := cs.CoreV1().Secrets(ns.Name).Patch(t.Context(), "east-kubeconfig", types.MergePatchType, []byte(`{"metadata":{"labels":{"env":"dev"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually("east relabelled", func() bool { return labelsOf("east")["env"] == "dev" })
+	if again, _ := inv.Reach("east"); again.Version != remote.Version || again.Client != remote.Client {
+		t.Error("a relabelled cluster got a new client")
+	}
+	if len(changes) == 0 {
+		t.Error("subscribers were not told of the changes")
+	}
+
+	const token = "s3cr3t-t0ken-do-not-print"
+	broken := "apiVersion: v1\nkind: Config\nusers:\n- name: u\n  user: {token: " + token + "}\n  : [\n"
+	put("west", map[string]string{rules.LabelClusterName: "west"}, []byte(broken))
+	noContext := strings.Replace(string(kubeconfig), "current-context: testenv", "current-context: "+token, 1)
+	put("north", map[string]string{rules.LabelClusterName: "north"}, []byte(noContext))
+	put("south", map[string]string{rules.LabelClusterName: "south"}, nil)
+	var events []string
+	eventually("three BadKubeconfig Events", func() bool {
+		select {
+		case e := <-recorder.Events:
+			events = append(events, e)
+		default:
+		}
+		return len(events) == 3
+	})
+	for _, e := range events {
+		if !strings.HasPrefix(e, "Warning "+ReasonBadKubeconfig+" ") || strings.Contains(e, token) {
+			t.Errorf("event %q: want a BadKubeconfig Warning without the kubeconfig's secrets", e)
+		}
+	}
+	joined := strings.Join(events, "\n")
+	for _, want := range []string{`cluster "west"`, "does not parse (line", `cluster "north"`, `cluster "south"`, `no key "value"`} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("events lack %q:\n%s", want, joined)
+		}
+	}
+	for _, c := range []string{"west", "north", "south"} {
+		if counts.of(c) != 1 || labelsOf(c) != nil {
+			t.Errorf("cluster %s: counted %d, in the inventory %v", c, counts.of(c), labelsOf(c) != nil)
+		}
+	}
+
+	if err := cs.CoreV1().Secrets(ns.Name).Delete(t.Context(), "east-kubeconfig", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually("east to leave", func() bool { return len(inv.Clusters()) == 0 })
+	if _, ok := inv.Reach("east"); ok {
+		t.Error("a cluster whose Secret is gone is still reached")
+	}
+}

@@ -1,0 +1,31 @@
+package manager
+
+import (
+	"context"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/syncloop/syncloop/internal/fleet"
+	"github.com/syncloop/syncloop/internal/metrics"
+)
+
+// newInventory is the cluster inventory of the kubeconfig Secrets in
+// namespace: clients to the clusters rules put children in, made with
+// the client-side limits of syncloop's own (cfg). It lists nothing until
+// a rule targets clusters.
+func newInventory(c *Clients, namespace string, recorder record.EventRecorder, m fleet.Metrics) *fleet.Inventory {
+	home := c.Config
+	return fleet.New(c.Core, namespace, fleet.Options{Recorder: recorder, Metrics: m, Configure: func(cfg *rest.Config) {
+		cfg.QPS, cfg.Burst, cfg.UserAgent = home.QPS, home.Burst, home.UserAgent
+	}})
+}
+
+// fleetMetrics registers the metrics of p's inventory, read from p.fleet
+// when scraped (it is made with them).
+func fleetMetrics(p *process) *metrics.Fleet {
+	return metrics.NewFleet(p.reg, func() int { return len(p.fleet.Clusters()) }, func() int { return len(p.fleet.Unreachable()) })
+}
+
+// runInventory runs inv until ctx ends, in the background.
+func runInventory(ctx context.Context, inv *fleet.Inventory) { go inv.Run(ctx) }

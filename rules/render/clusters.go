@@ -1,0 +1,159 @@
+package render
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/syncloop/syncloop/rules"
+)
+
+// ClusterLister is a Lookuper that knows the cluster inventory: the
+// engine's (kubeconfig Secrets), or the clusters an offline render is
+// given. A render whose Lookuper is none selects no cluster.
+type ClusterLister interface {
+	// Clusters are the clusters of the inventory, by name.
+	Clusters() []rules.Cluster
+}
+
+// ReasonClusterUnreachable: a child could not be brought about in a
+// cluster it goes to (not reachable, or not in the inventory); it waits
+// there, as it is, and nothing is pruned there.
+const ReasonClusterUnreachable = "ClusterUnreachable"
+
+// UnreachableError is what an Applier returns for a child whose cluster it
+// cannot reach now: its resource is not ready, the Ready condition says
+// ClusterUnreachable, and the reconcile does not fail for it.
+type UnreachableError struct {
+	Cluster string
+	Why     string
+}
+
+func (e *UnreachableError) Error() string {
+	return fmt.Sprintf("cluster %q is not reachable: %s", e.Cluster, e.Why)
+}
+
+// target is one place a resource's children go: a cluster of the
+// inventory, or syncloop's own (Name "", Cluster nil).
+type target struct {
+	Name    string
+	Cluster *rules.Cluster
+}
+
+// clusters are the places res's children go: syncloop's own cluster for a
+// resource that targets none; otherwise the inventory's clusters its
+// selector holds for, or that its names name, by name. A name the
+// inventory lacks makes res not ready (ClusterUnreachable).
+func (w *graphWalk) clusters(ctx context.Context, res *rules.Resource, st *ResourceState) ([]target, error) {
+	cl := res.Clusters
+	if cl == nil {
+		return []target{{}}, nil
+	}
+	var inventory []rules.Cluster
+	if l, ok := w.lk.(ClusterLister); ok {
+		inventory = l.Clusters()
+	}
+	var out []target
+	if cl.Selector != nil {
+		for i := range inventory {
+			c := &inventory[i]
+			act := *w.rd.act
+			act.Cluster = c.Value()
+			ok, err := cl.Selector.EvalBool(ctx, &act)
+			if err != nil {
+				return nil, exprError(w.r, cl.Selector, res.ID, err)
+			}
+			if ok {
+				out = append(out, target{Name: c.Name, Cluster: c})
+			}
+		}
+	} else {
+		var names []string
+		for _, t := range cl.Names {
+			name, err := textValue(ctx, w.r, t, w.rd.act)
+			if err != nil {
+				return nil, err
+			}
+			if name != "" {
+				names = append(names, name)
+			}
+		}
+		slices.Sort(names)
+		for _, name := range slices.Compact(names) {
+			i := slices.IndexFunc(inventory, func(c rules.Cluster) bool { return c.Name == name })
+			if i < 0 {
+				st.Unreachable = appendNew(st.Unreachable, name)
+				w.notReady(st, (&UnreachableError{Cluster: name, Why: "it is not in the inventory"}).Error())
+				if w.offline {
+					w.rd.note(res, "%s: cluster %q is not among the kubeconfig Secrets given: its children there are not rendered", cl.Field, name)
+				}
+				continue
+			}
+			out = append(out, target{Name: name, Cluster: &inventory[i]})
+		}
+	}
+	for _, t := range out {
+		st.Clusters = append(st.Clusters, t.Name)
+	}
+	st.Clusters = append(st.Clusters, st.Unreachable...)
+	slices.Sort(st.Clusters)
+	if w.offline && len(out) == 0 && len(st.Unreachable) == 0 {
+		w.rd.note(res, "%s: no cluster given offline is selected: rendered no children", cl.Field)
+	}
+	return out, nil
+}
+
+// Selected are the clusters of the inventory the resources that target
+// clusters selected, by resource id and then name; and the clusters they
+// could not reach.
+func (rd *Rendered) Selected() (selected map[string][]string, unreachable []string) {
+	selected = map[string][]string{}
+	for _, c := range rd.Children {
+		if c.Cluster != "" && !slices.Contains(selected[c.ResourceID], c.Cluster) {
+			selected[c.ResourceID] = append(selected[c.ResourceID], c.Cluster)
+		}
+	}
+	for _, st := range rd.Resources {
+		for _, c := range st.Unreachable {
+			unreachable = appendNew(unreachable, c)
+		}
+	}
+	slices.Sort(unreachable)
+	return selected, unreachable
+}
+
+// unreachableCondition is the Ready condition of a render some of whose
+// children wait for clusters it could not reach; ok false when none do.
+func (rd *Rendered) unreachableCondition() (Condition, bool) {
+	_, clusters := rd.Selected()
+	if len(clusters) == 0 {
+		return Condition{}, false
+	}
+	var ids []string
+	for _, st := range rd.Resources {
+		if len(st.Unreachable) > 0 {
+			ids = append(ids, st.Resource.ID)
+		}
+	}
+	return Condition{Status: false, Reason: ReasonClusterUnreachable,
+		Message: fmt.Sprintf("cluster %s not reachable: the children of %s wait there, as they are", quotedList(clusters), quotedList(ids))}, true
+}
+
+func quotedList(s []string) string { return strings.Join(quoted(s), ", ") }
+
+// inCluster says where a child is, for messages: "" in syncloop's own
+// cluster.
+func inCluster(cluster string) string {
+	if cluster == "" {
+		return ""
+	}
+	return fmt.Sprintf(" in cluster %q", cluster)
+}
+
+func appendNew(s []string, v string) []string {
+	if slices.Contains(s, v) {
+		return s
+	}
+	return append(s, v)
+}

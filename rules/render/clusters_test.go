@@ -1,0 +1,103 @@
+package render
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/syncloop/syncloop/rules"
+)
+
+const clustersRule = `apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: spread}
+spec:
+  watch: {apiVersion: v1, kind: ConfigMap}
+  resources:
+    - id: prod
+      clusters: {selector: "cluster.labels.?env.orValue('') == 'prod'"}
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "${object.metadata.name}", namespace: default}
+        data: {cluster: "${cluster.name}", tier: "${cluster.labels.?tier.orValue('none')}"}
+    - id: named
+      clusters: {names: [east, "${object.data.extra}"]}
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "${object.metadata.name}-named", namespace: default}
+`
+
+// TestRenderClusters: a resource's children go to each cluster its
+// selector picks, rendered with that cluster's name and labels; a cluster
+// the applier cannot reach, or a name the inventory lacks, makes the
+// resource wait (Ready ClusterUnreachable) without failing the render.
+func TestRenderClusters(t *testing.T) {
+	r := parseRule(t, clustersRule)
+	secret := func(name string, labels map[string]any) *unstructured.Unstructured {
+		labels[rules.LabelClusterName] = name
+		return obj("v1", "Secret", "fleet", name+"-kubeconfig", labels)
+	}
+	inventory := Objects{
+		secret("east", map[string]any{"env": "prod", "tier": "gold"}),
+		secret("west", map[string]any{"env": "prod"}),
+		secret("lab", map[string]any{"env": "dev"}),
+	}
+	trigger := obj("v1", "ConfigMap", "apps", "web", nil)
+	trigger.Object["data"] = map[string]any{"extra": "gone"}
+	var applied []string
+	ap := applierFunc(func(c Child) (map[string]any, error) {
+		if c.Cluster == "west" {
+			return nil, &UnreachableError{Cluster: "west", Why: "connection refused"}
+		}
+		applied = append(applied, c.Cluster+"/"+c.Object.GetName())
+		return c.Object.Object, nil
+	})
+	rd, err := Rule(context.Background(), r, trigger, testScopes, inventory, ap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(applied)
+	if got := strings.Join(applied, " "); got != "east/web east/web-named" {
+		t.Errorf("applied %s, want east/web east/web-named", got)
+	}
+	for _, c := range rd.Children {
+		if c.Cluster == "east" && c.Resource.ID == "prod" {
+			if d := c.Object.Object["data"].(map[string]any); d["cluster"] != "east" || d["tier"] != "gold" {
+				t.Errorf("east's child rendered with %v", d)
+			}
+		}
+		if len(c.Object.GetOwnerReferences()) > 0 {
+			t.Errorf("a child in cluster %s has an ownerReference", c.Cluster)
+		}
+	}
+	selected, unreachable := rd.Selected()
+	if !slices.Equal(selected["prod"], []string{"east", "west"}) || !slices.Equal(unreachable, []string{"gone", "west"}) {
+		t.Errorf("selected %v, unreachable %v", selected, unreachable)
+	}
+	ready := rd.Readiness()
+	if ready.Status || ready.Reason != ReasonClusterUnreachable || !strings.Contains(ready.Message, `"gone", "west"`) {
+		t.Errorf("Ready %+v, want False ClusterUnreachable naming gone and west", ready)
+	}
+
+	// Offline, the inventory is the Secrets given; lab is not prod.
+	rd, err = Rule(context.Background(), r, trigger, testScopes, inventory, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var where []string
+	for _, c := range rd.Children {
+		where = append(where, c.Resource.ID+"@"+c.Cluster)
+	}
+	slices.Sort(where)
+	if got := strings.Join(where, " "); got != "named@east prod@east prod@west" {
+		t.Errorf("offline children %s", got)
+	}
+	if notes := strings.Join(rd.Notes, "\n"); !strings.Contains(notes, `cluster "gone" is not among the kubeconfig Secrets given`) {
+		t.Errorf("notes %s", notes)
+	}
+}
