@@ -393,6 +393,28 @@ func TestChartTemplate(t *testing.T) {
 		r.get(t, "RoleBinding", "rel-syncloop-sharding")
 	})
 
+	t.Run("clusters", func(t *testing.T) {
+		r := template(t)
+		if args := strings.Join(podSpec(t, r).Containers[0].Args, " "); strings.Contains(args, "--clusters-namespace") || r["Role/rel-syncloop-clusters"] != nil {
+			t.Errorf("the cluster inventory rendered although disabled: %q", args)
+		}
+		r = template(t, "--set", "clusters.enabled=true,clusters.namespace=fleet")
+		if args := strings.Join(podSpec(t, r).Containers[0].Args, " "); !strings.Contains(args, "--clusters-namespace=fleet") {
+			t.Errorf("args %q lack --clusters-namespace=fleet", args)
+		}
+		role := r.get(t, "Role", "rel-syncloop-clusters")
+		rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
+		if got := fmt.Sprint(rules); role.GetNamespace() != "fleet" || !strings.Contains(got, "resources:[secrets] verbs:[get list watch]") || strings.Contains(got, "create list") {
+			t.Errorf("the inventory Role in %q grants %s: want get, list, watch on Secrets in fleet only", role.GetNamespace(), got)
+		}
+		if b := r.get(t, "RoleBinding", "rel-syncloop-clusters"); b.GetNamespace() != "fleet" {
+			t.Errorf("the inventory RoleBinding is in %q", b.GetNamespace())
+		}
+		if args := strings.Join(podSpec(t, template(t, "--set", "clusters.enabled=true")).Containers[0].Args, " "); !strings.Contains(args, "--clusters-namespace=syncloop-system") {
+			t.Errorf("args %q: want the release namespace by default", args)
+		}
+	})
+
 	t.Run("flow control and events", func(t *testing.T) {
 		args := strings.Join(podSpec(t, template(t)).Containers[0].Args, " ")
 		if strings.Contains(args, "--qps") || strings.Contains(args, "--burst") || !strings.Contains(args, "--events=warnings") {

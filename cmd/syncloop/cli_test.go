@@ -171,8 +171,9 @@ func checkJSONShape(t *testing.T, out string) {
 		_, skipped := r["skipped"]
 		_, children := r["children"]
 		_, patches := r["patches"]
-		if !children && !patches && !skipped {
-			t.Errorf("result has neither children nor patches and is not skipped: %s", r)
+		_, clusters := r["clusters"]
+		if !children && !patches && !clusters && !skipped {
+			t.Errorf("result has neither children, patches nor children in clusters, and is not skipped: %s", r)
 		}
 	}
 }
