@@ -186,7 +186,7 @@ func (rc *reconciler) converge(ctx context.Context, ch *changes, ref rules.Objec
 	if err := rc.pruneRemote(ctx, ch, ref, owner, rd, ap.remote, waiting); err != nil {
 		errs = append(errs, err)
 	}
-	hasChildren := len(ap.desired) > 0 || len(existing) > 0 || ap.remoteCount() > 0 || ap.unreachable || rc.remoteChildren(owner)
+	hasChildren := len(ap.desired) > 0 || len(existing) > 0 || len(ap.remote) > 0 || ap.unreachable || rc.remoteChildren(owner)
 	if err := errors.Join(rc.releasePatches(ctx, ch, ref, key, ap.patched, waitingKinds), rc.remember(ctx, trigger, ap.createdNow(waiting)),
 		rc.hold(ctx, key, trigger, true, hasChildren)); err != nil {
 		errs = append(errs, err)

@@ -70,16 +70,6 @@ func (a *applier) observedRemote(child render.Child) map[string]any {
 	return (&applier{rc: p.rc, owner: a.owner}).Observed(render.Child{ResourceID: child.ResourceID, Object: child.Object, Resource: child.Resource})
 }
 
-// remoteCount is how many children the reconcile applied in other
-// clusters.
-func (a *applier) remoteCount() int {
-	n := 0
-	for _, refs := range a.remote {
-		n += len(refs)
-	}
-	return n
-}
-
 // pruneRemote prunes, in every cluster that can be reached, the trigger's
 // children there that rd does not want: those of a resource that is no
 // longer in the rule, no longer targets clusters or is not wanted, and
