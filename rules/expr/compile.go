@@ -386,11 +386,12 @@ func checkReferences(checked *cel.Ast, src, name, what string, declared []string
 
 // outOfScope reports the first use of a name the rule's environment
 // declares but scope does not have: item and index outside forEach,
-// children where no resource may be read, ready outside the status.
+// children where no resource may be read, ready and clusters outside the
+// status.
 // Names bound by a comprehension (x.map(item, …)) are the comprehension's.
 func outOfScope(parsed *cel.Ast, src string, scope Scope) error {
 	absent := map[string]bool{varItem: !scope.ForEach, varIndex: !scope.ForEach,
-		varChildren: scope.Children == nil, varReady: !scope.Status, varCluster: !scope.Cluster}
+		varChildren: scope.Children == nil, varReady: !scope.Status, varCluster: !scope.Cluster, varClusters: !scope.Status}
 	a := parsed.NativeRep()
 	var found error
 	var walk func(e ast.Expr, bound map[string]bool)
@@ -403,8 +404,11 @@ func outOfScope(parsed *cel.Ast, src string, scope Scope) error {
 			if name := e.AsIdent(); absent[name] && !bound[name] {
 				loc := a.SourceInfo().GetStartLocation(e.ID())
 				msg := fmt.Sprintf("undeclared reference to '%s'", name)
-				if name == varCluster {
+				switch name {
+				case varCluster:
 					msg += ": cluster is known in a resource that targets clusters (clusters:), in its forEach and template"
+				case varClusters:
+					msg += ": clusters (what is where in the clusters of the fleet) is known in the status"
 				}
 				found = &Error{Offset: offsetOf(src, loc.Line(), loc.Column()), Msg: msg}
 			}

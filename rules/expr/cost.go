@@ -136,7 +136,7 @@ func (c *costPlan) untracked(a *Activation) bool {
 // activationVars are the names an activation binds: the first element of
 // a path the estimate asks a size of, if the size is the activation's.
 var activationVars = map[string]bool{varObject: true, varVariables: true, varRule: true, varItem: true,
-	varIndex: true, varChildren: true, varLookups: true, varReady: true, varSelf: true}
+	varIndex: true, varChildren: true, varLookups: true, varReady: true, varSelf: true, varClusters: true}
 
 // uniformSizes estimates every value the activation holds to be of one
 // size, and records the paths it was asked about.

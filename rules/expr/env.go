@@ -31,6 +31,7 @@ const (
 	varReady     = "ready"
 	varSelf      = "self"
 	varCluster   = "cluster"
+	varClusters  = "clusters"
 )
 
 // Options configure a Compiler.
@@ -71,6 +72,7 @@ func NewCompiler(opts Options) (*Compiler, error) {
 		cel.Variable(varVariables, dynMap),
 		cel.Variable(varRule, cel.StringType),
 		cel.Variable(varCluster, dynMap),
+		cel.Variable(varClusters, cel.ListType(dynMap)),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("building CEL environment: %w", err)

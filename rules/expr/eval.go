@@ -32,6 +32,9 @@ type Activation struct {
 	// Cluster is the cluster a child is rendered for ({name, labels});
 	// nil outside a resource that targets clusters.
 	Cluster map[string]any
+	// Clusters are, in the status, the clusters the trigger's children go
+	// to and how they are there: [{name, ready, reason, message}].
+	Clusters []any
 	// Offline: children are rendered, not live, so a field only the server
 	// sets is missing from them. A template string whose expression reads
 	// one renders as Unknown instead of failing.
@@ -100,6 +103,11 @@ func (b *bindings) ResolveName(name string) (any, bool) {
 		return b.a.Ready, true
 	case varCluster:
 		return orEmpty(b.a.Cluster), true
+	case varClusters:
+		if b.a.Clusters == nil {
+			return []any{}, true
+		}
+		return b.a.Clusters, true
 	}
 	return nil, false
 }
@@ -142,6 +150,8 @@ func (a *Activation) native(name string) any {
 		return a.Self
 	case varCluster:
 		return a.Cluster
+	case varClusters:
+		return a.Clusters
 	}
 	return nil
 }

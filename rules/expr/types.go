@@ -353,6 +353,7 @@ func (ts *Types) env(c *Compiler, k envKey) (*cel.Env, *provider, error) {
 		cel.Variable(varChildren, children),
 		cel.Variable(varReady, cel.MapType(cel.StringType, cel.BoolType)),
 		cel.Variable(varCluster, dynMap),
+		cel.Variable(varClusters, cel.ListType(dynMap)),
 	)
 	if err != nil {
 		return nil, nil, fmt.Errorf("building the rule's CEL environment: %w", err)

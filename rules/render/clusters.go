@@ -84,7 +84,9 @@ func (w *graphWalk) clusters(ctx context.Context, res *rules.Resource, st *Resou
 			i := slices.IndexFunc(inventory, func(c rules.Cluster) bool { return c.Name == name })
 			if i < 0 {
 				st.Unreachable = appendNew(st.Unreachable, name)
-				w.notReady(st, (&UnreachableError{Cluster: name, Why: "it is not in the inventory"}).Error())
+				why := (&UnreachableError{Cluster: name, Why: "it is not in the inventory"}).Error()
+				w.notReady(st, why)
+				w.rd.clusterNotReady(name, why)
 				if w.offline {
 					w.rd.note(res, "%s: cluster %q is not among the kubeconfig Secrets given: its children there are not rendered", cl.Field, name)
 				}
@@ -121,6 +123,57 @@ func (rd *Rendered) Selected() (selected map[string][]string, unreachable []stri
 	}
 	slices.Sort(unreachable)
 	return selected, unreachable
+}
+
+// clusterNotReady notes why a child in cluster is not ready, if it is
+// the first there ("": syncloop's own cluster, not noted).
+func (rd *Rendered) clusterNotReady(cluster, why string) {
+	if cluster == "" {
+		return
+	}
+	if rd.notReadyIn == nil {
+		rd.notReadyIn = map[string]string{}
+	}
+	if _, ok := rd.notReadyIn[cluster]; !ok {
+		rd.notReadyIn[cluster] = why
+	}
+}
+
+// ReasonChildrenNotReady: a child in a cluster of the fleet does not
+// exist or is not ready (readyWhen) yet.
+const ReasonChildrenNotReady = "ChildrenNotReady"
+
+// ClusterStates are what is where in the fleet, as a status reads it
+// (clusters): each cluster the trigger's resources select, by name, with
+// whether its children there are all ready and, when not, why
+// (ClusterUnreachable: it does not answer; ChildrenNotReady: a child
+// there is missing or not ready). Empty for a rule that targets none.
+func (rd *Rendered) ClusterStates() []any {
+	var names, unreachable []string
+	for _, st := range rd.Resources {
+		if st.Excluded {
+			continue
+		}
+		for _, c := range st.Clusters {
+			names = appendNew(names, c)
+		}
+		for _, c := range st.Unreachable {
+			unreachable = appendNew(unreachable, c)
+		}
+	}
+	slices.Sort(names)
+	out := make([]any, 0, len(names))
+	for _, name := range names {
+		c := map[string]any{"name": name, "ready": true}
+		if why, ok := rd.notReadyIn[name]; ok {
+			c["ready"], c["reason"], c["message"] = false, ReasonChildrenNotReady, why
+			if slices.Contains(unreachable, name) {
+				c["reason"] = ReasonClusterUnreachable
+			}
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 // unreachableCondition is the Ready condition of a render some of whose

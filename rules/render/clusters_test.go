@@ -2,6 +2,7 @@ package render
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -26,10 +27,14 @@ spec:
         data: {cluster: "${cluster.name}", tier: "${cluster.labels.?tier.orValue('none')}"}
     - id: named
       clusters: {names: [east, "${object.data.extra}"]}
+      readyWhen: ["self.?data.?ok.orValue('') == 'yes'"]
       template:
         apiVersion: v1
         kind: ConfigMap
         metadata: {name: "${object.metadata.name}-named", namespace: default}
+  status:
+    clusters: ${clusters}
+    allReady: ${clusters.all(c, c.ready)}
 `
 
 // TestRenderClusters: a resource's children go to each cluster its
@@ -82,6 +87,24 @@ func TestRenderClusters(t *testing.T) {
 	ready := rd.Readiness()
 	if ready.Status || ready.Reason != ReasonClusterUnreachable || !strings.Contains(ready.Message, `"gone", "west"`) {
 		t.Errorf("Ready %+v, want False ClusterUnreachable naming gone and west", ready)
+	}
+
+	// The status reads what is where: east answers, but its named child
+	// is not ready; west does not answer; gone is not in the inventory.
+	status, err := rd.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range status["clusters"].([]any) {
+		m := c.(map[string]any)
+		got = append(got, fmt.Sprintf("%s:%v:%v", m["name"], m["ready"], m["reason"]))
+	}
+	if want := "east:false:ChildrenNotReady gone:false:ClusterUnreachable west:false:ClusterUnreachable"; strings.Join(got, " ") != want || status["allReady"] != false {
+		t.Errorf("status clusters %s (all ready %v), want %s", strings.Join(got, " "), status["allReady"], want)
+	}
+	if m := status["clusters"].([]any)[0].(map[string]any); !strings.Contains(fmt.Sprint(m["message"]), `ConfigMap default/web-named: readyWhen`) {
+		t.Errorf("east's message %q, want the readyWhen of its named child", m["message"])
 	}
 
 	// Offline, the inventory is the Secrets given; lab is not prod.

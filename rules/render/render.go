@@ -74,6 +74,9 @@ type Rendered struct {
 	// syncStatus is the status the rule's function returned; nil when it
 	// was not called.
 	syncStatus map[string]any
+	// notReadyIn says, by cluster of the fleet, why the first of the
+	// trigger's children there that is not ready is not.
+	notReadyIn map[string]string
 }
 
 // ResourceState is what one render made of one resource.
@@ -300,6 +303,7 @@ func (rd *Rendered) Status(ctx context.Context) (_ map[string]any, err error) {
 	act := *rd.act
 	act.Children = rd.children
 	act.Ready = rd.ready
+	act.Clusters = rd.ClusterStates()
 	v, err := r.Status.Render(ctx, &act)
 	if err != nil {
 		return nil, templateError(r, r.Status.Template, "", err)

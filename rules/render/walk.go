@@ -193,29 +193,33 @@ func (w *graphWalk) take(ctx context.Context, res *rules.Resource, st *ResourceS
 		w.rd.note(res, "createOnce: created when absent, then left as it is (never updated, not created again once deleted)")
 	}
 	live, err := w.apply(ctx, c)
+	notReady := func(why string) {
+		w.notReady(st, why)
+		w.rd.clusterNotReady(cluster, why)
+	}
 	switch {
 	case errors.As(err, new(*UnreachableError)):
 		st.Unreachable = appendNew(st.Unreachable, cluster)
-		w.notReady(st, err.Error())
+		notReady(err.Error())
 		return nil, nil
 	case errors.Is(err, ErrNotRecreated):
-		w.notReady(st, fmt.Sprintf("%s %s was %v", obj.GetKind(), namespacedName(obj), err))
+		notReady(fmt.Sprintf("%s %s was %v", obj.GetKind(), namespacedName(obj), err))
 		return nil, nil
 	case err != nil:
 		if st.Err == nil {
 			st.Err = err
 		}
-		w.notReady(st, fmt.Sprintf("%s %s: %v", obj.GetKind(), namespacedName(obj), err))
+		notReady(fmt.Sprintf("%s %s: %v", obj.GetKind(), namespacedName(obj), err))
 		if o, ok := w.ap.(Observer); ok && !c.Patch && !errors.As(err, new(*ConflictError)) {
 			return o.Observed(c), nil // as it is: for the status, not for dependents (they wait)
 		}
 		return nil, nil
 	case live == nil:
-		w.notReady(st, fmt.Sprintf("%s %s does not exist", obj.GetKind(), namespacedName(obj)))
+		notReady(fmt.Sprintf("%s %s does not exist", obj.GetKind(), namespacedName(obj)))
 		return nil, nil
 	}
 	if why := w.readiness(ctx, res, live); why != "" {
-		w.notReady(st, fmt.Sprintf("%s %s: %s", obj.GetKind(), namespacedName(obj), why))
+		notReady(fmt.Sprintf("%s %s: %s", obj.GetKind(), namespacedName(obj), why))
 	}
 	return live, nil
 }
