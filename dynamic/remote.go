@@ -19,6 +19,10 @@ type Remote struct {
 	// as is known (no request has found it not answering since it last
 	// did).
 	Down func() error
+	// Returns counts the times the cluster answered again after it did
+	// not: watches of it made before then may be waiting out a backoff
+	// grown while it was down, and are better made anew.
+	Returns func() int
 	// Failed tells whoever made the Remote that a request found no answer
 	// (err): the cluster is down until it answers again.
 	Failed func(err error)

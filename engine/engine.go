@@ -231,7 +231,7 @@ func (e *Engine) PlanOnce(ctx context.Context, set *rules.Set) error {
 			case state == StateWaiting && detail != "", state == StateFailed,
 				state == StateSyncing && strings.HasPrefix(detail, cannotSync):
 				return false, fmt.Errorf("rule %q: %s", name, detail)
-			case state != StateRunning || !l.idle() || l.rolloutStarting():
+			case state != StateRunning || !l.idle() || l.rolloutStarting() || (l.fleet != nil && l.fleet.sweepPending()):
 				quiet = 0
 				return false, nil
 			}
@@ -321,6 +321,9 @@ func (e *Engine) Enforce(ctx context.Context, set *rules.Set) {
 		if ok && r.Hash == l.rule.Hash {
 			if ro := l.ro.Load(); ro != nil {
 				ro.co.SetSettings(ctx, r.Rollout)
+			}
+			if l.fleet != nil {
+				l.fleet.setBudget(r.Rollout.MaxPrunes)
 			}
 			continue
 		}

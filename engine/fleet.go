@@ -49,6 +49,19 @@ type place struct {
 	rc      *reconciler
 	// err says why the rule's kinds could not be found or watched there.
 	err error
+	// leave is what the triggers selected, for their children that leave
+	// the cluster (onLeave: Delete).
+	leave *leaves
+	// returns is the cluster's Returns when the place was made.
+	returns int
+}
+
+// stale reports whether p is to be made anew for remote: a new
+// kubeconfig, kinds that could not be watched, or a cluster that has
+// answered again since p was made (its informers may wait out a backoff
+// grown while it did not: new ones list at once).
+func (p *place) stale(remote dynamic.Remote) bool {
+	return remote.Version != p.remote.Version || p.err != nil || (remote.Returns != nil && remote.Returns() != p.returns)
 }
 
 // unreachable says why the children in p cannot be brought about now —
@@ -75,6 +88,16 @@ func (p *place) unreachable() *render.UnreachableError {
 	return nil
 }
 
+// noAnswer tells the inventory that p's cluster does not answer, if err
+// says so (a request that ctx did not end): its reachability is probed
+// until it does, and its triggers queued then — not left to a backoff that
+// grew while it was down.
+func (p *place) noAnswer(ctx context.Context, err error) {
+	if err != nil && ctx.Err() == nil && dynamic.NoAnswer(err) && p.remote.Failed != nil {
+		p.remote.Failed(err)
+	}
+}
+
 // loopFleet is one rule's places: one per cluster of the inventory the
 // rule's resources may target, made as clusters join and dropped as they
 // leave (their children stay as they are: a cluster leaving the
@@ -89,12 +112,17 @@ type loopFleet struct {
 	// unreachable.
 	ready chan struct{}
 
+	// leave is when to sweep the children leaving clusters (leave.go).
+	leave leaveSweeps
+
 	mu     sync.RWMutex
 	places map[string]*place
 }
 
 func newLoopFleet(l *ruleLoop, f Fleet) *loopFleet {
-	return &loopFleet{l: l, fleet: f, poke: make(chan struct{}, 1), ready: make(chan struct{}), places: map[string]*place{}}
+	lf := &loopFleet{l: l, fleet: f, poke: make(chan struct{}, 1), ready: make(chan struct{}), places: map[string]*place{}}
+	lf.leave.budget.Store(&l.rule.Rollout.MaxPrunes)
+	return lf
 }
 
 // retryPlaces is how often a place whose kinds could not be watched is
@@ -128,6 +156,8 @@ func (lf *loopFleet) run(ctx context.Context) {
 	close(lf.ready)
 	t := time.NewTicker(retryPlaces)
 	defer t.Stop()
+	sweeps := time.NewTicker(sweepEvery)
+	defer sweeps.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -139,13 +169,21 @@ func (lf *loopFleet) run(ctx context.Context) {
 			if lf.sync(ctx) {
 				lf.l.addAll()
 			}
+		case <-sweeps.C:
+			select {
+			case <-lf.poke: // what changed first: its triggers are queued before any sweep
+				lf.sync(ctx)
+				lf.l.addAll()
+			default:
+				lf.sweep(ctx)
+			}
 		}
 	}
 }
 
-// sync makes a place for every cluster the rule may target, remakes those
-// whose kubeconfig changed or whose kinds could not be watched, and drops
-// those that left; it reports whether anything a reconcile reads changed.
+// sync makes a place for every cluster the rule may target, remakes the
+// stale ones (place.stale), and drops those that left; it reports whether
+// anything a reconcile reads changed.
 func (lf *loopFleet) sync(ctx context.Context) bool {
 	want := map[string]dynamic.Remote{}
 	for _, c := range lf.fleet.Clusters() {
@@ -159,7 +197,7 @@ func (lf *loopFleet) sync(ctx context.Context) bool {
 	lf.mu.Lock()
 	var stale []*place
 	for name, p := range lf.places {
-		if r, ok := want[name]; !ok || r.Version != p.remote.Version || p.err != nil {
+		if r, ok := want[name]; !ok || p.stale(r) {
 			stale = append(stale, p)
 			delete(lf.places, name)
 		}
@@ -205,7 +243,10 @@ const placeTimeout = 10 * time.Second
 func (lf *loopFleet) newPlace(ctx context.Context, name string, remote dynamic.Remote) *place {
 	l := lf.l
 	a := l.e.actors.remotes.of(name, remote, l.e.actors)
-	p := &place{cluster: name, remote: remote}
+	p := &place{cluster: name, remote: remote, leave: newLeaves()}
+	if remote.Returns != nil {
+		p.returns = remote.Returns()
+	}
 	p.w = &watches{rule: l.rule, actor: a, triggerMapping: l.watches.triggerMapping, children: map[schema.GroupVersionKind]*childKind{}}
 	p.rc = newReconciler(l.rule, p.w, l.e.mapper, a.client, l.e.metrics, l.e.fights, func(writes *ownWrites) writer {
 		return l.e.out.writer(l.rule, name, a.client, writes, l.add)

@@ -378,6 +378,22 @@ func (rc *reconciler) childrenOf(owner string) []object {
 	return out
 }
 
+// ruleChildren are all the rule's children in the caches, every
+// trigger's.
+func (rc *reconciler) ruleChildren() []object {
+	var out []object
+	for _, ck := range rc.w.children {
+		if ck.sub == nil {
+			continue
+		}
+		objs, _ := ck.sub.Indexer().ByIndex(ruleIndex, rc.rule.Name)
+		for _, o := range objs {
+			out = append(out, o.(object))
+		}
+	}
+	return out
+}
+
 // createOnlyVersion is the resourceVersion a child is applied with when
 // syncloop's caches hold no object of its name: with it, the apply
 // creates the object if none exists and fails with a Conflict if one does

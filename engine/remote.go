@@ -43,9 +43,7 @@ func (a *applier) applyRemote(ctx context.Context, child render.Child) (map[stri
 	a.remote[child.Cluster][ref] = true
 	out, err := p.rc.applyChild(ctx, a.ch, a.trigger, child)
 	if dynamic.NoAnswer(err) && ctx.Err() == nil {
-		if p.remote.Failed != nil {
-			p.remote.Failed(err)
-		}
+		p.noAnswer(ctx, err)
 		a.unreachable = true
 		return nil, &render.UnreachableError{Cluster: child.Cluster, Why: err.Error()}
 	}
@@ -76,8 +74,10 @@ func (a *applier) observedRemote(child render.Child) map[string]any {
 // those of a resource whose selection still holds the cluster. The
 // children of a resource whose selection left a cluster stay there as
 // they are (orphaned: a relabelled or mislabelled cluster never deletes
-// workloads), as do those of a resource that waits. rd nil: the trigger
-// wants no children (gone, or its when is false): all of them go.
+// workloads); with onLeave: Delete the selection is told to the place,
+// whose sweep deletes them within the rule's prune budget there
+// (leave.go). Those of a resource that waits stay too. rd nil: the
+// trigger wants no children (gone, or its when is false): all go.
 func (rc *reconciler) pruneRemote(ctx context.Context, ch *changes, ref rules.ObjectRef, owner string, rd *render.Rendered, desired map[string]map[childRef]bool, waiting map[string]bool) error {
 	if rc.fleet == nil {
 		return nil
@@ -87,27 +87,38 @@ func (rc *reconciler) pruneRemote(ctx context.Context, ch *changes, ref rules.Ob
 		if p.unreachable() != nil {
 			continue // its children wait there, as they are
 		}
-		existing := p.rc.childrenOf(owner)
-		if len(existing) == 0 {
-			continue
-		}
 		keep := map[string]bool{}
 		for id := range waiting {
 			keep[id] = true
 		}
 		var want map[childRef]bool
-		if rd != nil {
+		if rd == nil {
+			p.leave.forget(owner)
+		} else {
 			want = desired[p.cluster]
 			if want == nil {
 				want = map[childRef]bool{}
 			}
+			leaving := map[string]bool{}
 			for _, st := range rd.Resources {
-				if st.Resource.Targets() && !st.Excluded && !slices.Contains(st.Clusters, p.cluster) {
-					keep[st.Resource.ID] = true // left the selection: orphaned
+				res := st.Resource
+				if res.Targets() && !st.Excluded && !waiting[res.ID] && !slices.Contains(st.Clusters, p.cluster) {
+					keep[res.ID] = true // left the selection: orphaned, or the sweep's
+					if res.Clusters.OnLeave == rules.DeletionDelete {
+						leaving[res.ID] = true
+					}
 				}
 			}
+			if p.leave.tell(owner, leaving, waiting) {
+				rc.fleet.wantSweep()
+			}
+		}
+		existing := p.rc.childrenOf(owner)
+		if len(existing) == 0 {
+			continue
 		}
 		if err := p.rc.prune(ctx, ch, ref, owner, existing, want, keep); err != nil {
+			p.noAnswer(ctx, err)
 			errs = append(errs, fmt.Errorf("in cluster %q: %w", p.cluster, err))
 		}
 	}

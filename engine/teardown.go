@@ -88,6 +88,7 @@ func (rc *reconciler) tearDown(ctx context.Context, ch *changes, ref rules.Objec
 	for _, p := range places {
 		n, d, e := p.rc.deleteWave(ctx, ch, ref, remote[p], wave, " in cluster "+p.cluster)
 		names, deleted, errs = append(names, n...), deleted+d, append(errs, e...)
+		p.noAnswer(ctx, errors.Join(e...))
 	}
 	slices.Sort(names)
 	msg := fmt.Sprintf("deleting wave %d of %d: %s", wave+1, rc.rule.Waves(), strings.Join(names, ", "))

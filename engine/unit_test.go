@@ -381,6 +381,9 @@ func (r *recorder) failed(*unstructured.Unstructured, error) {}
 func (r *recorder) contended(_ *unstructured.Unstructured, ce *render.ContendedError) {
 	r.note("contended %s", ce.Object.Name)
 }
+func (r *recorder) held(_ *unstructured.Unstructured, h leaveHold) {
+	r.note("held %d in %s", len(h.children), h.cluster)
+}
 func (r *recorder) reconciled(*unstructured.Unstructured, *changes) {}
 func (r *recorder) ended(_ cache.ObjectName, err error) error       { return err }
 func (r *recorder) dryRun() bool                                    { return false }

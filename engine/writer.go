@@ -46,6 +46,9 @@ type writer interface {
 	// tearingDown notes a wave of an ordered teardown begun: msg says
 	// which and its children.
 	tearingDown(trigger *unstructured.Unstructured, msg string)
+	// held notes children of trigger left in a cluster they leave: the
+	// rule's prune budget there does not allow their delete now.
+	held(trigger *unstructured.Unstructured, h leaveHold)
 	// wait notes a resource left unapplied until one it reads is ready.
 	wait(trigger *unstructured.Unstructured, st *render.ResourceState)
 	// conflict notes a child left unapplied: an object syncloop may not
@@ -232,6 +235,15 @@ func (lw *liveWriter) tearingDown(trigger *unstructured.Unstructured, msg string
 	lw.event(trigger, corev1.EventTypeNormal, render.ReasonTearingDown, msg)
 }
 
+// held emits a LeaveHeld Warning Event when the trigger's children
+// leaving a cluster are newly held there.
+func (lw *liveWriter) held(trigger *unstructured.Unstructured, h leaveHold) {
+	lw.metrics.Write(lw.rule, ActionWait)
+	if h.news {
+		lw.event(trigger, corev1.EventTypeWarning, ReasonLeaveHeld, h.String())
+	}
+}
+
 func (lw *liveWriter) wait(*unstructured.Unstructured, *render.ResourceState) {
 	lw.metrics.Write(lw.rule, ActionWait)
 }
@@ -375,6 +387,14 @@ func (pw *planWriter) wait(trigger *unstructured.Unstructured, st *render.Resour
 	pw.plan.Plan(Action{Action: ActionWait, Rule: pw.rule, Trigger: rules.RefOf(trigger), Resource: res.ID,
 		Object: rules.ObjectRef{APIVersion: res.APIVersion, Kind: kind, Namespace: res.LiteralNamespace, Name: res.LiteralName},
 		Reason: st.Why})
+}
+
+// held plans each child held in the cluster it leaves as a wait.
+func (pw *planWriter) held(trigger *unstructured.Unstructured, h leaveHold) {
+	for _, c := range h.children {
+		pw.plan.Plan(Action{Action: ActionWait, Rule: pw.rule, Trigger: rules.RefOf(trigger), Object: objectRef(c), Cluster: h.cluster,
+			Resource: rules.Annotation(c, rules.AnnotationResourceID), Reason: "leaving the cluster, held: " + h.why})
+	}
 }
 
 func (pw *planWriter) conflict(trigger *unstructured.Unstructured, ce *render.ConflictError) {

@@ -47,8 +47,14 @@ type Clusters struct {
 	// Names, when set, names the clusters: literal or ${} over the
 	// trigger; a name the inventory lacks is a cluster not reachable.
 	Names []Text
-	Pos   Pos
-	Field string
+	// OnLeave is what becomes of the children in a cluster the trigger
+	// selects no more (relabelled, renamed, or the trigger changed):
+	// Orphan (default) leaves them as they are; Delete deletes them,
+	// within the rule's prune budget there (rollout.maxPrunes of the
+	// rule's children in that cluster).
+	OnLeave DeletionPolicy
+	Pos     Pos
+	Field   string
 }
 
 // Targets reports whether the resource's children go to other clusters.
@@ -67,11 +73,12 @@ func (r *Rule) TargetsClusters() bool {
 // decodeClusters decodes a resource's clusters: a selector or names.
 func (d *decoder) decodeClusters(res *Resource, n *yaml.Node, field string, c *expr.Compiler, scope expr.Scope) {
 	field += ".clusters"
-	f := d.fields(n, field, "selector", "names")
+	f := d.fields(n, field, "selector", "names", "onLeave")
 	if f == nil {
 		return
 	}
-	cl := &Clusters{Pos: d.pos(resolve(n)), Field: field}
+	cl := &Clusters{Pos: d.pos(resolve(n)), Field: field, OnLeave: DeletionOrphan}
+	decodeOneOf(d, f, field, "onLeave", &cl.OnLeave, DeletionOrphan, DeletionDelete)
 	// Which clusters is known before the resource's dependencies are:
 	// neither reads children.
 	scope.Children = nil
@@ -112,6 +119,8 @@ func (d *decoder) checkClusters(res *Resource, n *yaml.Node, field string) {
 		d.errorf(n, field+".clusters", "a function's children are in syncloop's own cluster: clusters takes a template")
 	case res.createOnceSet && res.CreateOnce:
 		d.errorf(n, field+".clusters", "children in other clusters are kept as the template says: createOnce is for children in syncloop's own cluster")
+	case res.DeletionPolicy == DeletionOrphan && res.Clusters.OnLeave == DeletionDelete:
+		d.errorf(n, field+".clusters.onLeave", "deletionPolicy: Orphan never deletes a child: onLeave: Delete cannot either; leave one of them out")
 	}
 }
 

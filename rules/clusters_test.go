@@ -42,6 +42,12 @@ func TestClusters(t *testing.T) {
 	if !res.Clusters.MayTarget(Cluster{Name: "any"}) {
 		t.Error("a selector may pick any cluster")
 	}
+	if res.Clusters.OnLeave != DeletionOrphan {
+		t.Errorf("onLeave %q by default, want Orphan: a cluster that leaves keeps its children", res.Clusters.OnLeave)
+	}
+	if r := parseRule(t, fleetRule("      clusters: {selector: \"true\", onLeave: Delete}\n", "")); r.Resources[0].Clusters.OnLeave != DeletionDelete {
+		t.Errorf("onLeave %q, want Delete", r.Resources[0].Clusters.OnLeave)
+	}
 
 	r = parseRule(t, fleetRule("      clusters: {names: [east, west, east]}\n", ""))
 	if cl := r.Resources[0].Clusters; !cl.MayTarget(Cluster{Name: "west"}) || cl.MayTarget(Cluster{Name: "north"}) {
@@ -59,7 +65,10 @@ func TestClusters(t *testing.T) {
 		{"      clusters: {selector: \"'prod'\"}\n", "", `spec.resources[0].clusters.selector`},
 		{"      clusters: {selector: \"true\"}\n      createOnce: true\n", "", `createOnce is for children in syncloop's own cluster`},
 		{"      clusters: {selector: \"true\"}\n", "  teardown: Unordered\n", `spec.teardown`},
+		{"      clusters: {selector: \"true\", onLeave: Keep}\n", "", `spec.resources[0].clusters.onLeave: must be Orphan or Delete, not "Keep"`},
+		{"      clusters: {selector: \"true\", onLeave: Delete}\n      deletionPolicy: Orphan\n", "", `spec.resources[0].clusters.onLeave: deletionPolicy: Orphan never deletes a child`},
 		{"", "", `spec.resources[0].template.data.cluster: ${cluster.name}: undeclared reference to 'cluster': cluster is known in a resource that targets clusters (clusters:)`},
+		{"      clusters: {selector: \"size(clusters) > 0\"}\n", "", `spec.resources[0].clusters.selector: undeclared reference to 'clusters': clusters (what is where in the clusters of the fleet) is known in the status`},
 	} {
 		_, err := newLoader(t).Parse("rule.yaml", []byte(fleetRule(c.clusters, c.teardown)))
 		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Count(err.Error(), "\n") > 0 {

@@ -87,6 +87,7 @@ type cluster struct {
 	mu      sync.Mutex
 	down    error // nil: reachable as far as is known
 	probing bool
+	returns int // times it answered again after it did not
 }
 
 // New returns the inventory of the kubeconfig Secrets in namespace; it
@@ -332,7 +333,7 @@ func (inv *Inventory) connect(cl rules.Cluster, secret, version string, kubeconf
 	}
 	c := &cluster{Cluster: cl, secret: secret, disc: disc}
 	c.remote = dynamic.Remote{Version: version, Client: client, Mapper: dynamic.NewMapper(disc, 0),
-		Down: c.isDown, Failed: func(err error) { inv.failed(cl.Name, err) }}
+		Down: c.isDown, Returns: c.returned, Failed: func(err error) { inv.failed(cl.Name, err) }}
 	return c, nil
 }
 
@@ -393,6 +394,12 @@ func (c *cluster) isDown() error {
 	return c.down
 }
 
+func (c *cluster) returned() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.returns
+}
+
 // failed marks cluster name down, if it is not already, and probes it
 // until it answers.
 func (inv *Inventory) failed(name string, err error) {
@@ -437,6 +444,7 @@ func (inv *Inventory) probe(ctx context.Context, c *cluster) {
 			continue
 		}
 		c.down, c.probing = nil, false
+		c.returns++
 		c.mu.Unlock()
 		klog.FromContext(ctx).Info("Cluster answering again", "cluster", c.Name)
 		inv.changed()
