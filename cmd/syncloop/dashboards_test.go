@@ -182,6 +182,7 @@ func registeredMetrics(t *testing.T) map[string]bool {
 	metrics.NewConversions(rec)
 	metrics.NewRollouts(rec, func() []metrics.Rollout { return nil })
 	metrics.NewShard(rec, func() map[string]int { return nil }, func() map[string]int { return nil })
+	metrics.NewFleet(rec, func() int { return 0 }, func() int { return 0 }, func() map[string]bool { return nil })
 	if len(rec.names) < 30 {
 		t.Fatalf("syncloop registers %d metric families: %v", len(rec.names), slices.Sorted(func(yield func(string) bool) {
 			for n := range rec.names {

@@ -168,7 +168,7 @@ func TestDocsMetrics(t *testing.T) {
 	metrics.New(reg, func() int { return 0 }, func() []metrics.RuleReady { return nil })
 	metrics.NewShard(reg, func() map[string]int { return nil }, func() map[string]int { return nil })
 	metrics.NewRollouts(reg, func() []metrics.Rollout { return nil })
-	metrics.NewFleet(reg, func() int { return 0 }, func() int { return 0 })
+	metrics.NewFleet(reg, func() int { return 0 }, func() int { return 0 }, func() map[string]bool { return nil })
 	// The Go runtime and process collectors are named as such.
 	own := slices.DeleteFunc(reg.names, func(n string) bool { return strings.HasPrefix(n, "go_") || strings.HasPrefix(n, "process_") })
 	registered := slices.Compact(slices.Sorted(slices.Values(own)))

@@ -167,15 +167,33 @@ func (inv *Inventory) Reach(name string) (dynamic.Remote, bool) {
 
 // Unreachable are the clusters that do not answer now, by name.
 func (inv *Inventory) Unreachable() []string {
-	inv.mu.RLock()
-	defer inv.mu.RUnlock()
 	var out []string
-	for name, c := range inv.clusters {
-		if c.isDown() != nil {
-			out = append(out, name)
+	for _, st := range inv.Statuses() {
+		if st.Down != nil {
+			out = append(out, st.Name)
 		}
 	}
-	slices.Sort(out)
+	return out
+}
+
+// Status is one cluster of the inventory as /readyz and the metrics show
+// it: whether it answers.
+type Status struct {
+	Name string
+	// Down says why it does not answer; nil: it does, as far as is known.
+	Down error
+}
+
+// Statuses are the clusters of the inventory and whether they answer, by
+// name.
+func (inv *Inventory) Statuses() []Status {
+	inv.mu.RLock()
+	out := make([]Status, 0, len(inv.clusters))
+	for name, c := range inv.clusters {
+		out = append(out, Status{Name: name, Down: c.isDown()})
+	}
+	inv.mu.RUnlock()
+	slices.SortFunc(out, func(a, b Status) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 

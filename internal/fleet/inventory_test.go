@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strings"
 	"sync"
@@ -99,6 +100,13 @@ func TestInventory(t *testing.T) {
 	if !ok || remote.Client == nil || remote.Client.Host() != env.Config().Host || remote.Down() != nil {
 		t.Fatalf("east reached %v at %v", ok, remote)
 	}
+	// A request that finds no answer marks it down; the probe brings it
+	// back, and counts the return (its watches are made anew).
+	remote.Failed(errors.New("dial tcp: connection refused"))
+	if st := inv.Statuses(); len(st) != 1 || st[0].Name != "east" || st[0].Down == nil || len(inv.Unreachable()) != 1 {
+		t.Fatalf("statuses %v after a request found no answer, want east down", st)
+	}
+	eventually("east answering again", func() bool { return inv.Statuses()[0].Down == nil && remote.Returns() == 1 })
 	if _, err := cs.CoreV1().Secrets(ns.Name).Patch(t.Context(), "east-kubeconfig", types.MergePatchType, []byte(`{"metadata":{"labels":{"env":"dev"}}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}

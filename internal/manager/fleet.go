@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"fmt"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
@@ -24,7 +25,32 @@ func newInventory(c *Clients, namespace string, recorder record.EventRecorder, m
 // fleetMetrics registers the metrics of p's inventory, read from p.fleet
 // when scraped (it is made with them).
 func fleetMetrics(p *process) *metrics.Fleet {
-	return metrics.NewFleet(p.reg, func() int { return len(p.fleet.Clusters()) }, func() int { return len(p.fleet.Unreachable()) })
+	return metrics.NewFleet(p.reg, func() int { return len(p.fleet.Clusters()) }, func() int { return len(p.fleet.Unreachable()) },
+		func() map[string]bool {
+			out := map[string]bool{}
+			for _, st := range p.fleet.Statuses() {
+				out[st.Name] = st.Down == nil
+			}
+			return out
+		})
+}
+
+// clusterLines are the lines of /readyz about the clusters of inv: each
+// answers, or why not. A cluster that does not answer does not make
+// syncloop unready: its children wait there, the others go on.
+func clusterLines(inv *fleet.Inventory) []string {
+	if inv == nil {
+		return nil
+	}
+	var out []string
+	for _, st := range inv.Statuses() {
+		line := "cluster " + st.Name + ": answering"
+		if st.Down != nil {
+			line = fmt.Sprintf("cluster %s: not answering, its children wait there as they are: %v", st.Name, st.Down)
+		}
+		out = append(out, line)
+	}
+	return out
 }
 
 // runInventory runs inv until ctx ends, in the background.

@@ -257,7 +257,8 @@ func (p *process) listen() error {
 		p.servers = append(p.servers, srv)
 	}
 	if serves(o.Serve.Probes) {
-		srv, err := listen(o.Serve.Probes, "health probes", probes(p.engine, p.rules.files, p.rules.crds, p.rules.revisions, p.rules.conversions, o.Mode))
+		srv, err := listen(o.Serve.Probes, "health probes", probes(p.engine, p.rules.files, p.rules.crds, p.rules.revisions, p.rules.conversions, o.Mode,
+			func() []string { return clusterLines(p.fleet) }))
 		if err != nil {
 			p.closeServers()
 			return err

@@ -37,10 +37,12 @@ func (f *fileErrors) get() []reload.FileError {
 }
 
 // probes serves /healthz (the process runs) and /readyz: the mode's state,
-// each rule's state and why one is not running, and the rule files that
+// each rule's state and why one is not running, whether each cluster of
+// the fleet answers (clusters, nil without one), and the rule files that
 // failed to load. A replica is ready when its mode is and every rule's
-// informers have synced, or when it stands by.
-func probes(eng *engine.Engine, files *fileErrors, crds *crdKeeper, revisions *revisionKeeper, conv *conversions, mode Mode) http.Handler {
+// informers have synced, or when it stands by; a workload cluster that
+// does not answer does not make it unready.
+func probes(eng *engine.Engine, files *fileErrors, crds *crdKeeper, revisions *revisionKeeper, conv *conversions, mode Mode, clusters func() []string) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
@@ -68,6 +70,11 @@ func probes(eng *engine.Engine, files *fileErrors, crds *crdKeeper, revisions *r
 			// not a replica unfit to serve.
 			for _, r := range eng.Rollouts() {
 				fmt.Fprintf(&b, "rollout %s: %s\n", r.Rule, rolloutLine(r))
+			}
+			if clusters != nil {
+				for _, line := range clusters() {
+					fmt.Fprintln(&b, line)
+				}
 			}
 		}
 		for _, e := range files.get() {

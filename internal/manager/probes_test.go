@@ -17,7 +17,7 @@ import (
 
 func TestProbesReportFileErrors(t *testing.T) {
 	eng := engine.New(engine.Options{})
-	probe := httptest.NewServer(probes(eng, &fileErrors{}, &crdKeeper{}, &revisionKeeper{}, nil, Single{}))
+	probe := httptest.NewServer(probes(eng, &fileErrors{}, &crdKeeper{}, &revisionKeeper{}, nil, Single{}, nil))
 	defer probe.Close()
 	get := func(path string) (int, string) {
 		resp, err := http.Get(probe.URL + path)
@@ -42,7 +42,7 @@ func TestProbesReportFileErrors(t *testing.T) {
 	eng.Enforce(t.Context(), set)
 	files := &fileErrors{}
 	files.report(klog.Background(), []reload.FileError{{Path: "/rules/bad.yaml", Err: errors.New(`bad.yaml:3:1: unknown field "wen"`), LastGood: true}})
-	probe.Config.Handler = probes(eng, files, &crdKeeper{}, &revisionKeeper{}, nil, Single{})
+	probe.Config.Handler = probes(eng, files, &crdKeeper{}, &revisionKeeper{}, nil, Single{}, nil)
 	code, body := get("/readyz")
 	if code != http.StatusOK {
 		t.Errorf("/readyz with a broken file whose last good version is in force = %d, want 200", code)
@@ -63,7 +63,7 @@ func TestProbesShardState(t *testing.T) {
 	}
 	eng.Enforce(t.Context(), set)
 	mode := &statusMode{}
-	probe := httptest.NewServer(probes(eng, &fileErrors{}, &crdKeeper{}, &revisionKeeper{}, nil, mode))
+	probe := httptest.NewServer(probes(eng, &fileErrors{}, &crdKeeper{}, &revisionKeeper{}, nil, mode, nil))
 	defer probe.Close()
 	get := func() (int, string) {
 		resp, err := http.Get(probe.URL + "/readyz")
