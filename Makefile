@@ -71,11 +71,11 @@ demo: testenv build functions ## syncloop reconciling the examples on a local co
 cluster: testenv ## start the local control plane in the foreground, print its kubeconfig; Ctrl-C stops it
 	$(GO) run ./hack/localcluster
 
-bench: testenv build ## benchmark at the defaults against the API server's limit: 1,000 triggers in process, one lookup source read by 10,000, a rule change over 10,000 triggers, 10 rules as 10 identities, 1,000 chains of three, 10,000 children from a wasm function, 5,000 Tenants, 2,000 under pushback, 10,000 CEL-heavy triggers on 1 and 3 sharded replicas and the memory of 100,000 Tenants with bin/syncloop; appends to bench/RESULTS.md
-	$(GO) run ./bench -n 1000 -engine-rounds 3 -fanout 10000 -rollout 10000 -identities 10 -chain 1000 -function 10000 -tenants 5000 -tenant-rounds 3 -pushback 2000 -shard 10000 -memory 100000 -syncloop $(BIN) -record bench/RESULTS.md
+bench: testenv build ## benchmark at the defaults against the API server's limit: 1,000 triggers in process, one lookup source read by 10,000, a rule change over 10,000 triggers, 10 rules as 10 identities, 1,000 chains of three, 1,000 triggers with a child in each of 5 workload clusters, 10,000 children from a wasm function, 5,000 Tenants, 2,000 under pushback, 10,000 CEL-heavy triggers on 1 and 3 sharded replicas and the memory of 100,000 Tenants with bin/syncloop; appends to bench/RESULTS.md
+	$(GO) run ./bench -n 1000 -engine-rounds 3 -fanout 10000 -rollout 10000 -identities 10 -chain 1000 -function 10000 -fleet 1000 -tenants 5000 -tenant-rounds 3 -pushback 2000 -shard 10000 -memory 100000 -syncloop $(BIN) -record bench/RESULTS.md
 
 bench-full: testenv build ## the same with 10,000 triggers in process
-	$(GO) run ./bench -n 10000 -engine-rounds 3 -fanout 10000 -rollout 10000 -identities 10 -chain 1000 -function 10000 -tenants 5000 -tenant-rounds 3 -pushback 2000 -shard 10000 -memory 100000 -syncloop $(BIN) -record bench/RESULTS.md
+	$(GO) run ./bench -n 10000 -engine-rounds 3 -fanout 10000 -rollout 10000 -identities 10 -chain 1000 -function 10000 -fleet 1000 -tenants 5000 -tenant-rounds 3 -pushback 2000 -shard 10000 -memory 100000 -syncloop $(BIN) -record bench/RESULTS.md
 
 soak: testenv ## churn triggers and rules for DURATION (default 10m), printing memory and goroutines; not in CI
 	$(GO) run ./hack/soak -duration $(or $(DURATION),10m)

@@ -95,6 +95,19 @@ func TestIdentitiesSmoke(t *testing.T) {
 	}
 }
 
+// TestFleetSmoke runs the fleet phase small: two workload clusters get a
+// child of each trigger, written once, and nothing is asked of any
+// cluster at steady state.
+func TestFleetSmoke(t *testing.T) {
+	res, err := runFleet(t.Context(), testenv.Get(t), 20, 2, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.WritesPerChild != 1 || res.SteadyRequests != 0 || res.Seconds <= 0 || res.HeapPerClusterMiB <= 0 {
+		t.Errorf("%+v, want one write per child, 0 requests at steady state, time and heap measured", res)
+	}
+}
+
 // TestChainSmoke runs the chain phase small: three dependent children per
 // trigger, exactly one write each.
 func TestChainSmoke(t *testing.T) {

@@ -55,6 +55,8 @@ func main() {
 	memory := flag.Int("memory", 0, "run the memory phase on a control plane of its own: this many Tenants converged by the hand-written controller, by syncloop and by -shard-replicas replicas sharing them, each process's memory recorded (needs -syncloop; 0: skip)")
 	conversion := flag.Int("conversion", 0, "run the conversion phase: this many objects of a kind of two versions, listed and written in each (0: skip)")
 	conversionWrites := flag.Int("conversion-writes", 1000, "the conversion phase's writes in each version")
+	fleetTriggers := flag.Int("fleet", 0, "run the fleet phase: this many triggers, each with a child in every one of -fleet-clusters workload clusters, control planes of their own (0: skip)")
+	fleetClusters := flag.Int("fleet-clusters", 5, "the fleet phase's workload clusters")
 	syncloopArgs := flag.String("syncloop-args", "", "extra `syncloop run` flags for the tenant workload, space-separated (none: its defaults)")
 	flag.Parse()
 	if cfg.MemProfile != "" {
@@ -130,6 +132,15 @@ func main() {
 				return "", nil, err
 			}
 			return reportIdentities(res), res, nil
+		})
+	}
+	if *fleetTriggers > 0 {
+		phase("fleet", func() (string, any, error) {
+			res, err := runFleet(ctx, env, *fleetTriggers, *fleetClusters, logf)
+			if err != nil {
+				return "", nil, err
+			}
+			return reportFleet(res), res, nil
 		})
 	}
 	if *conversion > 0 {
