@@ -247,7 +247,7 @@ func (lf *loopFleet) newPlace(ctx context.Context, name string, remote dynamic.R
 	if remote.Returns != nil {
 		p.returns = remote.Returns()
 	}
-	p.w = &watches{rule: l.rule, actor: a, triggerMapping: l.watches.triggerMapping, children: map[schema.GroupVersionKind]*childKind{}}
+	p.w = &watches{rule: l.rule, actor: a, cluster: name, triggerMapping: l.watches.triggerMapping, children: map[schema.GroupVersionKind]*childKind{}}
 	p.rc = newReconciler(l.rule, p.w, l.e.mapper, a.client, l.e.metrics, l.e.fights, func(writes *ownWrites) writer {
 		return l.e.out.writer(l.rule, name, a.client, writes, l.add)
 	})

@@ -350,3 +350,44 @@ func (h *harness) patchSecret(name, patch string) {
 		h.t.Fatal(err)
 	}
 }
+
+// TestFleetSelf: syncloop's own cluster in the inventory (as fleets list
+// their management cluster) gets the children of a resource that targets
+// it, beside those of a resource that does not: neither place takes the
+// other's children for its own to prune, though both see them.
+//
+// API server: one control plane, in the inventory as cluster self.
+func TestFleetSelf(t *testing.T) {
+	h := newHarness(t)
+	inv := fleet.New(h.cs, h.ns, fleet.Options{})
+	go inv.Run(t.Context())
+	h.fleet = inv
+	h.putCluster(&workload{name: "self", env: h.env, cs: h.cs}, nil)
+	h.start(h.loadRules(`apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: self}
+spec:
+  watch: {apiVersion: v1, kind: ConfigMap, namespace: NS, labelSelector: "self=yes"}
+  resources:
+    - id: home
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "${object.metadata.name}-home"}
+    - id: away
+      clusters: {names: [self]}
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "${object.metadata.name}-away", namespace: NS}
+`))
+	h.createCM("web", map[string]string{"self": "yes"}, nil)
+	h.eventually("both children, and the rule idle", func() bool {
+		_, home := h.configMap(h.ns, "web-home")
+		_, away := h.configMap(h.ns, "web-away")
+		return home && away && h.loop("self").idle()
+	})
+	if deletes := h.counter.Requests(func(r testenv.Request) bool { return r.Method == "DELETE" }); len(deletes) > 0 {
+		t.Fatalf("syncloop deleted %s: a place pruned the other's child", deletes[0].Path)
+	}
+}

@@ -58,7 +58,7 @@ func (rc *reconciler) prunable(ctx context.Context, owner string, existing []obj
 	var doomed []object
 	for _, child := range existing {
 		id := rules.Annotation(child, rules.AnnotationResourceID)
-		if waiting[id] || rc.deletionPolicy(id) == rules.DeletionOrphan || !mayPrune(rc.rule.Name, owner, child, desired) {
+		if waiting[id] || rc.deletionPolicy(id) == rules.DeletionOrphan || !mayPrune(rc.rule.Name, owner, child, desired) || rc.elsewhere(id) {
 			continue
 		}
 		if l := rc.readByLookup(child); l != nil {
@@ -96,6 +96,16 @@ func (rc *reconciler) readByLookup(obj object) *rules.Lookup {
 func readsLiterally(l *rules.Lookup, obj object) bool {
 	return l.Name.IsLiteral() && l.Name.Literal == obj.GetName() &&
 		(!l.Namespace.IsLiteral() || l.Namespace.Literal == "" || l.Namespace.Literal == obj.GetNamespace())
+}
+
+// elsewhere reports whether the children of resource id belong to
+// another place than rc's: a resource that targets clusters seen at home,
+// or one that does not seen in a cluster of the fleet — as when a workload
+// cluster is syncloop's own, listed in the inventory. They are the other
+// place's to prune.
+func (rc *reconciler) elsewhere(id string) bool {
+	res := rc.rule.Resource(id)
+	return res != nil && res.Targets() != (rc.w.cluster != "")
 }
 
 // deletionPolicy is the policy of the resource with this id: its own, or

@@ -70,6 +70,9 @@ type watches struct {
 	// filter: the trigger and child informers are the rule's own and
 	// cache only its replica's share (share.go).
 	filter bool
+	// cluster is the cluster of the fleet the children informers are of
+	// (a place's); "": syncloop's own.
+	cluster string
 
 	triggerMapping *meta.RESTMapping
 	trigger        informer
