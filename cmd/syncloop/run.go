@@ -37,8 +37,14 @@ func (f *clusterFlags) register(cmd *cobra.Command) {
 	cmd.Flags().Float32Var(&f.qps, "qps", 0, "cap on API requests per second, client-side (default 0: no cap; syncloop adapts to the API server's flow control)")
 	cmd.Flags().IntVar(&f.burst, "burst", 0, "with --qps, the burst of API requests allowed over the cap (default 0: twice --qps)")
 	cmd.Flags().StringVar(&f.watchNamespace, "watch-namespace", "", "limit syncloop to this namespace, so that it needs no cluster-wide rights: rules must watch and make namespaced kinds there")
-	cmd.Flags().StringVar(&f.clustersNamespace, "clusters-namespace", "", "namespace of the cluster inventory: the kubeconfig Secrets labelled "+rules.LabelClusterName+" (key value, as Cluster API writes them) of the clusters rules put children in with clusters: (default: syncloop's namespace, run's --leader-elect-namespace, plan's --syncloop-namespace)")
+	f.registerClustersNamespace(cmd)
 	cmd.Flags().BoolVar(&f.manageCRDs, "manage-crds", true, "apply the CustomResourceDefinitions of the kinds rules define (spec.api); false: they come from elsewhere (GitOps, syncloop crds) and are only checked")
+}
+
+// registerClustersNamespace adds --clusters-namespace, where the fleet's
+// kubeconfig Secrets are.
+func (f *clusterFlags) registerClustersNamespace(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.clustersNamespace, "clusters-namespace", "", "namespace of the cluster inventory: the kubeconfig Secrets labelled "+rules.LabelClusterName+" (key value, as Cluster API writes them) of the clusters rules put children in with clusters: (default: syncloop's namespace, run's --leader-elect-namespace, plan's and trace's --syncloop-namespace)")
 }
 
 // registerKubeconfig adds only --kubeconfig and --context, for commands

@@ -43,7 +43,10 @@ what it found, the trigger's conditions and status, and its last Events.
 
 It needs no syncloop running. It reads the trigger, each child (the
 trigger's children by their labels, one list per kind; others by name), the
-lookups, the revisions and the Events: nothing else.
+lookups, the revisions and the Events: nothing else. For a rule whose
+children go to the clusters of a fleet, it reads the kubeconfig Secrets in
+--clusters-namespace and each child there the same way; a cluster that
+does not answer shows its children as not reachable.
 
 As a kubectl plugin (the binary installed as kubectl-syncloop on PATH):
 kubectl syncloop trace app web -n shop.
@@ -61,13 +64,14 @@ Exit status: 0 when every resource is ready, 3 when one is not, 1 on error.`,
 			}
 			rf.home = cmp.Or(syncloopNamespace, cf.namespace())
 			o := manager.TraceOptions{Resource: args[0], Name: args[1], Namespace: cmp.Or(namespace, cf.namespace()),
-				SyncloopNamespace: rf.home, Installation: rf.installation, Events: events}
+				SyncloopNamespace: rf.home, Installation: rf.installation, Events: events, ClustersNamespace: cf.clustersNamespace}
 			return runTrace(cmd, &rf, &cf, o, output, watch, timeout)
 		},
 	}
 	cmd.Flags().StringArrayVarP(&rf.paths, "rules", "f", nil, "rule file or directory to trace with (repeatable; default: the rules' revisions in the cluster)")
 	rf.registerInstallation(cmd)
 	cf.registerKubeconfig(cmd)
+	cf.registerClustersNamespace(cmd)
 	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "the trigger's namespace (default: the kubeconfig context's)")
 	cmd.Flags().StringVar(&syncloopNamespace, "syncloop-namespace", "", "syncloop's namespace (run's --leader-elect-namespace), where the rules' revisions are (default: the kubeconfig context's)")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "text, wide (ages, UIDs, messages whole), json or yaml")
@@ -182,7 +186,7 @@ func (t *traceTable) tree(rep *manager.TraceReport) {
 					cb = in + "└─ "
 				}
 				obj := ch.TraceObject
-				t.row(cb+fmt.Sprintf("%s/%s", ch.Kind, ch.Name)+nsSuffix(ch.Namespace), childSynced(ch), "-", childStatus(ch), &obj, ch.Updated)
+				t.row(cb+fmt.Sprintf("%s/%s", ch.Kind, ch.Name)+whereSuffix(ch.Namespace, ch.Cluster), childSynced(ch), "-", childStatus(ch), &obj, ch.Updated)
 			}
 		}
 	}
@@ -278,6 +282,8 @@ func childSynced(ch manager.ChildTrace) string {
 func childStatus(ch manager.ChildTrace) string {
 	var s []string
 	switch {
+	case ch.Unreachable != "":
+		s = append(s, "Unreachable: "+ch.Unreachable)
 	case ch.Conflict != "":
 		s = append(s, "Conflict: "+ch.Conflict)
 	case !ch.Exists && ch.Patch:
@@ -293,6 +299,18 @@ func childStatus(ch manager.ChildTrace) string {
 		s = append(s, "patched, not owned")
 	}
 	return strings.Join(s, "; ")
+}
+
+// whereSuffix says where a child is: its namespace, and the cluster of
+// the fleet it is in ("": syncloop's own, not said).
+func whereSuffix(ns, cluster string) string {
+	if cluster == "" {
+		return nsSuffix(ns)
+	}
+	if ns == "" {
+		return " (in cluster " + cluster + ")"
+	}
+	return " (" + ns + ", in cluster " + cluster + ")"
 }
 
 func nsSuffix(ns string) string {

@@ -132,6 +132,23 @@ func (inv *Inventory) watch(ctx context.Context) {
 	factory.Shutdown()
 }
 
+// Load lists the kubeconfig Secrets once, without watching them: the
+// inventory of a one-shot command (trace). A Secret that makes no client
+// is left out, as Run leaves it out.
+func (inv *Inventory) Load(ctx context.Context) error {
+	list, err := inv.core.CoreV1().Secrets(inv.namespace).List(ctx, metav1.ListOptions{LabelSelector: rules.LabelClusterName})
+	if err != nil {
+		return fmt.Errorf("the kubeconfig Secrets in namespace %s: %w", inv.namespace, err)
+	}
+	for i := range list.Items {
+		inv.put(ctx, &list.Items[i])
+	}
+	inv.mu.Lock()
+	inv.synced = func() bool { return true }
+	inv.mu.Unlock()
+	return nil
+}
+
 // WaitForSync waits until the Secrets have been listed once, or ctx ends.
 func (inv *Inventory) WaitForSync(ctx context.Context) bool {
 	return cache.WaitForCacheSync(ctx.Done(), func() bool {

@@ -35,6 +35,9 @@ type TraceOptions struct {
 	Installation      string
 	// Events is how many of the trigger's last Events to show.
 	Events int
+	// ClustersNamespace is where the kubeconfig Secrets of the fleet are,
+	// read when a rule targets clusters ("": SyncloopNamespace).
+	ClustersNamespace string
 }
 
 // TraceReport is what syncloop did to one trigger and why it waits.
@@ -115,6 +118,11 @@ const (
 type ChildTrace struct {
 	TraceObject
 	Resource string `json:"resource,omitempty"`
+	// Cluster is the cluster of the fleet the child is in; "": syncloop's
+	// own. Unreachable says why it cannot be read there: whether it
+	// exists is not known.
+	Cluster     string `json:"cluster,omitempty"`
+	Unreachable string `json:"unreachable,omitempty"`
 	// Exists: the object is there. Synced: it holds every field the rule
 	// renders; Drift names the first that differs.
 	Exists bool `json:"exists"`
@@ -152,7 +160,9 @@ type TraceEvent struct {
 // Trace reads one trigger, the rules that match it and what they made of
 // it, from the cluster, without syncloop running: GETs of the trigger and
 // of each child, the lookups the rules make, a list of each child kind by
-// the trigger's labels, and its Events. It lists nothing else.
+// the trigger's labels, and its Events; for a rule that targets clusters,
+// the kubeconfig Secrets and the same of each cluster. It lists nothing
+// else.
 func Trace(ctx context.Context, c *Clients, o TraceOptions) (*TraceReport, error) {
 	mapping, err := traceMapping(c, o.Resource)
 	if err != nil {
@@ -180,8 +190,12 @@ func Trace(ctx context.Context, c *Clients, o TraceOptions) (*TraceReport, error
 	if len(ruleSet) == 0 {
 		return rep, fmt.Errorf("no rule of %s matches %s", installationName(o.Installation), describeObject(obj))
 	}
+	fl, err := traceFleet(ctx, c, o, ruleSet)
+	if err != nil {
+		return nil, err
+	}
 	for _, tr := range ruleSet {
-		rt := traceRule(ctx, c, tr, obj)
+		rt := traceRule(ctx, c, tr, obj, fl)
 		rep.Ready = rep.Ready && (rt.Ready || rt.Skipped)
 		rep.Rules = append(rep.Rules, rt)
 	}

@@ -10,11 +10,13 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
+	dynamicpkg "github.com/syncloop/syncloop/dynamic"
 	"github.com/syncloop/syncloop/engine"
 	"github.com/syncloop/syncloop/rules"
 	"github.com/syncloop/syncloop/rules/render"
@@ -24,15 +26,15 @@ import (
 // cluster as it is and without writing: each rendered child is read
 // (found among the trigger's children, or by name), compared with what
 // the rule renders, and its readiness is what render decides.
-func traceRule(ctx context.Context, c *Clients, tr tracedRule, trigger *unstructured.Unstructured) RuleTrace {
+func traceRule(ctx context.Context, c *Clients, tr tracedRule, trigger *unstructured.Unstructured, fl *tracedFleet) RuleTrace {
 	r := tr.rule
 	rt := RuleTrace{Rule: r.Name, Revision: tr.revision, Hash: r.Hash, Rollout: tr.rollout}
-	ob := &traceObserver{c: c, rule: r, trigger: trigger, found: map[string]*unstructured.Unstructured{}, traces: map[string]*ChildTrace{}}
+	ob := &traceObserver{c: c, rule: r, trigger: trigger, fleet: fl, found: map[string]*unstructured.Unstructured{}, in: map[string]string{}, traces: map[string]*ChildTrace{}}
 	if err := ob.listChildren(ctx); err != nil {
 		rt.Error = err.Error()
 		return rt
 	}
-	lk := &traceLookuper{c: c}
+	lk := &traceLookuper{c: c, fleet: fl}
 	rd, err := render.Rule(ctx, r, trigger, c.Mapper, lk, ob)
 	rt.Lookups = lk.traces
 	if err != nil {
@@ -66,7 +68,7 @@ func traceRule(ctx context.Context, c *Clients, tr tracedRule, trigger *unstruct
 		}
 		for _, ch := range rd.Children {
 			if ch.ResourceID == st.Resource.ID {
-				k := childKey(ch.Object)
+				k := clusterKey(ch.Cluster, ch.Object)
 				desired[k] = true
 				if t := ob.traces[k]; t != nil {
 					res.Children = append(res.Children, *t)
@@ -78,7 +80,7 @@ func traceRule(ctx context.Context, c *Clients, tr tracedRule, trigger *unstruct
 			for k, obj := range ob.found {
 				if !desired[k] && rules.Annotation(obj, rules.AnnotationResourceID) == st.Resource.ID {
 					desired[k] = true
-					res.Children = append(res.Children, ob.asIs(obj))
+					res.Children = append(res.Children, ob.asIs(obj, ob.in[k]))
 				}
 			}
 			sortChildren(res.Children)
@@ -87,7 +89,7 @@ func traceRule(ctx context.Context, c *Clients, tr tracedRule, trigger *unstruct
 	}
 	for k, obj := range ob.found {
 		if !desired[k] {
-			rt.Undesired = append(rt.Undesired, ob.asIs(obj))
+			rt.Undesired = append(rt.Undesired, ob.asIs(obj, ob.in[k]))
 		}
 	}
 	sortChildren(rt.Undesired)
@@ -102,9 +104,13 @@ type traceObserver struct {
 	c       *Clients
 	rule    *rules.Rule
 	trigger *unstructured.Unstructured
-	// found are the trigger's children of the rule, by childKey; traces
-	// what Apply found of each rendered child.
+	// fleet are the clusters of the fleet, when the rule targets some.
+	fleet *tracedFleet
+	// found are the trigger's children of the rule, by clusterKey, and in
+	// the cluster each is in ("": syncloop's own); traces what Apply
+	// found of each rendered child.
 	found  map[string]*unstructured.Unstructured
+	in     map[string]string
 	traces map[string]*ChildTrace
 }
 
@@ -115,10 +121,30 @@ func (o *traceObserver) DryRun() bool { return true }
 // listChildren lists the trigger's children of the rule by their labels:
 // one list per kind and namespace — the namespaces the templates name, or
 // all when one is computed — so that a user who may read one namespace
-// can trace a trigger there.
+// can trace a trigger there; those of resources that target clusters in
+// every cluster of the fleet (one that cannot be listed is down: its
+// children are not reachable).
 func (o *traceObserver) listChildren(ctx context.Context) error {
-	sel := engine.TriggerChildren(o.rule, string(o.trigger.GetUID()))
-	where := map[schema.GroupVersionKind]map[string]bool{}
+	home, remote := o.childKinds()
+	if err := o.listIn(ctx, "", home); err != nil {
+		return err
+	}
+	if len(remote) == 0 {
+		return nil
+	}
+	for _, cl := range o.fleet.Clusters() {
+		if err := o.listIn(ctx, cl.Name, remote); err != nil {
+			o.fleet.failed(cl.Name, err)
+		}
+	}
+	return nil
+}
+
+// childKinds are the kinds of the rule's children and the namespaces to
+// list them in: of its resources in syncloop's own cluster, and of those
+// that target clusters.
+func (o *traceObserver) childKinds() (home, remote map[schema.GroupVersionKind]map[string]bool) {
+	home, remote = map[schema.GroupVersionKind]map[string]bool{}, map[schema.GroupVersionKind]map[string]bool{}
 	for _, res := range o.rule.Resources {
 		if res.Mode == rules.ModePatch {
 			continue
@@ -130,6 +156,10 @@ func (o *traceObserver) listChildren(ctx context.Context) error {
 		case res.LiteralNamespace != "":
 			ns = res.LiteralNamespace
 		}
+		where := home
+		if res.Targets() {
+			where = remote
+		}
 		for _, k := range res.Kinds {
 			if where[k.GVK] == nil {
 				where[k.GVK] = map[string]bool{}
@@ -137,12 +167,19 @@ func (o *traceObserver) listChildren(ctx context.Context) error {
 			where[k.GVK][ns] = true
 		}
 	}
-	for gvk, namespaces := range where {
-		ri, err := o.resource(ctx, gvk)
+	return home, remote
+}
+
+// listIn lists the trigger's children of kinds in cluster ("": syncloop's
+// own).
+func (o *traceObserver) listIn(ctx context.Context, cluster string, kinds map[schema.GroupVersionKind]map[string]bool) error {
+	sel := engine.TriggerChildren(o.rule, string(o.trigger.GetUID()))
+	for gvk, namespaces := range kinds {
+		ri, namespaced, err := o.resource(ctx, cluster, gvk)
 		if err != nil {
 			return err
 		}
-		if namespaced, _ := o.c.Mapper.Namespaced(gvk); !namespaced || namespaces[metav1.NamespaceAll] {
+		if !namespaced || namespaces[metav1.NamespaceAll] {
 			namespaces = map[string]bool{metav1.NamespaceAll: true}
 		}
 		for ns := range namespaces {
@@ -151,31 +188,46 @@ func (o *traceObserver) listChildren(ctx context.Context) error {
 				return fmt.Errorf("children of kind %s: %w", gvk.Kind, err)
 			}
 			for i := range list.Items {
-				o.found[childKey(&list.Items[i])] = &list.Items[i]
+				k := clusterKey(cluster, &list.Items[i])
+				o.found[k], o.in[k] = &list.Items[i], cluster
 			}
 		}
 	}
 	return nil
 }
 
-func (o *traceObserver) resource(ctx context.Context, gvk schema.GroupVersionKind) (dynamic.NamespaceableResourceInterface, error) {
-	m, err := o.c.Mapper.Mapping(ctx, gvk)
-	if err != nil {
-		return nil, err
+// resource is kind gvk's resource in cluster ("": syncloop's own), and
+// whether it is namespaced.
+func (o *traceObserver) resource(ctx context.Context, cluster string, gvk schema.GroupVersionKind) (dynamic.NamespaceableResourceInterface, bool, error) {
+	client, mapper := o.c.Dynamic, o.c.Mapper
+	if cluster != "" {
+		r, err := o.fleet.reach(cluster)
+		if err != nil {
+			return nil, false, err
+		}
+		client, mapper = r.Client, r.Mapper
 	}
-	return o.c.Dynamic.Dynamic.Resource(m.Resource), nil
+	m, err := mapper.Mapping(ctx, gvk)
+	if err != nil {
+		return nil, false, err
+	}
+	return client.Dynamic.Resource(m.Resource), m.Scope.Name() == meta.RESTScopeNameNamespace, nil
 }
 
 // Apply reads the child c renders: among the trigger's children, or by
 // name, where an object not syncloop's to write is a conflict.
 func (o *traceObserver) Apply(ctx context.Context, c render.Child) (map[string]any, error) {
-	k := childKey(c.Object)
-	t := &ChildTrace{TraceObject: objectOf(c.Object), Resource: c.ResourceID, Patch: c.Patch}
+	k := clusterKey(c.Cluster, c.Object)
+	t := &ChildTrace{TraceObject: objectOf(c.Object), Resource: c.ResourceID, Patch: c.Patch, Cluster: c.Cluster}
 	t.UID, t.Created = "", time.Time{} // a template's, if it has any: not the child's
 	o.traces[k] = t
+	if err := o.fleet.unreachable(c.Cluster); err != nil {
+		t.Unreachable = err.Error()
+		return nil, err
+	}
 	live := o.found[k]
 	if live == nil {
-		ri, err := o.resource(ctx, c.Object.GroupVersionKind())
+		ri, _, err := o.resource(ctx, c.Cluster, c.Object.GroupVersionKind())
 		if err != nil {
 			return nil, err
 		}
@@ -183,6 +235,11 @@ func (o *traceObserver) Apply(ctx context.Context, c render.Child) (map[string]a
 		switch {
 		case apierrors.IsNotFound(err):
 			return nil, nil
+		case err != nil && c.Cluster != "" && dynamicpkg.NoAnswer(err):
+			o.fleet.failed(c.Cluster, err)
+			err = o.fleet.unreachable(c.Cluster)
+			t.Unreachable = err.Error()
+			return nil, err
 		case err != nil:
 			return nil, err
 		}
@@ -206,7 +263,7 @@ func (o *traceObserver) Apply(ctx context.Context, c render.Child) (map[string]a
 
 // Observed is a child as it is.
 func (o *traceObserver) Observed(c render.Child) map[string]any {
-	if live := o.found[childKey(c.Object)]; live != nil {
+	if live := o.found[clusterKey(c.Cluster, c.Object)]; live != nil {
 		return live.Object
 	}
 	return nil
@@ -214,7 +271,7 @@ func (o *traceObserver) Observed(c render.Child) map[string]any {
 
 // describe is live, a rendered child c, compared with c.
 func (o *traceObserver) describe(live *unstructured.Unstructured, c render.Child) ChildTrace {
-	t := ChildTrace{TraceObject: objectOf(live), Resource: c.ResourceID, Patch: c.Patch, Exists: true, Updated: o.updated(live, c.Patch)}
+	t := ChildTrace{TraceObject: objectOf(live), Resource: c.ResourceID, Patch: c.Patch, Cluster: c.Cluster, Exists: true, Updated: o.updated(live, c.Patch)}
 	if c.Patch { // a patch carries no hash: its fields alone decide
 		if t.Drift = engine.Difference(live.Object, c.Object.Object); t.Drift != "" {
 			t.Drift = strings.TrimPrefix(t.Drift, ".") + " differs from the rule"
@@ -226,10 +283,10 @@ func (o *traceObserver) describe(live *unstructured.Unstructured, c render.Child
 	return t
 }
 
-// asIs describes a child the render did not compare: kept as it is by a
-// resource that waits, or not wanted.
-func (o *traceObserver) asIs(obj *unstructured.Unstructured) ChildTrace {
-	return ChildTrace{TraceObject: objectOf(obj), Resource: rules.Annotation(obj, rules.AnnotationResourceID), Exists: true, AsIs: true, Updated: o.updated(obj, false)}
+// asIs describes a child in cluster the render did not compare: kept as
+// it is by a resource that waits, or not wanted.
+func (o *traceObserver) asIs(obj *unstructured.Unstructured, cluster string) ChildTrace {
+	return ChildTrace{TraceObject: objectOf(obj), Resource: rules.Annotation(obj, rules.AnnotationResourceID), Cluster: cluster, Exists: true, AsIs: true, Updated: o.updated(obj, false)}
 }
 
 // updated is when the rule last wrote obj: the time of its field
@@ -249,11 +306,15 @@ func (o *traceObserver) updated(obj *unstructured.Unstructured, patch bool) time
 }
 
 // traceLookuper reads lookups from the API server and records what each
-// resolved to.
+// resolved to; the clusters of the fleet are those of the kubeconfig
+// Secrets (render.ClusterLister).
 type traceLookuper struct {
 	c      *Clients
+	fleet  *tracedFleet
 	traces []LookupTrace
 }
+
+func (l *traceLookuper) Clusters() []rules.Cluster { return l.fleet.Clusters() }
 
 func (l *traceLookuper) Lookup(ctx context.Context, q render.LookupQuery) ([]*unstructured.Unstructured, error) {
 	t := LookupTrace{ID: q.Lookup.ID, Kind: q.Lookup.Kind, Required: q.Lookup.Required, Found: []string{}}
@@ -309,8 +370,17 @@ func childKey(obj *unstructured.Unstructured) string {
 	return gvk.Group + "/" + gvk.Kind + "/" + obj.GetNamespace() + "/" + obj.GetName()
 }
 
+// clusterKey identifies a child in a cluster of the fleet ("": syncloop's
+// own).
+func clusterKey(cluster string, obj *unstructured.Unstructured) string {
+	if cluster == "" {
+		return childKey(obj)
+	}
+	return cluster + "|" + childKey(obj)
+}
+
 func sortChildren(cs []ChildTrace) {
 	slices.SortFunc(cs, func(a, b ChildTrace) int {
-		return cmp.Or(cmp.Compare(a.Resource, b.Resource), cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+		return cmp.Or(cmp.Compare(a.Resource, b.Resource), cmp.Compare(a.Cluster, b.Cluster), cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 	})
 }
