@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/syncloop/syncloop/internal/fleet"
 	"github.com/syncloop/syncloop/internal/testenv"
@@ -352,14 +354,16 @@ func (h *harness) patchSecret(name, patch string) {
 }
 
 // TestFleetSelf: syncloop's own cluster in the inventory (as fleets list
-// their management cluster) gets the children of a resource that targets
-// it, beside those of a resource that does not: neither place takes the
-// other's children for its own to prune, though both see them.
+// their management cluster) gets the children of the resources that
+// target it, beside those of a resource that does not: neither place takes
+// the other's children for its own to prune, though both see them. The
+// trigger deleted, its children there go dependents first.
 //
-// API server: one control plane, in the inventory as cluster self.
+// API server: one control plane, in the inventory as cluster self; the
+// requests of syncloop's clients to it, home and remote.
 func TestFleetSelf(t *testing.T) {
 	h := newHarness(t)
-	inv := fleet.New(h.cs, h.ns, fleet.Options{})
+	inv := fleet.New(h.cs, h.ns, fleet.Options{Configure: func(cfg *rest.Config) { *cfg = *h.counter.Wrap(cfg) }})
 	go inv.Run(t.Context())
 	h.fleet = inv
 	h.putCluster(&workload{name: "self", env: h.env, cs: h.cs}, nil)
@@ -380,14 +384,43 @@ spec:
         apiVersion: v1
         kind: ConfigMap
         metadata: {name: "${object.metadata.name}-away", namespace: NS}
+    - id: after
+      clusters: {names: [self]}
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "${object.metadata.name}-after", namespace: NS}
+        data: {reads: "${string(size(children.away))}"}
 `))
 	h.createCM("web", map[string]string{"self": "yes"}, nil)
-	h.eventually("both children, and the rule idle", func() bool {
+	h.eventually("the three children, and the rule idle", func() bool {
 		_, home := h.configMap(h.ns, "web-home")
 		_, away := h.configMap(h.ns, "web-away")
-		return home && away && h.loop("self").idle()
+		_, after := h.configMap(h.ns, "web-after")
+		return home && away && after && h.loop("self").idle()
 	})
-	if deletes := h.counter.Requests(func(r testenv.Request) bool { return r.Method == "DELETE" }); len(deletes) > 0 {
-		t.Fatalf("syncloop deleted %s: a place pruned the other's child", deletes[0].Path)
+	deletes := func() []testenv.Request {
+		return h.counter.Requests(func(r testenv.Request) bool { return r.Method == "DELETE" && r.Status < 300 })
+	}
+	if d := deletes(); len(d) > 0 {
+		t.Fatalf("syncloop deleted %s: a place pruned the other's child", d[0].Path)
+	}
+
+	if err := h.cs.CoreV1().ConfigMaps(h.ns).Delete(t.Context(), "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the trigger let go, its children gone", func() bool {
+		_, trigger := h.configMap(h.ns, "web")
+		_, away := h.configMap(h.ns, "web-away")
+		_, after := h.configMap(h.ns, "web-after")
+		return !trigger && !away && !after
+	})
+	var order []string
+	for _, r := range deletes() {
+		order = append(order, r.Path[strings.LastIndex(r.Path, "/")+1:])
+	}
+	t.Logf("deletes, in order: %v", order)
+	if i, j := slices.Index(order, "web-after"), slices.Index(order, "web-away"); i < 0 || j < 0 || i > j {
+		t.Errorf("deletes %v: want web-after, which reads web-away, deleted first", order)
 	}
 }
