@@ -533,6 +533,11 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // newEngine makes an engine on cfg whose metrics count writes, recording
 // the time of the target-th.
 func newEngine(cfg *rest.Config, target int) (*engine.Engine, *counts, *dynamic.Client, *discovery.DiscoveryClient, error) {
+	return newFleetEngine(cfg, target, nil)
+}
+
+// newFleetEngine is newEngine with the cluster inventory fl (nil: none).
+func newFleetEngine(cfg *rest.Config, target int, fl engine.Fleet) (*engine.Engine, *counts, *dynamic.Client, *discovery.DiscoveryClient, error) {
 	cl, err := dynamic.NewClient(cfg)
 	if err != nil {
 		return nil, nil, nil, nil, err
@@ -543,7 +548,7 @@ func newEngine(cfg *rest.Config, target int) (*engine.Engine, *counts, *dynamic.
 	}
 	m := &counts{}
 	m.target.Store(int64(target))
-	return engine.New(engine.Options{Client: cl, Mapper: dynamic.NewMapper(disco, 0), Metrics: m}), m, cl, disco, nil
+	return engine.New(engine.Options{Client: cl, Mapper: dynamic.NewMapper(disco, 0), Metrics: m, Fleet: fl}), m, cl, disco, nil
 }
 
 // runEngine runs eng with set, and then each set of updates (nil: none),

@@ -12,12 +12,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/syncloop/syncloop/dynamic"
-	"github.com/syncloop/syncloop/engine"
 	"github.com/syncloop/syncloop/internal/fleet"
 	"github.com/syncloop/syncloop/internal/testenv"
 	"github.com/syncloop/syncloop/rules"
@@ -91,7 +88,7 @@ func runFleet(ctx context.Context, env *testenv.Env, n, clusters int, logf func(
 	inv := fleet.New(admin, ns, fleet.Options{Configure: func(cfg *rest.Config) {
 		*cfg = *counter.Wrap(syncloopConfig(cfg, Config{}))
 	}})
-	eng, m, err := fleetEngine(counter.Wrap(syncloopConfig(env.Config(), Config{})), inv, n*clusters)
+	eng, m, _, _, err := newFleetEngine(counter.Wrap(syncloopConfig(env.Config(), Config{})), n*clusters, inv)
 	if err != nil {
 		return nil, err
 	}
@@ -141,21 +138,6 @@ func runFleet(ctx context.Context, env *testenv.Env, n, clusters int, logf func(
 		res.WritesPerChild, res.SteadyRequests, res.HeapPerClusterMiB, float64(int64(alone)-int64(base))/(1<<20))
 	runtime.KeepAlive(eng)
 	return res, nil
-}
-
-// fleetEngine is newEngine with the fleet inventory inv.
-func fleetEngine(cfg *rest.Config, inv *fleet.Inventory, target int) (*engine.Engine, *counts, error) {
-	cl, err := dynamic.NewClient(cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	m := &counts{}
-	m.target.Store(int64(target))
-	return engine.New(engine.Options{Client: cl, Mapper: dynamic.NewMapper(disco, 0), Metrics: m, Fleet: inv}), m, nil
 }
 
 // fleetCluster is a workload cluster of the fleet phase.
