@@ -3,7 +3,8 @@ package engine
 import (
 	"context"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -129,14 +130,7 @@ func leaveDecision(children []object, left map[string]map[string]bool, exists fu
 }
 
 // firstOf is the first key of set, in order, for messages.
-func firstOf(set map[string]bool) string {
-	keys := make([]string, 0, len(set))
-	for k := range set {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys[0]
-}
+func firstOf(set map[string]bool) string { return slices.Min(slices.Collect(maps.Keys(set))) }
 
 // leaveSweeps is the fleet's side of leaving: whether a sweep is wanted,
 // and the rule's rollout.maxPrunes, which a change of the rule may raise
