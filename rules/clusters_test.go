@@ -39,6 +39,9 @@ func TestClusters(t *testing.T) {
 	if !res.Targets() || !res.Many() || !r.TargetsClusters() || !r.OrdersTeardown() {
 		t.Errorf("targets %v, many %v, rule targets %v, ordered teardown %v", res.Targets(), res.Many(), r.TargetsClusters(), r.OrdersTeardown())
 	}
+	if got := r.TeardownOrder(); !strings.Contains(got, "its children go at once: copy") {
+		t.Errorf("teardown order %q: one wave goes at once", got)
+	}
 	if !res.Clusters.MayTarget(Cluster{Name: "any"}) {
 		t.Error("a selector may pick any cluster")
 	}

@@ -59,8 +59,20 @@ func (r *Rule) TeardownOrder() string {
 			parts = append(parts, strings.Join(ids, ", "))
 		}
 	}
+	if len(parts) == 1 {
+		return fmt.Sprintf("held by the finalizer %s; once it is deleted, its children go at once: %s", r.TeardownFinalizer(), parts[0])
+	}
 	return fmt.Sprintf("held by the finalizer %s; once it is deleted, its children go in %d waves, dependents first: %s",
 		r.TeardownFinalizer(), len(waves), strings.Join(parts, "; then "))
+}
+
+// inWaves says how a teardown deletes the children: in n waves, or at
+// once.
+func inWaves(n int) string {
+	if n == 1 {
+		return "all at once"
+	}
+	return fmt.Sprintf("dependents first in %d waves", n)
 }
 
 // setWaves gives each resource its teardown wave: 0 when no resource
@@ -100,8 +112,8 @@ func (d *decoder) decodeTeardown(r *Rule, spec *yaml.Node, f map[string]*yaml.No
 	switch {
 	case len(r.Order) != len(r.Resources): // a cycle, reported already
 	case r.OrdersTeardown():
-		d.noteAt(d.pos(n), "spec.teardown", fmt.Sprintf("its triggers carry the finalizer %s while they have children, deleted dependents first in %d waves: the rule needs patch on %s %s",
-			r.TeardownFinalizer(), r.Waves(), r.Watch.APIVersion, r.Watch.Kind))
+		d.noteAt(d.pos(n), "spec.teardown", fmt.Sprintf("its triggers carry the finalizer %s while they have children, deleted %s: the rule needs patch on %s %s",
+			r.TeardownFinalizer(), inWaves(r.Waves()), r.Watch.APIVersion, r.Watch.Kind))
 	case set && r.Teardown == TeardownOrdered:
 		d.noteAt(d.pos(n), "spec.teardown", "Ordered has nothing to order: no resource reads another's children, so the garbage collector deletes them all at once and no finalizer is put on the triggers")
 	}
