@@ -367,6 +367,30 @@ func (lf *loopFleet) each() []*place {
 	return out
 }
 
+// fleetScoper says whether a kind is namespaced as syncloop's own cluster
+// serves it or, for a kind it does not serve, as a cluster of the fleet
+// does: a resource may put there a kind only the fleet serves.
+type fleetScoper struct {
+	home render.Scoper
+	lf   *loopFleet
+}
+
+func (s fleetScoper) Namespaced(gvk schema.GroupVersionKind) (bool, error) {
+	namespaced, err := s.home.Namespaced(gvk)
+	if err == nil {
+		return namespaced, nil
+	}
+	for _, p := range s.lf.each() {
+		if p.remote.Mapper == nil || p.err != nil {
+			continue // its kinds could not be mapped: asking again would wait on it
+		}
+		if namespaced, perr := p.remote.Mapper.Namespaced(gvk); perr == nil {
+			return namespaced, nil
+		}
+	}
+	return false, err
+}
+
 // startFleet runs the rule's places in the clusters of the fleet, if its
 // resources target any, and waits until they are made and listed (or a
 // while has passed: each reconcile finds the clusters it cannot reach yet,

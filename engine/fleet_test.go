@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -14,7 +15,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	k8sdynamic "k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -423,4 +426,45 @@ spec:
 	if i, j := slices.Index(order, "web-after"), slices.Index(order, "web-away"); i < 0 || j < 0 || i > j {
 		t.Errorf("deletes %v: want web-after, which reads web-away, deleted first", order)
 	}
+}
+
+// TestFleetRemoteKind: a resource may put in the clusters of a fleet a
+// kind that only they serve (a CRD installed there, not in syncloop's own
+// cluster): the rule runs, and the children are made there.
+//
+// API server: two control planes, the CRD installed in the workload one.
+func TestFleetRemoteKind(t *testing.T) {
+	h := newHarness(t)
+	w := startWorkloads(t, "edge")[0]
+	if _, err := w.env.InstallCRDs(t.Context(), filepath.Join("testdata", "probes-crd.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	inv := fleet.New(h.cs, h.ns, fleet.Options{})
+	go inv.Run(t.Context())
+	h.fleet = inv
+	h.putCluster(w, nil)
+	h.start(h.loadRules(`apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: probes}
+spec:
+  watch: {apiVersion: v1, kind: ConfigMap, namespace: NS, labelSelector: "probe=yes"}
+  resources:
+    - id: probe
+      clusters: {names: [edge]}
+      template:
+        apiVersion: fleet.syncloop.dev/v1
+        kind: Probe
+        metadata: {name: "${object.metadata.name}", namespace: default}
+        spec: {target: "${object.data.target}"}
+`))
+	h.createCM("web", map[string]string{"probe": "yes"}, map[string]string{"target": "https://example.com"})
+	probes := schema.GroupVersionResource{Group: "fleet.syncloop.dev", Version: "v1", Resource: "probes"}
+	dc, err := k8sdynamic.NewForConfig(w.env.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the Probe in cluster edge", func() bool {
+		p, err := dc.Resource(probes).Namespace("default").Get(t.Context(), "web", metav1.GetOptions{})
+		return err == nil && p.Object["spec"].(map[string]any)["target"] == "https://example.com"
+	})
 }

@@ -205,7 +205,11 @@ func newRuleLoop(e *Engine, r *rules.Rule, retired []schema.GroupVersionKind, re
 // and queues its triggers on the loop's queue.
 func (l *ruleLoop) reconcilerOf(r *rules.Rule, w *watches) *reconciler {
 	e, client := l.e, w.actor.client
-	rc := newReconciler(r, w, e.mapper, client, e.metrics, e.fights, func(writes *ownWrites) writer {
+	var scoper render.Scoper = e.mapper
+	if l.fleet != nil {
+		scoper = fleetScoper{home: e.mapper, lf: l.fleet}
+	}
+	rc := newReconciler(r, w, scoper, client, e.metrics, e.fights, func(writes *ownWrites) writer {
 		return e.out.writer(r, "", client, writes, l.add)
 	})
 	rc.mayLag = l.mayLag

@@ -118,12 +118,17 @@ type patchWatch struct {
 	sub     informer
 }
 
-// resolve maps the trigger kind and every child, lookup and patch kind,
-// retrying with backoff while one is not served (a CRD not installed yet);
-// waiting is told why each time. It returns false when ctx ends first.
+// resolve maps the trigger kind and every child, lookup and patch kind —
+// but the kinds of resources that target clusters, which only those
+// clusters need serve — retrying with backoff while one is not served (a
+// CRD not installed yet); waiting is told why each time. It returns false
+// when ctx ends first.
 func (w *watches) resolve(ctx context.Context, mapper kindMapper, waiting func(error)) bool {
 	kinds := []schema.GroupVersionKind{w.rule.Watch.GVK}
 	for _, r := range w.rule.Resources {
+		if r.Targets() {
+			continue // the clusters' kinds, which syncloop's own need not serve: each place maps them
+		}
 		for _, k := range r.Kinds {
 			kinds = append(kinds, k.GVK)
 		}
@@ -168,6 +173,9 @@ func (w *watches) mapped(ctx context.Context, mapper kindMapper, mappings map[sc
 	w.children = map[schema.GroupVersionKind]*childKind{}
 	current := map[dynamic.WatchKey]bool{}
 	for _, res := range w.rule.Resources {
+		if res.Targets() {
+			continue // its children are its places' (fleet.go)
+		}
 		if res.Mode != rules.ModePatch {
 			for _, k := range res.Kinds {
 				m := mappings[k.GVK]
