@@ -468,3 +468,99 @@ spec:
 		return err == nil && p.Object["spec"].(map[string]any)["target"] == "https://example.com"
 	})
 }
+
+// TestFleetDryRun: a dry run over a fleet plans each write in its cluster
+// and sends none for real there either; children leaving a cluster beyond
+// the prune budget are planned as held, not deleted; one trigger that
+// leaves within the budget is planned as a delete there.
+//
+// API server: one control plane, in the inventory as cluster self;
+// server-side dry runs through the remote client.
+func TestFleetDryRun(t *testing.T) {
+	h := newHarness(t)
+	inv := fleet.New(h.cs, h.ns, fleet.Options{Configure: func(cfg *rest.Config) { *cfg = *h.counter.Wrap(cfg) }})
+	go inv.Run(t.Context())
+	h.fleet = inv
+	h.putCluster(&workload{name: "self", env: h.env, cs: h.cs}, map[string]string{"env": "prod"})
+	rule := `apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: leave}
+spec:
+  watch: {apiVersion: v1, kind: ConfigMap, namespace: NS, labelSelector: "leave"}
+  resources:
+    - id: copy
+      clusters: {selector: "cluster.labels.?env.orValue('') == object.metadata.labels.leave", onLeave: Delete}
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "${object.metadata.name}-copy", namespace: NS}
+`
+	for _, name := range []string{"t0", "t1", "t2"} {
+		h.createCM(name, map[string]string{"leave": "prod"}, nil)
+	}
+	h.start(h.loadRules(rule))
+	h.eventually("three copies in cluster self", func() bool {
+		for _, name := range []string{"t0", "t1", "t2"} {
+			if _, ok := h.configMap(h.ns, name+"-copy"); !ok {
+				return false
+			}
+		}
+		return true
+	})
+	h.stop()
+
+	// Every trigger leaves self (relabelled): held. t3 is new: planned.
+	h.patchSecret("self-kubeconfig", `{"metadata":{"labels":{"env":"dev"}}}`)
+	h.eventually("the inventory to see self relabelled", func() bool { return inv.Clusters()[0].Labels["env"] == "dev" })
+	h.createCM("t3", map[string]string{"leave": "dev"}, nil)
+	planner := &recordingPlanner{}
+	h.plan = planner
+	h.counter.Reset()
+	h.start(h.loadRules(rule))
+	held := func() (n int) {
+		planner.mu.Lock()
+		defer planner.mu.Unlock()
+		for _, a := range planner.actions {
+			if a.Action == ActionWait && a.Cluster == "self" && strings.Contains(a.Reason, "leaving the cluster, held") {
+				n++
+			}
+		}
+		return n
+	}
+	h.eventually("three copies planned as held in self, t3's copy planned there", func() bool {
+		return held() == 3 && planner.count(ActionCreate) == 1
+	})
+	if n := planner.count(ActionDelete); n != 0 {
+		t.Errorf("a dry run planned %d deletes of children held by the prune budget", n)
+	}
+	for _, r := range h.counter.Requests(func(r testenv.Request) bool { return r.IsWrite() }) {
+		if !r.DryRun() {
+			t.Errorf("a dry run sent a real write: %s %s", r.Method, r.Path)
+		}
+	}
+	if _, ok := h.configMap(h.ns, "t3-copy"); ok {
+		t.Error("a dry run made a child in cluster self")
+	}
+	h.stop()
+
+	// Back to prod, and only t0 leaves: within the budget, a delete.
+	h.patchSecret("self-kubeconfig", `{"metadata":{"labels":{"env":"prod"}}}`)
+	h.eventually("the inventory to see self relabelled back", func() bool { return inv.Clusters()[0].Labels["env"] == "prod" })
+	h.updateCM("t0", func(cm *corev1.ConfigMap) { cm.Labels["leave"] = "dev" })
+	planner = &recordingPlanner{}
+	h.plan = planner
+	h.start(h.loadRules(rule))
+	h.eventually("t0's copy planned as deleted in self", func() bool {
+		planner.mu.Lock()
+		defer planner.mu.Unlock()
+		for _, a := range planner.actions {
+			if a.Action == ActionDelete && a.Cluster == "self" && a.Object.Name == "t0-copy" {
+				return true
+			}
+		}
+		return false
+	})
+	if _, ok := h.configMap(h.ns, "t0-copy"); !ok {
+		t.Error("a dry run deleted a child")
+	}
+}
