@@ -59,13 +59,13 @@ func newLeaves() *leaves {
 func (lv *leaves) tell(owner string, leaving, unknown map[string]bool) bool {
 	lv.mu.Lock()
 	defer lv.mu.Unlock()
-	now := make(map[string]bool, len(leaving))
+	var now map[string]bool // nil: nothing leaves, the common case, told without a map
 	for id := range leaving {
-		now[id] = true
+		now = setOf(now, id)
 	}
 	for id := range lv.left[owner] {
 		if unknown[id] {
-			now[id] = true
+			now = setOf(now, id)
 		}
 	}
 	lv.set(owner, now, true)
@@ -87,6 +87,15 @@ func (lv *leaves) set(owner string, now map[string]bool, told bool) {
 	if len(now) > 0 {
 		lv.leaving++
 	}
+}
+
+// setOf is set with id in it, made when nil.
+func setOf(set map[string]bool, id string) map[string]bool {
+	if set == nil {
+		set = map[string]bool{}
+	}
+	set[id] = true
+	return set
 }
 
 // forget drops owner: it wants no children any more (gone, or its when

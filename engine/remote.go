@@ -99,13 +99,13 @@ func (rc *reconciler) pruneRemote(ctx context.Context, ch *changes, ref rules.Ob
 			if want == nil {
 				want = map[childRef]bool{}
 			}
-			leaving := map[string]bool{}
+			var leaving map[string]bool
 			for _, st := range rd.Resources {
 				res := st.Resource
 				if res.Targets() && !st.Excluded && !waiting[res.ID] && !slices.Contains(st.Clusters, p.cluster) {
 					keep[res.ID] = true // left the selection: orphaned, or the sweep's
 					if res.Clusters.OnLeave == rules.DeletionDelete {
-						leaving[res.ID] = true
+						leaving = setOf(leaving, res.ID)
 					}
 				}
 			}
