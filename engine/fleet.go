@@ -368,27 +368,47 @@ func (lf *loopFleet) each() []*place {
 }
 
 // fleetScoper says whether a kind is namespaced as syncloop's own cluster
-// serves it or, for a kind it does not serve, as a cluster of the fleet
-// does: a resource may put there a kind only the fleet serves.
+// serves it or, for a kind only the rule's resources that target clusters
+// make, as the fleet's clusters do: such a kind need not be served at home
+// (and asking there for one that is not would re-read its discovery).
 type fleetScoper struct {
 	home render.Scoper
 	lf   *loopFleet
+	// remote are the kinds only resources that target clusters make.
+	remote map[schema.GroupVersionKind]bool
+}
+
+// newFleetScoper is the fleetScoper of rule r's renders.
+func newFleetScoper(home render.Scoper, lf *loopFleet, r *rules.Rule) fleetScoper {
+	s := fleetScoper{home: home, lf: lf, remote: map[schema.GroupVersionKind]bool{}}
+	for _, res := range r.Resources {
+		for _, k := range res.Kinds {
+			s.remote[k.GVK] = res.Targets()
+		}
+	}
+	for _, res := range r.Resources {
+		for _, k := range res.Kinds {
+			if !res.Targets() {
+				s.remote[k.GVK] = false // made at home too
+			}
+		}
+	}
+	return s
 }
 
 func (s fleetScoper) Namespaced(gvk schema.GroupVersionKind) (bool, error) {
-	namespaced, err := s.home.Namespaced(gvk)
-	if err == nil {
-		return namespaced, nil
+	if !s.remote[gvk] {
+		return s.home.Namespaced(gvk)
 	}
 	for _, p := range s.lf.each() {
-		if p.remote.Mapper == nil || p.err != nil {
-			continue // its kinds could not be mapped: asking again would wait on it
+		if p.err != nil || p.remote.Mapper == nil {
+			continue // its kinds could not be mapped
 		}
-		if namespaced, perr := p.remote.Mapper.Namespaced(gvk); perr == nil {
+		if namespaced, err := p.remote.Mapper.Namespaced(gvk); err == nil {
 			return namespaced, nil
 		}
 	}
-	return false, err
+	return s.home.Namespaced(gvk) // no cluster can tell now: perhaps home can
 }
 
 // startFleet runs the rule's places in the clusters of the fleet, if its
