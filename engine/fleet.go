@@ -367,20 +367,14 @@ func (lf *loopFleet) each() []*place {
 	return out
 }
 
-// fleetScoper says whether a kind is namespaced as syncloop's own cluster
-// serves it or, for a kind only the rule's resources that target clusters
-// make, as the fleet's clusters do: such a kind need not be served at home
-// (and asking there for one that is not would re-read its discovery).
-type fleetScoper struct {
-	home render.Scoper
-	lf   *loopFleet
-	// remote are the kinds only resources that target clusters make.
-	remote map[schema.GroupVersionKind]bool
-}
-
-// newFleetScoper is the fleetScoper of rule r's renders.
-func newFleetScoper(home render.Scoper, lf *loopFleet, r *rules.Rule) fleetScoper {
-	s := fleetScoper{home: home, lf: lf, remote: map[schema.GroupVersionKind]bool{}}
+// FleetScoper is the render.Scoper of rule r's renders with a fleet:
+// home's answer for every kind, but for a kind only r's resources that
+// target clusters make the answer of the first of clusters() that can
+// tell (home's when none can) — such a kind need not be served at home,
+// and asking there for one that is not would re-read its discovery. The
+// engine's clusters are its places' mappers; trace's, the inventory's.
+func FleetScoper(home render.Scoper, r *rules.Rule, clusters func() []render.Scoper) render.Scoper {
+	s := fleetScoper{home: home, clusters: clusters, remote: map[schema.GroupVersionKind]bool{}}
 	for _, res := range r.Resources {
 		for _, k := range res.Kinds {
 			s.remote[k.GVK] = res.Targets()
@@ -396,19 +390,34 @@ func newFleetScoper(home render.Scoper, lf *loopFleet, r *rules.Rule) fleetScope
 	return s
 }
 
+type fleetScoper struct {
+	home     render.Scoper
+	clusters func() []render.Scoper
+	// remote are the kinds only resources that target clusters make.
+	remote map[schema.GroupVersionKind]bool
+}
+
 func (s fleetScoper) Namespaced(gvk schema.GroupVersionKind) (bool, error) {
-	if !s.remote[gvk] {
-		return s.home.Namespaced(gvk)
-	}
-	for _, p := range s.lf.each() {
-		if p.err != nil || p.remote.Mapper == nil {
-			continue // its kinds could not be mapped
-		}
-		if namespaced, err := p.remote.Mapper.Namespaced(gvk); err == nil {
-			return namespaced, nil
+	if s.remote[gvk] {
+		for _, c := range s.clusters() {
+			if namespaced, err := c.Namespaced(gvk); err == nil {
+				return namespaced, nil
+			}
 		}
 	}
-	return s.home.Namespaced(gvk) // no cluster can tell now: perhaps home can
+	return s.home.Namespaced(gvk) // not only the clusters', or no cluster can tell now
+}
+
+// mappers are the mappers of the places whose kinds could be mapped (the
+// others would only wait on their clusters), for FleetScoper.
+func (lf *loopFleet) mappers() []render.Scoper {
+	var out []render.Scoper
+	for _, p := range lf.each() {
+		if p.err == nil && p.remote.Mapper != nil {
+			out = append(out, p.remote.Mapper)
+		}
+	}
+	return out
 }
 
 // startFleet runs the rule's places in the clusters of the fleet, if its

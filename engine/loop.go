@@ -207,7 +207,7 @@ func (l *ruleLoop) reconcilerOf(r *rules.Rule, w *watches) *reconciler {
 	e, client := l.e, w.actor.client
 	var scoper render.Scoper = e.mapper
 	if l.fleet != nil {
-		scoper = newFleetScoper(e.mapper, l.fleet, r)
+		scoper = FleetScoper(e.mapper, r, l.fleet.mappers)
 	}
 	rc := newReconciler(r, w, scoper, client, e.metrics, e.fights, func(writes *ownWrites) writer {
 		return e.out.writer(r, "", client, writes, l.add)

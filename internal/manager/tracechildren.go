@@ -35,7 +35,7 @@ func traceRule(ctx context.Context, c *Clients, tr tracedRule, trigger *unstruct
 		return rt
 	}
 	lk := &traceLookuper{c: c, fleet: fl}
-	rd, err := render.Rule(ctx, r, trigger, fl.scoper(c.Mapper), lk, ob)
+	rd, err := render.Rule(ctx, r, trigger, fl.scoper(c.Mapper, r), lk, ob)
 	rt.Lookups = lk.traces
 	if err != nil {
 		rt.Error = err.Error()

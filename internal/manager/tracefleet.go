@@ -5,9 +5,8 @@ import (
 	"context"
 	"slices"
 
-	"k8s.io/apimachinery/pkg/runtime/schema"
-
 	"github.com/syncloop/syncloop/dynamic"
+	"github.com/syncloop/syncloop/engine"
 	"github.com/syncloop/syncloop/internal/fleet"
 	"github.com/syncloop/syncloop/rules"
 	"github.com/syncloop/syncloop/rules/render"
@@ -72,32 +71,19 @@ func (f *tracedFleet) unreachable(cluster string) error {
 	return nil
 }
 
-// scoper is the Scoper of a trace's render: syncloop's own cluster's
-// mapper, and for a kind it does not serve, the fleet's clusters' (as the
-// engine's fleetScoper).
-func (f *tracedFleet) scoper(home render.Scoper) render.Scoper {
+// scoper is the Scoper of a trace's render of r: the engine's
+// (engine.FleetScoper), over the mappers of the clusters it can reach.
+func (f *tracedFleet) scoper(home render.Scoper, r *rules.Rule) render.Scoper {
 	if f == nil {
 		return home
 	}
-	return traceScoper{home: home, f: f}
-}
-
-type traceScoper struct {
-	home render.Scoper
-	f    *tracedFleet
-}
-
-func (s traceScoper) Namespaced(gvk schema.GroupVersionKind) (bool, error) {
-	namespaced, err := s.home.Namespaced(gvk)
-	if err == nil {
-		return namespaced, nil
-	}
-	for _, c := range s.f.Clusters() {
-		if r, rerr := s.f.reach(c.Name); rerr == nil {
-			if namespaced, perr := r.Mapper.Namespaced(gvk); perr == nil {
-				return namespaced, nil
+	return engine.FleetScoper(home, r, func() []render.Scoper {
+		var out []render.Scoper
+		for _, c := range f.Clusters() {
+			if remote, err := f.reach(c.Name); err == nil {
+				out = append(out, remote.Mapper)
 			}
 		}
-	}
-	return false, err
+		return out
+	})
 }
