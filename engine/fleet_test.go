@@ -111,6 +111,20 @@ func startWorkloads(t *testing.T, names ...string) []*workload {
 	return out
 }
 
+// runInventory runs the cluster inventory of h's namespace, the engine's
+// fleet once h starts; counted: the clusters' clients' requests are
+// counted with h's own.
+func (h *harness) runInventory(counted bool) *fleet.Inventory {
+	var o fleet.Options
+	if counted {
+		o.Configure = func(cfg *rest.Config) { *cfg = *h.counter.Wrap(cfg) }
+	}
+	inv := fleet.New(h.cs, h.ns, o)
+	go inv.Run(h.t.Context())
+	h.fleet = inv
+	return inv
+}
+
 // putCluster adds w to the inventory in h's namespace, as Cluster API
 // writes a kubeconfig Secret, with labels.
 func (h *harness) putCluster(w *workload, labels map[string]string) {
@@ -192,9 +206,7 @@ func TestFleet(t *testing.T) {
 	h := newHarness(t)
 	ws := startWorkloads(t, "a", "b")
 	a, b := ws[0], ws[1]
-	inv := fleet.New(h.cs, h.ns, fleet.Options{})
-	go inv.Run(t.Context())
-	h.fleet = inv
+	inv := h.runInventory(false)
 	h.installWidgets()
 	h.putCluster(a, map[string]string{"env": "prod"})
 	h.putCluster(b, map[string]string{"env": "prod"})
@@ -366,9 +378,7 @@ func (h *harness) patchSecret(name, patch string) {
 // requests of syncloop's clients to it, home and remote.
 func TestFleetSelf(t *testing.T) {
 	h := newHarness(t)
-	inv := fleet.New(h.cs, h.ns, fleet.Options{Configure: func(cfg *rest.Config) { *cfg = *h.counter.Wrap(cfg) }})
-	go inv.Run(t.Context())
-	h.fleet = inv
+	h.runInventory(true)
 	h.putCluster(&workload{name: "self", env: h.env, cs: h.cs}, nil)
 	h.start(h.loadRules(`apiVersion: syncloop.dev/v1alpha1
 kind: Rule
@@ -439,9 +449,7 @@ func TestFleetRemoteKind(t *testing.T) {
 	if _, err := w.env.InstallCRDs(t.Context(), filepath.Join("testdata", "probes-crd.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	inv := fleet.New(h.cs, h.ns, fleet.Options{})
-	go inv.Run(t.Context())
-	h.fleet = inv
+	h.runInventory(false)
 	h.putCluster(w, nil)
 	h.start(h.loadRules(`apiVersion: syncloop.dev/v1alpha1
 kind: Rule
@@ -478,9 +486,7 @@ spec:
 // server-side dry runs through the remote client.
 func TestFleetDryRun(t *testing.T) {
 	h := newHarness(t)
-	inv := fleet.New(h.cs, h.ns, fleet.Options{Configure: func(cfg *rest.Config) { *cfg = *h.counter.Wrap(cfg) }})
-	go inv.Run(t.Context())
-	h.fleet = inv
+	inv := h.runInventory(true)
 	h.putCluster(&workload{name: "self", env: h.env, cs: h.cs}, map[string]string{"env": "prod"})
 	rule := `apiVersion: syncloop.dev/v1alpha1
 kind: Rule
