@@ -82,10 +82,17 @@ func (rc *reconciler) pruneRemote(ctx context.Context, ch *changes, ref rules.Ob
 	if rc.fleet == nil {
 		return nil
 	}
+	var waitedIn []string // clusters this render's children found unreachable
+	if rd != nil {
+		_, waitedIn = rd.Selected()
+	}
 	var errs []error
 	for _, p := range rc.fleet.each() {
-		if p.unreachable() != nil {
-			continue // its children wait there, as they are
+		if p.unreachable() != nil || slices.Contains(waitedIn, p.cluster) {
+			// Its children wait there, as they are — also when it
+			// answered again since the render found it not answering:
+			// what the render wants there was never marked.
+			continue
 		}
 		keep := map[string]bool{}
 		for id := range waiting {
