@@ -280,6 +280,10 @@ func orNone(diff []string) string {
 	return fmt.Sprintf("%d differences", len(diff))
 }
 
+// owedGrace bounds how long the faults stay on past a campaign's end for
+// the kinds owed (oweMissing) to be met.
+const owedGrace = 30 * time.Second
+
 // faulting runs the workload and injects the faults.
 type faulting struct {
 	cfg    Config
@@ -296,7 +300,10 @@ func (f *faulting) run(ctx context.Context, w *world) error {
 	end := time.Now().Add(f.cfg.Duration)
 	half := time.Now().Add(f.cfg.Duration / 2)
 	nextFault := time.Now().Add(f.interval())
-	for time.Now().Before(end) {
+	// The faults owed at half time are met before they stop, however
+	// long a process fault took of the campaign's second half (an API
+	// server restart once left no request to meet them), up to a bound.
+	for now := time.Now(); now.Before(end) || !half.IsZero() || f.proxy.owing() && now.Before(end.Add(owedGrace)); now = time.Now() {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -310,7 +317,7 @@ func (f *faulting) run(ctx context.Context, w *world) error {
 			f.proxy.oweMissing()
 			half = time.Time{}
 		}
-		if time.Now().After(nextFault) {
+		if time.Now().After(nextFault) && time.Now().Before(end) {
 			if err := f.processFault(ctx, half.IsZero()); err != nil {
 				return err
 			}

@@ -137,6 +137,13 @@ func (p *proxy) oweMissing() {
 	}
 }
 
+// owing reports whether a kind of fault is owed still.
+func (p *proxy) owing() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.owed) > 0
+}
+
 // duration draws a duration up to max.
 func (p *proxy) duration(max time.Duration) time.Duration {
 	p.mu.Lock()
