@@ -54,6 +54,17 @@ type revisionKeeper struct {
 	// rule; nothingToRemove those with no removal to do.
 	removing        map[string]string
 	nothingToRemove map[string]bool
+	// unrecorded are the versions in force here whose revision a keep
+	// could not record, by rule: recorded by a later keep even once
+	// their file is broken (owed).
+	unrecorded map[string]unrecorded
+}
+
+// unrecorded is a version put in force whose revision was not recorded:
+// its hash, and the newest revision of its rule when that failed.
+type unrecorded struct {
+	hash   string
+	newest int64
 }
 
 func newRevisionKeeper(c *Clients, namespace, installation string) *revisionKeeper {
@@ -94,9 +105,12 @@ func (k *revisionKeeper) name(r *rules.Rule) string {
 // is not the newest any more another replica loaded the file's next
 // version (lastGood puts that in force here) — recording it again would
 // make it the newest over theirs, and replicas would take turns at it.
-// Nor is a rule put in force from a revision. It then keeps the newest
+// The exception is a version whose recording failed while its file
+// loaded, and whose rule has no newer revision since (owed): a start
+// with the file broken runs what ran here, not the version before. Nor
+// is a rule put in force from a revision. It then keeps the newest
 // revisions' source files true (sources). It reports whether a write
-// failed.
+// failed: the caller keeps again until none does.
 func (k *revisionKeeper) keep(ctx context.Context, set *rules.Set, broken map[string]bool) (failed bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -107,26 +121,66 @@ func (k *revisionKeeper) keep(ctx context.Context, set *rules.Set, broken map[st
 		logger.Error(err, "Recording the rule's revision", "rule", r.Name, "namespace", k.store.Namespace())
 		failures = append(failures, fmt.Sprintf("revision of rule %s: %v", r.Name, err))
 		failed = true
+		if u, ok := k.unrecorded[r.Name]; !ok || u.hash != r.Hash {
+			if k.unrecorded == nil {
+				k.unrecorded = map[string]unrecorded{}
+			}
+			k.unrecorded[r.Name] = unrecorded{hash: r.Hash, newest: newestRevision(k.seen[r.Name])}
+		}
 	}
 	byRule, err := k.list(ctx)
 	if err != nil {
 		for _, r := range set.Rules() {
-			fail(r, err)
+			if k.recordable(r, broken, k.seen[r.Name]) {
+				fail(r, err)
+			}
 		}
 		return failed
 	}
 	for _, r := range set.Rules() {
-		if _, ok := broken[r.Pos.File]; ok || strings.HasPrefix(r.Pos.File, revisionSource) {
+		if !k.recordable(r, broken, byRule[r.Name]) {
 			continue
 		}
 		if err := containRule(logger, k.panicked, r.Name, panicRevisions, func() error { return k.keepOne(ctx, r, byRule[r.Name]) }); err != nil {
 			fail(r, err)
+		} else {
+			delete(k.unrecorded, r.Name)
+		}
+	}
+	for name := range k.unrecorded {
+		if set.Get(name) == nil {
+			delete(k.unrecorded, name)
 		}
 	}
 	if err := k.sources(ctx, set, byRule, broken); err != nil {
 		logger.Error(err, "Recording where the rules in force come from", "namespace", k.store.Namespace())
 	}
 	return failed
+}
+
+// recordable reports whether keep records r, its rule's revisions revs:
+// not when r was put in force from a revision, nor when r's file is
+// broken — unless r's revision is owed: its recording failed, and revs
+// has no revision newer than the newest then (no other replica recorded
+// the file's next version meanwhile).
+func (k *revisionKeeper) recordable(r *rules.Rule, broken map[string]bool, revs []appsv1.ControllerRevision) bool {
+	if strings.HasPrefix(r.Pos.File, revisionSource) {
+		return false
+	}
+	if _, ok := broken[r.Pos.File]; !ok {
+		return true
+	}
+	u, ok := k.unrecorded[r.Name]
+	return ok && u.hash == r.Hash && newestRevision(revs) == u.newest
+}
+
+// newestRevision is the highest revision number among revs; 0: none.
+func newestRevision(revs []appsv1.ControllerRevision) int64 {
+	var n int64
+	for _, cr := range revs {
+		n = max(n, cr.Revision)
+	}
+	return n
 }
 
 // keepOne records r's revision among revs, its revisions listed, and

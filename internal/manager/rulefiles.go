@@ -41,6 +41,8 @@ type ruleFiles struct {
 	// active is true while this replica runs the engine: only then does
 	// it keep the CRDs of the kinds rules define.
 	active atomic.Bool
+	// crdsAgain and revisionsAgain try again the keeps that failed.
+	crdsAgain, revisionsAgain retrying
 }
 
 // working says whether this replica runs the engine from now on; when it
@@ -62,7 +64,7 @@ func (f *ruleFiles) inForce(ctx context.Context, set *rules.Set) {
 	}
 	f.keepCRDs(ctx, set)
 	if f.crds.dryRun == nil {
-		f.revisions.keep(ctx, set, broken(f.files.get()))
+		f.keepRevisions(ctx, set)
 		f.announcer.announce(ctx, platformErrors(f.files.get()), set.Len())
 		f.tenants.announce(f.files.get())
 	}
@@ -138,21 +140,59 @@ func compileRevision(l *rules.Loader) func(*rules.Rule, string, []byte) (*rules.
 // is put in force; when one cannot be kept it tries again, with the set
 // then in force, until it can (or ctx ends).
 func (f *ruleFiles) keepCRDs(ctx context.Context, set *rules.Set) {
-	if !f.crds.keep(ctx, set) {
+	if f.crds.keep(ctx, set) {
+		f.again(ctx, &f.crdsAgain, f.crds.keep)
+	}
+}
+
+// keepRevisions records the revisions of set's rules, before the set is
+// put in force; when one cannot be recorded it tries again, with the set
+// then in force, until it can — a version that ran and was not recorded
+// is lost to a start that finds its file broken.
+func (f *ruleFiles) keepRevisions(ctx context.Context, set *rules.Set) {
+	keep := func(ctx context.Context, set *rules.Set) bool {
+		return f.revisions.keep(ctx, set, broken(f.files.get()))
+	}
+	if keep(ctx, set) {
+		f.again(ctx, &f.revisionsAgain, keep)
+	}
+}
+
+// again calls keep with the set in force after 2 s, doubling to a
+// minute, until it reports no failure, ctx ends or this replica no longer
+// runs the rules. One goroutine tries for each r; a failure meanwhile
+// makes it try once more even when its own keep succeeds.
+func (f *ruleFiles) again(ctx context.Context, r *retrying, keep func(context.Context, *rules.Set) (failed bool)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.running {
+		r.more = true
 		return
 	}
+	r.running = true
 	go func() {
 		for delay := 2 * time.Second; ; delay = min(2*delay, time.Minute) {
 			select {
 			case <-ctx.Done():
-				return
 			case <-time.After(delay):
 			}
-			if !f.active.Load() || !f.crds.keep(ctx, f.current.get()) {
+			failed := ctx.Err() == nil && f.active.Load() && keep(ctx, f.current.get())
+			r.mu.Lock()
+			if !failed && (!r.more || ctx.Err() != nil || !f.active.Load()) {
+				r.running, r.more = false, false
+				r.mu.Unlock()
 				return
 			}
+			r.more = false
+			r.mu.Unlock()
 		}
 	}()
+}
+
+// retrying is a keep tried again (again).
+type retrying struct {
+	mu            sync.Mutex
+	running, more bool
 }
 
 // load starts watching CRDs, loads the rule files — after the schemas of

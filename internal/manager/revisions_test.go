@@ -1,0 +1,140 @@
+package manager
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/syncloop/syncloop/internal/testenv"
+	"github.com/syncloop/syncloop/rules"
+	"github.com/syncloop/syncloop/rules/expr"
+)
+
+// failingWrites fails the writes of ControllerRevisions while on, as a
+// reset connection does.
+type failingWrites struct {
+	on   *atomic.Bool
+	next http.RoundTripper
+}
+
+func (f failingWrites) RoundTrip(r *http.Request) (*http.Response, error) {
+	if f.on.Load() && r.Method != http.MethodGet && strings.Contains(r.URL.Path, "/controllerrevisions") {
+		return nil, errors.New("connection reset: injected")
+	}
+	return f.next.RoundTrip(r)
+}
+
+// TestUnrecordedRevisionOwed: a version put in force whose revision could
+// not be recorded is recorded by a later keep even once its file is
+// broken — a start then runs it, not the version before (the fault
+// campaign found a restarted replica running a rule's older version for
+// good: its recording had failed, and the file broke before the next
+// load) — but not over a newer revision another replica recorded
+// meanwhile, nor when its file broke before it was ever put in force.
+func TestUnrecordedRevisionOwed(t *testing.T) {
+	env := testenv.Get(t)
+	ctx := t.Context()
+	var failing atomic.Bool
+	cfg := env.Config()
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return failingWrites{on: &failing, next: rt} })
+	c, err := NewClients(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := NewClients(env.Config(), nil) // another replica's
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := c.Core.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "owed-"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := rules.NewLoader(expr.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const file = "/rules/owed.yaml"
+	version := func(gen int) *rules.Set {
+		t.Helper()
+		f, err := l.Parse(file, fmt.Appendf(nil, `apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: owed}
+spec:
+  watch: {apiVersion: v1, kind: Namespace}
+  resources:
+    - {id: cm, template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: default}, data: {gen: "%d"}}}
+`, gen))
+		if err != nil {
+			t.Fatal(err)
+		}
+		set, err := rules.NewSet(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return set
+	}
+	brokenFile := map[string]bool{file: true}
+	// lastGoodGen is the generation a start with the file broken runs.
+	lastGoodGen := func(k *revisionKeeper) string {
+		t.Helper()
+		f, err := k.lastGood(l)(file, nil)
+		if err != nil || f == nil || len(f.Rules) != 1 {
+			t.Fatalf("last good version: %v, %v", f, err)
+		}
+		return string(f.Rules[0].Source)
+	}
+	want := func(gen int) string { return string(version(gen).Get("owed").Source) }
+
+	k := newRevisionKeeper(c, ns.Name, "")
+	if k.keep(ctx, version(1), nil) {
+		t.Fatal("recording generation 1 failed")
+	}
+	failing.Store(true)
+	if !k.keep(ctx, version(2), nil) {
+		t.Fatal("recording generation 2 with its writes failing reports no failure: it would not be tried again")
+	}
+	failing.Store(false)
+	if got := lastGoodGen(k); got != want(1) {
+		t.Fatalf("before the retry, a start would run %s, want generation 1", got)
+	}
+	if k.keep(ctx, version(2), brokenFile) {
+		t.Fatal("recording the owed generation 2, its file broken, failed")
+	}
+	if got := lastGoodGen(k); got != want(2) {
+		t.Errorf("after the retry with the file broken, a start would run %s, want generation 2", got)
+	}
+	if len(k.failed()) != 0 {
+		t.Errorf("failures still reported: %q", k.failed())
+	}
+
+	// Owed no longer once another replica recorded a newer version.
+	failing.Store(true)
+	if !k.keep(ctx, version(3), nil) {
+		t.Fatal("recording generation 3 with its writes failing reports no failure")
+	}
+	failing.Store(false)
+	if newRevisionKeeper(other, ns.Name, "").keep(ctx, version(4), nil) {
+		t.Fatal("the other replica recording generation 4 failed")
+	}
+	if k.keep(ctx, version(3), brokenFile) {
+		t.Fatal("keeping generation 3, its file broken, failed")
+	}
+	if got := lastGoodGen(k); got != want(4) {
+		t.Errorf("generation 3 recorded over the other replica's newer 4: a start would run %s", got)
+	}
+
+	// Never owed: a broken file's version that was recorded is not
+	// recorded again over a newer one.
+	if k.keep(ctx, version(2), brokenFile) {
+		t.Fatal("keeping generation 2, its file broken, failed")
+	}
+	if got := lastGoodGen(k); got != want(4) {
+		t.Errorf("a broken file's older version renumbered newest: a start would run %s", got)
+	}
+}
