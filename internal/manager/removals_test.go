@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 
 	"github.com/syncloop/syncloop/engine"
 	"github.com/syncloop/syncloop/internal/testenv"
@@ -20,20 +21,8 @@ import (
 // recorded on that version's revision; one that orphans is none, and a
 // rule put back is none.
 func TestRemovedFromRevisions(t *testing.T) {
-	env := testenv.Get(t)
 	ctx := t.Context()
-	c, err := NewClients(env.Config(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns, err := c.Core.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "removals-"}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := rules.NewLoader(expr.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, ns, l := keeperFixture(t, testenv.Get(t).Config(), "removals-")
 	rule := func(name, policy string) string {
 		return fmt.Sprintf(`apiVersion: syncloop.dev/v1alpha1
 kind: Rule
@@ -91,4 +80,23 @@ spec:
 	if err != nil || len(revs) != 1 || revs[0].Removal == nil || revs[0].Removal.Deleted != 1 {
 		t.Errorf("the revision's removal: %+v, %v", revs, err)
 	}
+}
+
+// keeperFixture is what a test of the revisions keeps needs: clients of
+// cfg, a namespace of its own (named from prefix) and a loader.
+func keeperFixture(t *testing.T, cfg *rest.Config, prefix string) (*Clients, *corev1.Namespace, *rules.Loader) {
+	t.Helper()
+	c, err := NewClients(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := c.Core.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := rules.NewLoader(expr.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, ns, l
 }

@@ -8,12 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/syncloop/syncloop/internal/testenv"
 	"github.com/syncloop/syncloop/rules"
-	"github.com/syncloop/syncloop/rules/expr"
 )
 
 // failingWrites fails the writes of ControllerRevisions while on, as a
@@ -43,19 +39,8 @@ func TestUnrecordedRevisionOwed(t *testing.T) {
 	var failing atomic.Bool
 	cfg := env.Config()
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return failingWrites{on: &failing, next: rt} })
-	c, err := NewClients(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, ns, l := keeperFixture(t, cfg, "owed-")
 	other, err := NewClients(env.Config(), nil) // another replica's
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns, err := c.Core.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "owed-"}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := rules.NewLoader(expr.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

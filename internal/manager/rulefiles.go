@@ -41,8 +41,8 @@ type ruleFiles struct {
 	// active is true while this replica runs the engine: only then does
 	// it keep the CRDs of the kinds rules define.
 	active atomic.Bool
-	// crdsAgain and revisionsAgain try again the keeps that failed.
-	crdsAgain, revisionsAgain retrying
+	// again tries again the keeps that failed.
+	again struct{ crds, revisions retrying }
 }
 
 // working says whether this replica runs the engine from now on; when it
@@ -141,7 +141,7 @@ func compileRevision(l *rules.Loader) func(*rules.Rule, string, []byte) (*rules.
 // then in force, until it can (or ctx ends).
 func (f *ruleFiles) keepCRDs(ctx context.Context, set *rules.Set) {
 	if f.crds.keep(ctx, set) {
-		f.again(ctx, &f.crdsAgain, f.crds.keep)
+		f.retry(ctx, &f.again.crds, f.crds.keep)
 	}
 }
 
@@ -154,15 +154,15 @@ func (f *ruleFiles) keepRevisions(ctx context.Context, set *rules.Set) {
 		return f.revisions.keep(ctx, set, broken(f.files.get()))
 	}
 	if keep(ctx, set) {
-		f.again(ctx, &f.revisionsAgain, keep)
+		f.retry(ctx, &f.again.revisions, keep)
 	}
 }
 
-// again calls keep with the set in force after 2 s, doubling to a
+// retry calls keep with the set in force after 2 s, doubling to a
 // minute, until it reports no failure, ctx ends or this replica no longer
 // runs the rules. One goroutine tries for each r; a failure meanwhile
 // makes it try once more even when its own keep succeeds.
-func (f *ruleFiles) again(ctx context.Context, r *retrying, keep func(context.Context, *rules.Set) (failed bool)) {
+func (f *ruleFiles) retry(ctx context.Context, r *retrying, keep func(context.Context, *rules.Set) (failed bool)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.running {
@@ -189,7 +189,7 @@ func (f *ruleFiles) again(ctx context.Context, r *retrying, keep func(context.Co
 	}()
 }
 
-// retrying is a keep tried again (again).
+// retrying is a keep tried again (retry).
 type retrying struct {
 	mu            sync.Mutex
 	running, more bool
