@@ -90,11 +90,11 @@ func (lv *leaves) set(owner string, now map[string]bool, told bool) {
 }
 
 // setOf is set with id in it, made when nil.
-func setOf(set map[string]bool, id string) map[string]bool {
+func setOf[K comparable](set map[K]bool, k K) map[K]bool {
 	if set == nil {
-		set = map[string]bool{}
+		set = map[K]bool{}
 	}
-	set[id] = true
+	set[k] = true
 	return set
 }
 

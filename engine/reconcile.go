@@ -294,7 +294,7 @@ func (a *applier) Apply(ctx context.Context, child render.Child) (map[string]any
 	switch {
 	case child.Cluster != "":
 		out, err = a.applyRemote(ctx, child)
-		if errors.As(err, new(*render.UnreachableError)) {
+		if errors.As(err, new(*render.UnreachableError)) || errors.As(err, new(*render.HeldError)) {
 			return nil, err // the child waits there: not a failure
 		}
 	case child.Patch:

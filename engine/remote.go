@@ -28,6 +28,9 @@ const unreachableAgain = 30 * time.Second
 // place; a cluster not reachable is a *render.UnreachableError, which
 // does not fail the reconcile.
 func (a *applier) applyRemote(ctx context.Context, child render.Child) (map[string]any, error) {
+	if err := a.rc.held(child); err != nil {
+		return nil, err
+	}
 	p, uerr := a.placeOf(child.Cluster)
 	if uerr != nil {
 		a.unreachable = true
@@ -94,31 +97,11 @@ func (rc *reconciler) pruneRemote(ctx context.Context, ch *changes, ref rules.Ob
 			// what the render wants there was never marked.
 			continue
 		}
-		keep := map[string]bool{}
-		for id := range waiting {
-			keep[id] = true
-		}
-		var want map[childRef]bool
+		want, keep, leaving := remoteWant(rd, p.cluster, desired[p.cluster], waiting)
 		if rd == nil {
 			p.leave.forget(owner)
-		} else {
-			want = desired[p.cluster]
-			if want == nil {
-				want = map[childRef]bool{}
-			}
-			var leaving map[string]bool
-			for _, st := range rd.Resources {
-				res := st.Resource
-				if res.Targets() && !st.Excluded && !waiting[res.ID] && !slices.Contains(st.Clusters, p.cluster) {
-					keep[res.ID] = true // left the selection: orphaned, or the sweep's
-					if res.Clusters.OnLeave == rules.DeletionDelete {
-						leaving = setOf(leaving, res.ID)
-					}
-				}
-			}
-			if p.leave.tell(owner, leaving, waiting) {
-				rc.fleet.wantSweep()
-			}
+		} else if p.leave.tell(owner, leaving, waiting) {
+			rc.fleet.wantSweep()
 		}
 		existing := p.rc.childrenOf(owner)
 		if len(existing) == 0 {
@@ -130,6 +113,66 @@ func (rc *reconciler) pruneRemote(ctx context.Context, ch *changes, ref rules.Ob
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// remoteWant is what a reconcile that rendered rd keeps of the trigger's
+// children in cluster: want, those wanted there (desired; nil when rd is
+// nil: none); keep, the resources whose children there stay as they are —
+// those that wait, and those whose selection left the cluster (orphaned,
+// or with onLeave: Delete the sweep's: leaving).
+func remoteWant(rd *render.Rendered, cluster string, desired map[childRef]bool, waiting map[string]bool) (want map[childRef]bool, keep, leaving map[string]bool) {
+	keep = map[string]bool{}
+	for id := range waiting {
+		keep[id] = true
+	}
+	if rd == nil {
+		return nil, keep, nil
+	}
+	want = desired
+	if want == nil {
+		want = map[childRef]bool{}
+	}
+	for _, st := range rd.Resources {
+		res := st.Resource
+		if res.Targets() && !st.Excluded && !waiting[res.ID] && !slices.Contains(st.Clusters, cluster) {
+			keep[res.ID] = true // left the selection: orphaned, or the sweep's
+			if res.Clusters.OnLeave == rules.DeletionDelete {
+				leaving = setOf(leaving, res.ID)
+			}
+		}
+	}
+	return want, keep, leaving
+}
+
+// remotePrunes counts the trigger's children, in the clusters that can be
+// reached, that a reconcile rendering rd (nil or skipped: it wants none)
+// would prune there — as the caches hold them, for a rollout's prune
+// budget. Those leaving a cluster go through the sweep's own budget.
+func (rc *reconciler) remotePrunes(ctx context.Context, owner string, rd *render.Rendered, waiting map[string]bool) int {
+	if rc.fleet == nil {
+		return 0
+	}
+	if rd != nil && rd.Skipped {
+		rd = nil
+	}
+	desired := map[string]map[childRef]bool{}
+	if rd != nil {
+		for _, c := range rd.Children {
+			if c.Cluster != "" {
+				desired[c.Cluster] = setOf(desired[c.Cluster], refOf(c.Object))
+			}
+		}
+	}
+	n := 0
+	for _, p := range rc.fleet.each() {
+		existing := p.rc.childrenOf(owner)
+		if p.unreachable() != nil || len(existing) == 0 {
+			continue
+		}
+		want, keep, _ := remoteWant(rd, p.cluster, desired[p.cluster], waiting)
+		n += len(p.rc.prunable(ctx, owner, existing, want, keep, false))
+	}
+	return n
 }
 
 // remoteChildren reports whether the trigger has children in a cluster

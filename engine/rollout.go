@@ -139,11 +139,23 @@ func (h rolloutHost) Contained(ctx context.Context, v any) error {
 	return contained(klog.FromContext(ctx), h.l.e.metrics, h.l.rule.Name, PanicRollout, v)
 }
 
-// Children counts the rule's children in the caches: those of triggers
-// it watches.
+// Children counts the rule's children in the caches — at home and in the
+// clusters of the fleet — of triggers it watches.
 func (h rolloutHost) Children() int {
+	n := h.children(h.l.watches)
+	if h.l.fleet != nil {
+		for _, p := range h.l.fleet.each() {
+			n += h.children(p.w)
+		}
+	}
+	return n
+}
+
+// children counts the rule's children in w's caches whose trigger it
+// watches.
+func (h rolloutHost) children(w *watches) int {
 	n := 0
-	for _, ck := range h.l.watches.children {
+	for _, ck := range w.children {
 		if ck.sub == nil {
 			continue
 		}
@@ -159,7 +171,8 @@ func (h rolloutHost) Children() int {
 
 // Prunes counts the children that moving keys to the new revision would
 // remove: each trigger is rendered by it against the caches, as its
-// reconcile will, and its children that are no longer wanted counted.
+// reconcile will, and its children that are no longer wanted counted —
+// at home and in the clusters of the fleet that answer.
 func (h rolloutHost) Prunes(ctx context.Context, keys []cache.ObjectName) int {
 	rc := h.l.rc
 	n := 0
@@ -170,7 +183,7 @@ func (h rolloutHost) Prunes(ctx context.Context, keys []cache.ObjectName) int {
 		}
 		owner := rc.triggerRef(key).Owner()
 		existing := rc.childrenOf(owner)
-		if len(existing) == 0 {
+		if len(existing) == 0 && !rc.remoteChildren(owner) {
 			continue
 		}
 		rd, err := render.Rule(ctx, rc.rule, wholeOf(obj), rc.mapper, &cacheLookuper{rc: rc, trigger: key}, nil)
@@ -192,6 +205,7 @@ func (h rolloutHost) Prunes(ctx context.Context, keys []cache.ObjectName) int {
 			}
 		}
 		n += len(rc.prunable(ctx, owner, existing, desired, waiting, false))
+		n += rc.remotePrunes(ctx, owner, rd, waiting)
 	}
 	return n
 }
@@ -218,7 +232,9 @@ func healthOf(rd *render.Rendered, err error) rollout.Health {
 	case err != nil:
 		return rollout.Health{Why: err.Error()}
 	case rd != nil && !rd.Skipped:
-		if c := rd.Readiness(); !c.Status {
+		// Children a rollout by cluster has not brought to their cluster
+		// yet are no step's to judge.
+		if c := rd.Readiness(); !c.Status && c.Reason != render.ReasonRolloutPending {
 			return rollout.Health{Why: c.Message}
 		}
 	}
@@ -234,8 +250,19 @@ func (a cachedChildren) Apply(_ context.Context, c render.Child) (map[string]any
 	if c.Patch {
 		return c.Object.Object, nil
 	}
+	rc := a.rc
+	if c.Cluster != "" { // in its cluster's caches
+		if err := rc.held(c); err != nil {
+			return nil, err
+		}
+		p, err := (&applier{rc: rc}).placeOf(c.Cluster)
+		if err != nil {
+			return nil, err
+		}
+		rc = p.rc
+	}
 	ref := refOf(c.Object)
-	ck := a.rc.w.children[ref.gvk]
+	ck := rc.w.children[ref.gvk]
 	if ck == nil || ck.sub == nil {
 		return nil, fmt.Errorf("%s %s is not watched", ref.gvk.Kind, cacheKey(ref))
 	}

@@ -274,7 +274,7 @@ func (d *decoder) decodeSpec(r *Rule, spec *yaml.Node, docVal any, pos positions
 		d.checkReadsOwnWrites(r, docVal)
 		r.resolveLookupReads()
 	}
-	d.decodeRuleOptions(r, f)
+	d.decodeRuleOptions(r, f, c)
 	d.decodeTeardown(r, spec, f)
 	d.decodeRemoval(r, f)
 	d.decodeIdentity(r, f)

@@ -21,13 +21,13 @@ spec:
 }
 
 func TestRollout(t *testing.T) {
-	if got := parseRule(t, rolloutDoc("")).Rollout; got != DefaultRollout {
+	if got := parseRule(t, rolloutDoc("")).Rollout; !got.Equal(DefaultRollout) {
 		t.Errorf("default: %+v", got)
 	}
 	got := parseRule(t, rolloutDoc("  rollout: {strategy: Progressive, step: 25, progressDeadline: 90s, maxFailures: 2, onFailure: Rollback, maxPrunes: 100%}\n")).Rollout
 	want := Rollout{Strategy: RolloutProgressive, Step: Amount{Value: 25}, ProgressDeadline: 90 * time.Second, MaxFailures: 2,
 		OnFailure: RolloutRollback, MaxPrunes: Amount{Value: 100, Percent: true}}
-	if got != want {
+	if !got.Equal(want) {
 		t.Errorf("rollout: %+v, want %+v", got, want)
 	}
 	// The rollout settings are not the revision: the hash stays.
@@ -68,8 +68,77 @@ func TestRolloutErrors(t *testing.T) {
 		{"{maxFailures: -1}", `spec.rollout.maxFailures: must be 0 or more, not -1`},
 		{"{onFailure: Retry}", `spec.rollout.onFailure: must be Halt or Rollback, not "Retry"`},
 		{"{maxPrune: 5}", `rule.yaml:9:13: rule "r": spec.rollout: unknown field "maxPrune" (did you mean "maxPrunes"?)`},
+		{"{clusters: [{selector: \"cluster.name == 'a'\"}]}", `rule "r": spec.rollout.clusters: steps by cluster, and no resource of the rule targets clusters (clusters:)`},
 	} {
 		_, err := l.Parse("rule.yaml", []byte(rolloutDoc("  rollout: "+tc.rollout+"\n")))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("rollout %s: %v, want %q", tc.rollout, err, tc.want)
+		}
+	}
+}
+
+// TestClusterRollout: steps by cluster are CEL over cluster alone; a
+// cluster is in the first step whose selector holds for it, the others
+// in the last.
+func TestClusterRollout(t *testing.T) {
+	doc := func(rollout string) string {
+		return `apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: r}
+spec:
+  watch: {apiVersion: v1, kind: ConfigMap}
+  resources:
+    - id: c
+      clusters: {selector: "true"}
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x}}
+  rollout:
+` + rollout
+	}
+	r := parseRule(t, doc(`    clusters:
+      - selector: "cluster.labels.?canary.orValue('') == 'yes'"
+      - selector: "cluster.labels.?region.orValue('') == 'eu'"
+`))
+	if !r.Rollout.ByCluster() || len(r.Rollout.Clusters) != 2 {
+		t.Fatalf("rollout %+v: want two steps by cluster", r.Rollout)
+	}
+	for _, tc := range []struct {
+		c    Cluster
+		want int
+	}{
+		{Cluster{Name: "a", Labels: map[string]string{"canary": "yes", "region": "eu"}}, 0},
+		{Cluster{Name: "b", Labels: map[string]string{"region": "eu"}}, 1},
+		{Cluster{Name: "c", Labels: map[string]string{"region": "us"}}, 2},
+		{Cluster{Name: "d"}, 2},
+	} {
+		if got := r.Rollout.ClusterStep(t.Context(), tc.c); got != tc.want {
+			t.Errorf("cluster %s: step %d, want %d", tc.c.Name, got, tc.want)
+		}
+	}
+	same := parseRule(t, doc(`    clusters:
+      - selector: "cluster.labels.?canary.orValue('') == 'yes'"
+      - selector: "cluster.labels.?region.orValue('') == 'eu'"
+`))
+	if !same.Rollout.Equal(r.Rollout) || same.Hash != r.Hash {
+		t.Error("the same steps, parsed again, are not equal")
+	}
+	other := parseRule(t, doc(`    clusters: [{selector: "cluster.name == 'a'"}]
+`))
+	if other.Rollout.Equal(r.Rollout) || other.Hash != r.Hash {
+		t.Error("other steps are equal, or changed the rule's hash")
+	}
+
+	l, err := NewLoader(expr.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ rollout, want string }{
+		{"    clusters: [{selector: \"object.metadata.name == 'a'\"}]\n", `spec.rollout.clusters[0].selector: undeclared reference to 'object': a rollout's cluster steps read cluster (name, labels) alone`},
+		{"    clusters: [{selector: \"cluster.name ==\"}]\n", `spec.rollout.clusters[0].selector`},
+		{"    clusters: []\n", `spec.rollout.clusters: must list at least one step`},
+		{"    clusters: [{}]\n", `spec.rollout.clusters[0].selector: required`},
+		{"    strategy: Immediate\n    clusters: [{selector: \"true\"}]\n", `spec.rollout.clusters: steps by cluster, and strategy Immediate takes no steps`},
+	} {
+		_, err := l.Parse("rule.yaml", []byte(doc(tc.rollout)))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("rollout %s: %v, want %q", tc.rollout, err, tc.want)
 		}

@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/syncloop/syncloop/rules/expr"
 )
 
 // Decoding how a rule runs: its deletion policy and the defaults its
@@ -12,7 +14,7 @@ import (
 // decodeRuleOptions decodes how the rule runs, with their defaults:
 // deletionPolicy and adopt (which its resources inherit), forceConflicts,
 // workers, resyncPeriod, rateLimit and maxRetries.
-func (d *decoder) decodeRuleOptions(r *Rule, f map[string]*yaml.Node) {
+func (d *decoder) decodeRuleOptions(r *Rule, f map[string]*yaml.Node, c *expr.Compiler) {
 	r.DeletionPolicy = DeletionDelete
 	decodeOneOf(d, f, "spec", "deletionPolicy", &r.DeletionPolicy, DeletionDelete, DeletionOrphan)
 	adopt, createOnce := false, false
@@ -56,7 +58,8 @@ func (d *decoder) decodeRuleOptions(r *Rule, f map[string]*yaml.Node) {
 	})
 	r.Rollout = DefaultRollout
 	if n, ok := f["rollout"]; ok {
-		d.decodeRollout(&r.Rollout, n)
+		d.decodeRollout(&r.Rollout, n, c)
+		d.checkClusterRollout(r, n)
 	}
 	decodeInto(d, f, "spec", "maxRetries", &r.MaxRetries, d.count, func(v int) string {
 		return failIf(v < 0, "must be 0 (retry forever) or more, not %d", v)

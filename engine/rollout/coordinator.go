@@ -47,6 +47,9 @@ type Host interface {
 	Contained(ctx context.Context, v any) error
 	// Settled is told once every trigger is on the new revision for good.
 	Settled()
+	// StepClusters are the clusters step i (from 0) of a rollout by
+	// cluster under s brings the new revision to, by name.
+	StepClusters(s rules.Rollout, i int) []string
 }
 
 // Recorder is where the coordinator's record goes: the store, or in a
@@ -157,6 +160,12 @@ func (c *Coordinator) settle() {
 // each revision.
 func (c *Coordinator) Status() Status {
 	st := Status{Rule: c.rule, Record: c.Record()}
+	if s := c.Settings(); s.ByCluster() {
+		st.ByCluster = true
+		for i := range min(st.Step, len(s.Clusters)+1) {
+			st.Reached = append(st.Reached, c.host.StepClusters(s, i)...)
+		}
+	}
 	c.eachTrigger(func(t Trigger) {
 		if st.Puts(t) {
 			st.OnTo++
@@ -180,10 +189,13 @@ func (c *Coordinator) eachTrigger(fn func(Trigger)) {
 	}
 }
 
+// Settings are the rollout settings it goes on under.
+func (c *Coordinator) Settings() rules.Rollout { return *c.settings.Load() }
+
 // SetSettings takes the rule's rollout settings as they now are; a halted
 // rollout goes on under them (raising maxPrunes confirms a removal).
 func (c *Coordinator) SetSettings(ctx context.Context, s rules.Rollout) {
-	if old := c.settings.Load(); old != nil && *old == s {
+	if old := c.settings.Load(); old != nil && old.Equal(s) {
 		return
 	}
 	c.settings.Store(&s)
@@ -324,11 +336,13 @@ func (c *Coordinator) follow(ctx context.Context) {
 	if rec.State == Complete {
 		c.settle()
 	}
-	if old.State == rec.State && old.Threshold == rec.Threshold && old.Started.Equal(rec.Started) {
+	if old.State == rec.State && old.Threshold == rec.Threshold && old.Started.Equal(rec.Started) && old.Step == rec.Step {
 		return
 	}
+	// By cluster, every step brings the triggers to more clusters.
+	byCluster := c.settings.Load().ByCluster() && old.Step != rec.Step
 	c.eachTrigger(func(t Trigger) {
-		if old.Puts(t) != rec.Puts(t) {
+		if old.Puts(t) != rec.Puts(t) || byCluster {
 			c.host.Requeue(t.Key)
 		}
 	})

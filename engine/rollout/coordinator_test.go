@@ -24,6 +24,8 @@ type host struct {
 	prunes      map[cache.ObjectName]int // children each trigger's move removes
 	children    int
 	panicPrunes bool
+	// stepClusters are the clusters of each step by cluster.
+	stepClusters [][]string
 
 	mu        sync.Mutex
 	requeued  []cache.ObjectName
@@ -70,6 +72,12 @@ func (h *host) Contained(_ context.Context, v any) error {
 	return fmt.Errorf("panic: %v", v)
 }
 func (h *host) Settled() { h.settled++ }
+func (h *host) StepClusters(_ rules.Rollout, i int) []string {
+	if i < len(h.stepClusters) {
+		return h.stepClusters[i]
+	}
+	return nil
+}
 
 func (h *host) takeRequeued() []cache.ObjectName {
 	h.mu.Lock()

@@ -141,6 +141,10 @@ type Status struct {
 	Record
 	// OnFrom and OnTo count the triggers in the cache on each revision.
 	OnFrom, OnTo int
+	// ByCluster: the rollout steps by cluster; Reached are the clusters
+	// its steps so far have brought the new revision to.
+	ByCluster bool
+	Reached   []string
 }
 
 // Plan is what a coordinator is made with: the revision rolled out from

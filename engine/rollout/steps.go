@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -69,6 +70,10 @@ func keys(triggers []Trigger) []cache.ObjectName {
 // all — or, when none is left, the rollout is complete.
 func (c *Coordinator) next(ctx context.Context) {
 	s := *c.settings.Load()
+	if s.ByCluster() {
+		c.nextClusters(ctx, s)
+		return
+	}
 	rec := c.Record()
 	left := c.waiting(rec)
 	if len(left) == 0 {
@@ -111,6 +116,62 @@ func (c *Coordinator) next(ctx context.Context) {
 	c.out.Record(ctx, rec, "Normal", "RolloutStep", msg)
 	for _, t := range batch {
 		c.host.Requeue(t.Key)
+	}
+}
+
+// nextClusters begins the next step of a rollout by cluster: at the
+// first, every trigger moves to the new revision — unless what that
+// removes passes maxPrunes, when the rollout halts — and each step brings
+// it to more clusters (StepClusters), the triggers all reconciled again
+// and judged anew; after the last, the rollout is complete.
+func (c *Coordinator) nextClusters(ctx context.Context, s rules.Rollout) {
+	rec := c.Record()
+	steps := len(s.Clusters) + 1
+	if rec.Step >= steps {
+		c.complete(ctx)
+		return
+	}
+	prunes := 0
+	if rec.Step == 0 {
+		// Every trigger's: a rollout superseded mid-way had moved them
+		// all, and what it removes is this one's to count too.
+		c.mu.Lock()
+		all := slices.Collect(maps.Keys(c.stepKeys(0, math.MaxUint64)))
+		c.mu.Unlock()
+		prunes = c.host.Prunes(ctx, all)
+		if budget := s.MaxPrunes.Of(rec.Children); prunes > 0 && rec.Pruned+prunes > budget {
+			c.halt(ctx, ReasonPruneBudget, fmt.Sprintf(
+				"the change removes %d of the rule's %d children, more than maxPrunes %s allows (%d): to confirm, raise spec.rollout.maxPrunes (100%% allows any removal)",
+				prunes, rec.Children, s.MaxPrunes, budget))
+			return
+		}
+	}
+	c.mu.Lock()
+	c.rec.StepFrom, c.rec.Threshold = 0, math.MaxUint64
+	c.rec.Step++
+	c.rec.Steps = steps
+	c.rec.Moved = c.rec.Total
+	c.rec.Pruned += prunes
+	c.rec.StepStarted = time.Now()
+	c.step = c.stepKeys(0, math.MaxUint64)
+	for key := range c.step {
+		delete(c.health, key)
+	}
+	rec = c.rec
+	step := maps.Clone(c.step)
+	c.mu.Unlock()
+	where := "no cluster"
+	if clusters := c.host.StepClusters(s, rec.Step-1); len(clusters) > 0 {
+		where = "cluster " + strings.Join(clusters, ", ")
+	}
+	msg := fmt.Sprintf("step %d of %d: revision %s reaches %s (%d triggers)", rec.Step, rec.Steps, Short(rec.To), where, len(step))
+	if prunes > 0 {
+		msg += fmt.Sprintf("; it removes %d children", prunes)
+	}
+	klog.FromContext(ctx).Info("Rollout step", "rule", c.rule, "step", rec.Step, "steps", rec.Steps, "reaches", where, "triggers", len(step))
+	c.out.Record(ctx, rec, "Normal", "RolloutStep", msg)
+	for key := range step {
+		c.host.Requeue(key)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/syncloop/syncloop/engine"
@@ -110,17 +111,32 @@ func reportProgress(eng *engine.Engine, progress func(planned, queued int64)) (s
 	return func() { close(done); <-finished }
 }
 
+// reachedClusters names the clusters a rollout by cluster has reached.
+func reachedClusters(names []string) string {
+	if len(names) == 0 {
+		return "syncloop's own cluster alone"
+	}
+	return "syncloop's own cluster and cluster " + strings.Join(names, ", ")
+}
+
 // printRollout says, in a plan, how a changed rule rolls out: the step
 // planned and how many follow, or why the rollout halts.
 func printRollout(o PlanOptions, r rollout.Status) {
 	if o.JSON {
-		data, _ := json.Marshal(map[string]any{"rollout": map[string]any{"rule": r.Rule, "state": r.State, "step": r.Step, "steps": r.Steps,
-			"moved": r.Moved, "total": r.Total, "from": r.From, "to": r.To, "reason": r.Reason, "message": r.Message}})
+		ro := map[string]any{"rule": r.Rule, "state": r.State, "step": r.Step, "steps": r.Steps,
+			"moved": r.Moved, "total": r.Total, "from": r.From, "to": r.To, "reason": r.Reason, "message": r.Message}
+		if r.ByCluster {
+			ro["clusters"] = r.Reached
+		}
+		data, _ := json.Marshal(map[string]any{"rollout": ro})
 		fmt.Fprintf(o.Stdout, "%s\n", data)
 		return
 	}
-	switch r.State {
-	case rollout.Progressing:
+	switch {
+	case r.State == rollout.Progressing && r.ByCluster:
+		fmt.Fprintf(o.Stdout, "Rollout of rule %s to revision %s by cluster: step %d of %d, every trigger on it in %s (planned below); %d steps follow, each once the clusters before are healthy.\n",
+			r.Rule, shortHash(r.To), r.Step, r.Steps, reachedClusters(r.Reached), r.Steps-r.Step)
+	case r.State == rollout.Progressing:
 		fmt.Fprintf(o.Stdout, "Rollout of rule %s to revision %s: step %d of %d, %d of %d triggers on it (planned below); %d steps follow, each once the one before is healthy.\n",
 			r.Rule, shortHash(r.To), r.Step, r.Steps, r.Moved, r.Total, r.Steps-r.Step)
 	default:

@@ -45,6 +45,9 @@ type Scope struct {
 	// Cluster makes cluster available ({name, labels}): the cluster a
 	// resource that targets clusters renders a child for.
 	Cluster bool
+	// ClusterOnly is the scope of a rollout's cluster steps: cluster and
+	// rule, and nothing of a trigger.
+	ClusterOnly bool
 	// Item is the type of item inside forEach (Program.Elem of the
 	// forEach), SelfType the type of self in readyWhen; nil: dyn.
 	Item, SelfType *Type
@@ -391,7 +394,8 @@ func checkReferences(checked *cel.Ast, src, name, what string, declared []string
 // Names bound by a comprehension (x.map(item, …)) are the comprehension's.
 func outOfScope(parsed *cel.Ast, src string, scope Scope) error {
 	absent := map[string]bool{varItem: !scope.ForEach, varIndex: !scope.ForEach,
-		varChildren: scope.Children == nil, varReady: !scope.Status, varCluster: !scope.Cluster, varClusters: !scope.Status}
+		varChildren: scope.Children == nil, varReady: !scope.Status, varCluster: !scope.Cluster, varClusters: !scope.Status,
+		varObject: scope.ClusterOnly, varVariables: scope.ClusterOnly, varLookups: scope.ClusterOnly}
 	a := parsed.NativeRep()
 	var found error
 	var walk func(e ast.Expr, bound map[string]bool)
@@ -409,6 +413,8 @@ func outOfScope(parsed *cel.Ast, src string, scope Scope) error {
 					msg += ": cluster is known in a resource that targets clusters (clusters:), in its forEach and template"
 				case varClusters:
 					msg += ": clusters (what is where in the clusters of the fleet) is known in the status"
+				case varObject, varVariables, varLookups:
+					msg += ": a rollout's cluster steps read cluster (name, labels) alone, the same for every trigger"
 				}
 				found = &Error{Offset: offsetOf(src, loc.Line(), loc.Column()), Msg: msg}
 			}

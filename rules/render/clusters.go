@@ -3,6 +3,7 @@ package render
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -32,6 +33,24 @@ type UnreachableError struct {
 
 func (e *UnreachableError) Error() string {
 	return fmt.Sprintf("cluster %q is not reachable: %s", e.Cluster, e.Why)
+}
+
+// ReasonRolloutPending: a rollout by cluster (spec.rollout.clusters) has
+// not reached a cluster the trigger's children go to yet: they stay there
+// as the previous revision made them.
+const ReasonRolloutPending = "RolloutPending"
+
+// HeldError is what an Applier returns for a child in a cluster a rollout
+// by cluster has not reached yet: nothing there is applied or pruned, the
+// reconcile does not fail for it, and once everything else is ready the
+// Ready condition says RolloutPending.
+type HeldError struct {
+	Cluster string
+	Why     string
+}
+
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("the rollout has not reached cluster %q yet: %s", e.Cluster, e.Why)
 }
 
 // target is one place a resource's children go: a cluster of the
@@ -107,9 +126,10 @@ func (w *graphWalk) clusters(ctx context.Context, res *rules.Resource, st *Resou
 }
 
 // Selected are the clusters of the inventory the resources that target
-// clusters selected, by resource id and then name; and the clusters they
-// could not reach.
-func (rd *Rendered) Selected() (selected map[string][]string, unreachable []string) {
+// clusters selected, by resource id and then name; and the clusters where
+// their children wait, as they are: not reachable, or not reached by a
+// rollout yet.
+func (rd *Rendered) Selected() (selected map[string][]string, waiting []string) {
 	selected = map[string][]string{}
 	for _, c := range rd.Children {
 		if c.Cluster != "" && !slices.Contains(selected[c.ResourceID], c.Cluster) {
@@ -117,12 +137,55 @@ func (rd *Rendered) Selected() (selected map[string][]string, unreachable []stri
 		}
 	}
 	for _, st := range rd.Resources {
-		for _, c := range st.Unreachable {
-			unreachable = appendNew(unreachable, c)
+		for _, c := range append(slices.Clip(st.Unreachable), st.Held...) {
+			waiting = appendNew(waiting, c)
 		}
 	}
-	slices.Sort(unreachable)
-	return selected, unreachable
+	slices.Sort(waiting)
+	return selected, waiting
+}
+
+// unreachable are the clusters the render's children could not be
+// brought about in.
+func (rd *Rendered) unreachable() []string {
+	var out []string
+	for _, st := range rd.Resources {
+		for _, c := range st.Unreachable {
+			out = appendNew(out, c)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// clusterNotes are, by cluster of the fleet, why the first of the
+// trigger's children there that is not ready is not (notReady), and why
+// its children there wait for a rollout by cluster (held).
+type clusterNotes struct {
+	notReady, held map[string]string
+}
+
+// clusterHeld notes that cluster's children wait for the rollout, and
+// why, unless a child there is not ready for another reason already.
+func (rd *Rendered) clusterHeld(cluster, why string) {
+	if rd.inClusters.held == nil {
+		rd.inClusters.held = map[string]string{}
+	}
+	if _, ok := rd.inClusters.held[cluster]; !ok {
+		rd.inClusters.held[cluster] = why
+	}
+}
+
+// pendingCondition is the Ready condition of a render whose children are
+// all ready but in clusters a rollout by cluster has not reached yet; ok
+// false when there are none.
+func (rd *Rendered) pendingCondition() (Condition, bool) {
+	if len(rd.inClusters.held) == 0 {
+		return Condition{}, false
+	}
+	clusters := slices.Sorted(maps.Keys(rd.inClusters.held))
+	return Condition{Status: false, Reason: ReasonRolloutPending,
+		Message: fmt.Sprintf("the rollout of the rule's new revision has not reached cluster %s yet: the children there are as the previous revision made them", quotedList(clusters))}, true
 }
 
 // clusterNotReady notes why a child in cluster is not ready, if it is
@@ -131,11 +194,11 @@ func (rd *Rendered) clusterNotReady(cluster, why string) {
 	if cluster == "" {
 		return
 	}
-	if rd.notReadyIn == nil {
-		rd.notReadyIn = map[string]string{}
+	if rd.inClusters.notReady == nil {
+		rd.inClusters.notReady = map[string]string{}
 	}
-	if _, ok := rd.notReadyIn[cluster]; !ok {
-		rd.notReadyIn[cluster] = why
+	if _, ok := rd.inClusters.notReady[cluster]; !ok {
+		rd.inClusters.notReady[cluster] = why
 	}
 }
 
@@ -165,11 +228,13 @@ func (rd *Rendered) ClusterStates() []any {
 	out := make([]any, 0, len(names))
 	for _, name := range names {
 		c := map[string]any{"name": name, "ready": true}
-		if why, ok := rd.notReadyIn[name]; ok {
+		if why, ok := rd.inClusters.notReady[name]; ok {
 			c["ready"], c["reason"], c["message"] = false, ReasonChildrenNotReady, why
 			if slices.Contains(unreachable, name) {
 				c["reason"] = ReasonClusterUnreachable
 			}
+		} else if why, ok := rd.inClusters.held[name]; ok {
+			c["ready"], c["reason"], c["message"] = false, ReasonRolloutPending, why
 		}
 		out = append(out, c)
 	}
@@ -179,7 +244,7 @@ func (rd *Rendered) ClusterStates() []any {
 // unreachableCondition is the Ready condition of a render some of whose
 // children wait for clusters it could not reach; ok false when none do.
 func (rd *Rendered) unreachableCondition() (Condition, bool) {
-	_, clusters := rd.Selected()
+	clusters := rd.unreachable()
 	if len(clusters) == 0 {
 		return Condition{}, false
 	}

@@ -91,17 +91,9 @@ func TestRenderClusters(t *testing.T) {
 
 	// The status reads what is where: east answers, but its named child
 	// is not ready; west does not answer; gone is not in the inventory.
-	status, err := rd.Status(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, c := range status["clusters"].([]any) {
-		m := c.(map[string]any)
-		got = append(got, fmt.Sprintf("%s:%v:%v", m["name"], m["ready"], m["reason"]))
-	}
-	if want := "east:false:ChildrenNotReady gone:false:ClusterUnreachable west:false:ClusterUnreachable"; strings.Join(got, " ") != want || status["allReady"] != false {
-		t.Errorf("status clusters %s (all ready %v), want %s", strings.Join(got, " "), status["allReady"], want)
+	status, got := statusClusters(t, rd)
+	if want := "east:false:ChildrenNotReady gone:false:ClusterUnreachable west:false:ClusterUnreachable"; got != want || status["allReady"] != false {
+		t.Errorf("status clusters %s (all ready %v), want %s", got, status["allReady"], want)
 	}
 	if m := status["clusters"].([]any)[0].(map[string]any); !strings.Contains(fmt.Sprint(m["message"]), `ConfigMap default/web-named: readyWhen`) {
 		t.Errorf("east's message %q, want the readyWhen of its named child", m["message"])
@@ -123,4 +115,74 @@ func TestRenderClusters(t *testing.T) {
 	if notes := strings.Join(rd.Notes, "\n"); !strings.Contains(notes, `cluster "gone" is not among the kubeconfig Secrets given`) {
 		t.Errorf("notes %s", notes)
 	}
+}
+
+// TestRenderHeldClusters: a child the applier holds back for a rollout by
+// cluster (HeldError) fails nothing and is not applied; the cluster's
+// children wait there as they are (Selected), the status says
+// RolloutPending for it, and so does Ready once everything else is
+// ready — but not before.
+func TestRenderHeldClusters(t *testing.T) {
+	r := parseRule(t, clustersRule)
+	secret := func(name string) *unstructured.Unstructured {
+		return obj("v1", "Secret", "fleet", name+"-kubeconfig", map[string]any{rules.LabelClusterName: name, "env": "prod"})
+	}
+	inventory := Objects{secret("east"), secret("west")}
+	trigger := obj("v1", "ConfigMap", "apps", "web", nil)
+	trigger.Object["data"] = map[string]any{"extra": "east"}
+	render := func(namedReady bool) *Rendered {
+		t.Helper()
+		var applied []string
+		ap := applierFunc(func(c Child) (map[string]any, error) {
+			if c.Cluster == "west" {
+				return nil, &HeldError{Cluster: "west", Why: "step 2 of 2"}
+			}
+			applied = append(applied, c.Cluster+"/"+c.Object.GetName())
+			live := c.Object.DeepCopy().Object
+			if namedReady {
+				live["data"] = map[string]any{"ok": "yes"}
+			}
+			return live, nil
+		})
+		rd, err := Rule(context.Background(), r, trigger, testScopes, inventory, ap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(applied)
+		if got := strings.Join(applied, " "); got != "east/web east/web-named" {
+			t.Errorf("applied %s, want east's alone", got)
+		}
+		return rd
+	}
+	rd := render(false)
+	if c := rd.Readiness(); c.Reason != ReasonWaitingFor+"Named" {
+		t.Errorf("Ready %+v with east's child not ready, want WaitingForNamed", c)
+	}
+	rd = render(true)
+	if _, waiting := rd.Selected(); !slices.Equal(waiting, []string{"west"}) {
+		t.Errorf("children waiting in %v, want west", waiting)
+	}
+	c := rd.Readiness()
+	if c.Status || c.Reason != ReasonRolloutPending || !strings.Contains(c.Message, `"west"`) {
+		t.Errorf("Ready %+v, want False RolloutPending naming west", c)
+	}
+	if _, got := statusClusters(t, rd); got != "east:true:<nil> west:false:RolloutPending" {
+		t.Errorf("status clusters %s, want east ready and west RolloutPending", got)
+	}
+}
+
+// statusClusters renders rd's status and says its clusters as
+// name:ready:reason, in order.
+func statusClusters(t *testing.T, rd *Rendered) (map[string]any, string) {
+	t.Helper()
+	status, err := rd.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range status["clusters"].([]any) {
+		m := c.(map[string]any)
+		got = append(got, fmt.Sprintf("%s:%v:%v", m["name"], m["ready"], m["reason"]))
+	}
+	return status, strings.Join(got, " ")
 }

@@ -48,9 +48,10 @@ type Condition struct {
 // AllResourcesReady when every required lookup found its object and every
 // wanted resource's children exist and are ready; otherwise False with
 // WaitingForLookup<Id> naming the first required lookup whose object is
-// absent, ClusterUnreachable naming the clusters children wait for, or
+// absent, ClusterUnreachable naming the clusters children wait for,
 // WaitingFor<Id> naming the first resource, in dependency order, that is
-// not ready, and why.
+// not ready, and why, or — all else ready — RolloutPending naming the
+// clusters a rollout by cluster has not reached yet.
 func (rd *Rendered) Readiness() Condition {
 	if len(rd.absent) > 0 {
 		q := rd.absent[0]
@@ -82,6 +83,9 @@ func (rd *Rendered) Readiness() Condition {
 		wanted++
 	}
 	if first == nil && len(waiting) == 0 {
+		if c, ok := rd.pendingCondition(); ok {
+			return c
+		}
 		msg := fmt.Sprintf("all %d resources are ready", wanted)
 		switch wanted {
 		case 0:

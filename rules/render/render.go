@@ -74,9 +74,9 @@ type Rendered struct {
 	// syncStatus is the status the rule's function returned; nil when it
 	// was not called.
 	syncStatus map[string]any
-	// notReadyIn says, by cluster of the fleet, why the first of the
-	// trigger's children there that is not ready is not.
-	notReadyIn map[string]string
+	// inClusters says, by cluster of the fleet, why the trigger's
+	// children there are not ready or wait for a rollout.
+	inClusters clusterNotes
 }
 
 // ResourceState is what one render made of one resource.
@@ -102,8 +102,9 @@ type ResourceState struct {
 	// Clusters are, for a resource that targets clusters, those the
 	// trigger selects, by name; Unreachable those of them its children
 	// could not be brought about in (UnreachableError): they wait there,
-	// as they are.
-	Clusters, Unreachable []string
+	// as they are; Held those a rollout by cluster has not reached
+	// (HeldError): they stay there as the previous revision made them.
+	Clusters, Unreachable, Held []string
 }
 
 // Applier makes rendered children exist, in dependency order, and says

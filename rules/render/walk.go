@@ -198,6 +198,15 @@ func (w *graphWalk) take(ctx context.Context, res *rules.Resource, st *ResourceS
 		w.rd.clusterNotReady(cluster, why)
 	}
 	switch {
+	case errors.As(err, new(*HeldError)):
+		// Held back by the rollout: as it is, for its dependents and
+		// the status, and not what makes the resource ready or not.
+		st.Held = appendNew(st.Held, cluster)
+		w.rd.clusterHeld(cluster, err.Error())
+		if o, ok := w.ap.(Observer); ok {
+			return o.Observed(c), nil
+		}
+		return nil, nil
 	case errors.As(err, new(*UnreachableError)):
 		st.Unreachable = appendNew(st.Unreachable, cluster)
 		notReady(err.Error())

@@ -1,0 +1,78 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/syncloop/syncloop/engine/rollout"
+	"github.com/syncloop/syncloop/rules"
+	"github.com/syncloop/syncloop/rules/render"
+)
+
+// A rollout by cluster (spec.rollout.clusters): every trigger is on the
+// new revision from the first step, and the new revision reaches the
+// clusters of the fleet step by step. In a cluster it has not reached,
+// the children the previous revision made stay as they are — nothing is
+// applied, pruned or deleted for leaving there — and the trigger's Ready
+// says RolloutPending once all else is ready. A step is done when every
+// trigger, reconciled since it began, has its children ready at home and
+// in the clusters reached; it fails, halts or rolls back as a step by
+// trigger does. A rollback puts every trigger back on the previous
+// revision, which reaches every cluster.
+
+// heldBack says why the rollout by cluster under way keeps rc, the new
+// revision's reconciler, out of cluster for now; "" when it does not.
+func (lf *loopFleet) heldBack(rc *reconciler, cluster string) string {
+	l := lf.l
+	ro := l.ro.Load()
+	if ro == nil || rc != l.rc {
+		return ""
+	}
+	s := ro.co.Settings()
+	rec := ro.co.Record()
+	switch {
+	case !s.ByCluster():
+		return ""
+	case rec.State == rollout.Complete, rec.State == rollout.RolledBack, rec.State == rollout.Superseded:
+		return "" // "": not begun yet, and every cluster waits for its step
+	}
+	i := slices.IndexFunc(lf.fleet.Clusters(), func(c rules.Cluster) bool { return c.Name == cluster })
+	if i < 0 {
+		return "" // not in the inventory: its children wait for it anyway
+	}
+	step := s.ClusterStep(context.Background(), lf.fleet.Clusters()[i])
+	if step < rec.Step {
+		return ""
+	}
+	return fmt.Sprintf("revision %s reaches it at step %d of %d", rollout.Short(rec.To), step+1, len(s.Clusters)+1)
+}
+
+// held is, for a child that goes to another cluster, the HeldError of a
+// rollout by cluster that has not reached it yet; nil otherwise.
+func (rc *reconciler) held(child render.Child) error {
+	if child.Cluster == "" || rc.fleet == nil {
+		return nil
+	}
+	if why := rc.fleet.heldBack(rc, child.Cluster); why != "" {
+		return &render.HeldError{Cluster: child.Cluster, Why: why}
+	}
+	return nil
+}
+
+// StepClusters are the clusters of the inventory the rule may target that
+// step i of a rollout by cluster under s reaches.
+func (h rolloutHost) StepClusters(s rules.Rollout, i int) []string {
+	lf := h.l.fleet
+	if lf == nil {
+		return nil
+	}
+	var out []string
+	for _, c := range lf.fleet.Clusters() {
+		if lf.mayTarget(c) && s.ClusterStep(context.Background(), c) == i {
+			out = append(out, c.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,115 @@
+package rollout
+
+import (
+	"context"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/syncloop/syncloop/rules"
+	"github.com/syncloop/syncloop/rules/expr"
+)
+
+// clusterSteps are n compiled steps by cluster (their selectors are not
+// evaluated here: the host says which clusters each reaches).
+func clusterSteps(t *testing.T, n int) []*rules.Expression {
+	t.Helper()
+	c, err := expr.NewCompiler(expr.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*rules.Expression
+	for range n {
+		p, err := c.Compile("cluster.name == 'x'", expr.Scope{Cluster: true, ClusterOnly: true}, expr.BoolResult)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, &rules.Expression{Program: p})
+	}
+	return out
+}
+
+// TestStepsByCluster: a rollout by cluster moves every trigger at its
+// first step, then takes one step per cluster step and one for the rest,
+// each once every trigger reconciled since it began is healthy — a
+// reconcile before the step began does not count — and completes; a step
+// whose triggers stay unhealthy past the deadline halts the rollout
+// where it is.
+func TestStepsByCluster(t *testing.T) {
+	began := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	h := newHost(t, 4, began.Add(-time.Hour))
+	h.stepClusters = [][]string{{"canary"}, {"eu-1", "eu-2"}, {"us"}}
+	s := rules.Rollout{Strategy: rules.RolloutProgressive, Step: percent(10), ProgressDeadline: time.Hour,
+		MaxPrunes: percent(100), Clusters: clusterSteps(t, 2)}
+	c, j := newCoordinator(h, s, began)
+	ctx := context.Background()
+	all := func() []cache.ObjectName {
+		var out []cache.ObjectName
+		ks := h.triggers.ListKeys()
+		slices.Sort(ks)
+		for _, k := range ks {
+			ns, name, _ := strings.Cut(k, "/")
+			out = append(out, cache.ObjectName{Namespace: ns, Name: name})
+		}
+		return out
+	}
+
+	c.begin(ctx)
+	for step := 1; step <= 3; step++ {
+		rec := c.Record()
+		if rec.Step != step || rec.Steps != 3 || rec.Moved != 4 || rec.Threshold != math.MaxUint64 || rec.State != Progressing {
+			t.Fatalf("step %d: record %+v", step, rec)
+		}
+		for _, k := range all() {
+			if !c.OnNew(k) {
+				t.Fatalf("step %d: %s not on the new revision", step, k)
+			}
+		}
+		if got := h.takeRequeued(); len(got) != 4 {
+			t.Fatalf("step %d requeued %d triggers, want all 4", step, len(got))
+		}
+		c.check(ctx)
+		if c.Record().Step != step {
+			t.Fatalf("step %d moved on before any trigger was reconciled in it", step)
+		}
+		for i, k := range all() {
+			if i < 3 {
+				c.Observe(k, Health{OK: true})
+			}
+		}
+		c.check(ctx)
+		if c.Record().Step != step {
+			t.Fatalf("step %d moved on with a trigger not reconciled in it", step)
+		}
+		c.Observe(all()[3], Health{OK: true})
+		c.check(ctx)
+	}
+	if rec := c.Record(); rec.State != Complete || rec.Step != 3 {
+		t.Fatalf("after three healthy steps: %+v", rec)
+	}
+	if want := []string{"RolloutStep", "RolloutStep", "RolloutStep", "RolloutComplete"}; !slices.Equal(j.reasons, want) {
+		t.Errorf("transitions %v, want %v", j.reasons, want)
+	}
+
+	// A step that stays unhealthy past its deadline halts: the next
+	// step's clusters are not reached.
+	s.ProgressDeadline = time.Second
+	c, j = newCoordinator(h, s, began)
+	c.begin(ctx)
+	h.takeRequeued()
+	c.Observe(all()[0], Health{Why: "canary's deployment is not available"})
+	c.mu.Lock()
+	c.rec.StepStarted = time.Now().Add(-time.Minute)
+	c.mu.Unlock()
+	c.check(ctx)
+	if rec := c.Record(); rec.State != Halted || rec.Step != 1 || !strings.Contains(rec.Message, "canary's deployment is not available") {
+		t.Errorf("a step unhealthy past its deadline: %+v", rec)
+	}
+	if !slices.Equal(j.reasons, []string{"RolloutStep", "RolloutHalted"}) {
+		t.Errorf("transitions %v", j.reasons)
+	}
+}
