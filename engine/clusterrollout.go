@@ -37,11 +37,12 @@ func (lf *loopFleet) heldBack(rc *reconciler, cluster string) string {
 	case rec.State == rollout.Complete, rec.State == rollout.RolledBack, rec.State == rollout.Superseded:
 		return "" // "": not begun yet, and every cluster waits for its step
 	}
-	i := slices.IndexFunc(lf.fleet.Clusters(), func(c rules.Cluster) bool { return c.Name == cluster })
+	inventory := lf.fleet.Clusters()
+	i := slices.IndexFunc(inventory, func(c rules.Cluster) bool { return c.Name == cluster })
 	if i < 0 {
 		return "" // not in the inventory: its children wait for it anyway
 	}
-	step := s.ClusterStep(context.Background(), lf.fleet.Clusters()[i])
+	step := s.ClusterStep(context.Background(), inventory[i])
 	if step < rec.Step {
 		return ""
 	}
