@@ -113,3 +113,49 @@ func TestStepsByCluster(t *testing.T) {
 		t.Errorf("transitions %v", j.reasons)
 	}
 }
+
+// fetched is a Recorder whose Fetch returns rec: the record another
+// replica of a sharded group keeps.
+type fetched struct {
+	journal
+	rec *Record
+}
+
+func (f *fetched) Fetch(context.Context) (*Record, error) { return f.rec, nil }
+
+// TestFollowStepsByCluster: a replica of a sharded group that follows a
+// rollout by cluster queues every trigger of its own when the record's
+// step changes — the clusters reached changed, though no trigger changed
+// revision — and none when it reads the same step again.
+func TestFollowStepsByCluster(t *testing.T) {
+	began := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	h := newHost(t, 3, began.Add(-time.Hour))
+	s := rules.Rollout{Strategy: rules.RolloutProgressive, Step: percent(10), ProgressDeadline: time.Hour,
+		MaxPrunes: percent(100), Clusters: clusterSteps(t, 1)}
+	r := &rules.Rule{Name: "roll", Content: rules.Content{Hash: "new0123456789"}, RunOptions: rules.RunOptions{Rollout: s}}
+	from := &rules.Rule{Name: "roll", Content: rules.Content{Hash: "old0123456789"}}
+	out := &fetched{}
+	c := New(r, Plan{From: from, Rec: Record{Started: began}}, true, h, out)
+	ctx := context.Background()
+	step := func(n int) *Record {
+		return &Record{From: "old0123456789", To: "new0123456789", State: Progressing, Step: n, Steps: 2,
+			Threshold: math.MaxUint64, Started: began, Moved: 3, Total: 3}
+	}
+	out.rec = step(1)
+	c.follow(ctx)
+	if got := h.takeRequeued(); len(got) != 3 {
+		t.Fatalf("following step 1 queued %d triggers, want 3", len(got))
+	}
+	c.follow(ctx)
+	if got := h.takeRequeued(); len(got) != 0 {
+		t.Fatalf("reading step 1 again queued %v", got)
+	}
+	out.rec = step(2)
+	c.follow(ctx)
+	if got := h.takeRequeued(); len(got) != 3 {
+		t.Fatalf("following step 2 queued %d triggers, want all 3: the clusters they reach changed", len(got))
+	}
+	if st := c.Status(); !st.ByCluster || st.Step != 2 {
+		t.Errorf("status %+v", st)
+	}
+}
