@@ -97,7 +97,8 @@ func TestIdentitiesSmoke(t *testing.T) {
 
 // TestFleetSmoke runs the fleet phase small: two workload clusters get a
 // child of each trigger, written once, and nothing is asked of any
-// cluster at steady state.
+// cluster at steady state; a change stepping by cluster writes each child
+// once more.
 func TestFleetSmoke(t *testing.T) {
 	res, err := runFleet(t.Context(), testenv.Get(t), 20, 2, t.Logf)
 	if err != nil {
@@ -105,6 +106,10 @@ func TestFleetSmoke(t *testing.T) {
 	}
 	if res.WritesPerChild != 1 || res.SteadyRequests != 0 || res.Seconds <= 0 || res.HeapPerClusterMiB <= 0 {
 		t.Errorf("%+v, want one write per child, 0 requests at steady state, time and heap measured", res)
+	}
+	// Two clusters, w0 and w1: a step each, and the rest's, empty.
+	if res.RolloutSteps != 3 || res.RolloutWrites != 40 || res.RolloutSeconds <= 0 {
+		t.Errorf("the change by cluster: %d steps, %d writes in %.2fs; want 3 steps and one write per child", res.RolloutSteps, res.RolloutWrites, res.RolloutSeconds)
 	}
 }
 

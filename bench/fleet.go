@@ -15,6 +15,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/syncloop/syncloop/engine"
+	"github.com/syncloop/syncloop/engine/rollout"
 	"github.com/syncloop/syncloop/internal/fleet"
 	"github.com/syncloop/syncloop/internal/testenv"
 	"github.com/syncloop/syncloop/rules"
@@ -59,7 +61,21 @@ type FleetResult struct {
 	// clusters, after GC.
 	HeapPerClusterMiB float64 `json:"heapPerClusterMiB"`
 	Informers         int     `json:"informers"`
+	// RolloutSeconds is how long a change of the rule took to reach every
+	// child stepping by cluster (fleetSteps), RolloutWrites the writes it
+	// made, RolloutSteps its steps.
+	RolloutSeconds float64 `json:"rolloutSeconds"`
+	RolloutWrites  int64   `json:"rolloutWrites"`
+	RolloutSteps   int     `json:"rolloutSteps"`
 }
+
+// fleetSteps are the steps by cluster of the fleet phase's change: w0,
+// then w1 and w2, then the rest.
+const fleetSteps = `  rollout:
+    clusters:
+      - selector: "cluster.name == 'w0'"
+      - selector: "cluster.name in ['w1', 'w2']"
+`
 
 // runFleet starts clusters workload control planes, puts n triggers in
 // the management cluster (env), and has syncloop, in process with the
@@ -88,6 +104,14 @@ func runFleet(ctx context.Context, env *testenv.Env, n, clusters int, logf func(
 	inv := fleet.New(admin, ns, fleet.Options{Configure: func(cfg *rest.Config) {
 		*cfg = *counter.Wrap(syncloopConfig(cfg, Config{}))
 	}})
+	changed, err := parseRules([2]string{"bench-fleet.yaml", strings.ReplaceAll(strings.Replace(fleetRule, `"${cluster.name}"}`, `"${cluster.name}", rev: "2"}`, 1)+fleetSteps, "NS", ns)})
+	if err != nil {
+		return nil, err
+	}
+	next, err := rules.NewSet(changed...)
+	if err != nil {
+		return nil, err
+	}
 	eng, m, _, _, err := newFleetEngine(counter.Wrap(syncloopConfig(env.Config(), Config{})), n*clusters, inv)
 	if err != nil {
 		return nil, err
@@ -96,7 +120,8 @@ func runFleet(ctx context.Context, env *testenv.Env, n, clusters int, logf func(
 	defer stopInv()
 	go inv.Run(invCtx)
 	base := heapAfterGC()
-	_, stop := runEngine(ctx, eng, set, nil)
+	updates := make(chan *rules.Set, 1)
+	_, stop := runEngine(ctx, eng, set, updates)
 	defer stop()
 	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Minute, true, func(context.Context) (bool, error) {
 		return m.reconciles.Load() >= int64(n), nil
@@ -137,7 +162,36 @@ func runFleet(ctx context.Context, env *testenv.Env, n, clusters int, logf func(
 	logf("fleet: %.3f writes per child, %d requests over two resyncs, %.1f MiB per cluster (engine alone %.1f MiB)",
 		res.WritesPerChild, res.SteadyRequests, res.HeapPerClusterMiB, float64(int64(alone)-int64(base))/(1<<20))
 	runtime.KeepAlive(eng)
+	if err := rolloutByCluster(ctx, eng, m, updates, next, n*clusters, res); err != nil {
+		return nil, err
+	}
+	for _, wl := range workloads {
+		if got, err := wl.changed(ctx); err != nil || got != n {
+			return nil, fmt.Errorf("cluster %s has %d children changed, want %d (%v)", wl.name, got, n, err)
+		}
+	}
+	logf("fleet: the change reached %d children in %d steps by cluster in %.2fs, %d writes", n*clusters, res.RolloutSteps, res.RolloutSeconds, res.RolloutWrites)
 	return res, nil
+}
+
+// rolloutByCluster puts next, the rule changed to step by cluster, in
+// force and measures how long it takes to write its children anew.
+func rolloutByCluster(ctx context.Context, eng *engine.Engine, m *counts, updates chan<- *rules.Set, next *rules.Set, children int, res *FleetResult) error {
+	before := m.writes.Load()
+	m.target.Store(before + int64(children))
+	start := time.Now()
+	updates <- next
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Minute, true, func(context.Context) (bool, error) {
+		st := eng.Rollouts()
+		return m.writes.Load() >= before+int64(children) && len(st) == 1 && st[0].State == rollout.Complete, nil
+	}); err != nil {
+		return fmt.Errorf("the change did not reach every child: %d of %d, rollouts %+v", m.writes.Load()-before, children, eng.Rollouts())
+	}
+	res.RolloutSeconds = time.Unix(0, m.reached.Load()).Sub(start).Seconds()
+	res.RolloutSteps = eng.Rollouts()[0].Step
+	time.Sleep(2 * time.Second) // writes beyond one per child would show here
+	res.RolloutWrites = m.writes.Load() - before
+	return nil
 }
 
 // fleetCluster is a workload cluster of the fleet phase.
@@ -200,6 +254,21 @@ func (w *fleetCluster) children(ctx context.Context) (int, error) {
 	return len(l.Items), nil
 }
 
+// changed counts the rule's children in w that the change reached.
+func (w *fleetCluster) changed(ctx context.Context) (int, error) {
+	l, err := w.cs.CoreV1().ConfigMaps("default").List(ctx, metav1.ListOptions{LabelSelector: rules.LabelRule + "=bench-fleet"})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, cm := range l.Items {
+		if cm.Data["rev"] == "2" {
+			n++
+		}
+	}
+	return n, nil
+}
+
 // reportFleet is the Markdown table of the fleet phase.
 func reportFleet(r *FleetResult) string {
 	var b strings.Builder
@@ -208,5 +277,8 @@ func reportFleet(r *FleetResult) string {
 		r.Clusters, r.Triggers*r.Clusters, fleetResync)
 	fmt.Fprintf(&b, "| clusters | children | converge | writes per child | requests at steady state | heap per cluster | informers |\n|---|---|---|---|---|---|---|\n")
 	fmt.Fprintf(&b, "| %d | %d | %.2f s | %.3f | %d | %.1f MiB | %d |\n", r.Clusters, r.Triggers*r.Clusters, r.Seconds, r.WritesPerChild, r.SteadyRequests, r.HeapPerClusterMiB, r.Informers)
+	fmt.Fprintf(&b, "\nThen a change of the rule, stepping by cluster (w0; w1 and w2; the rest; no readyWhen: a step is healthy once applied), from the change to the last child written anew:\n\n")
+	fmt.Fprintf(&b, "| steps | children | change → all written | writes (one per child is the floor) |\n|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| %d | %d | %.2f s | %d |\n", r.RolloutSteps, r.Triggers*r.Clusters, r.RolloutSeconds, r.RolloutWrites)
 	return b.String()
 }
