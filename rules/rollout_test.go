@@ -81,18 +81,8 @@ func TestRolloutErrors(t *testing.T) {
 // cluster is in the first step whose selector holds for it, the others
 // in the last.
 func TestClusterRollout(t *testing.T) {
-	doc := func(rollout string) string {
-		return `apiVersion: syncloop.dev/v1alpha1
-kind: Rule
-metadata: {name: r}
-spec:
-  watch: {apiVersion: v1, kind: ConfigMap}
-  resources:
-    - id: c
-      clusters: {selector: "true"}
-      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x}}
-  rollout:
-` + rollout
+	doc := func(rollout string) string { // rolloutDoc's rule, its child in every cluster
+		return strings.Replace(rolloutDoc("  rollout:\n"+rollout), "    - id: c\n", "    - id: c\n      clusters: {selector: \"true\"}\n", 1)
 	}
 	r := parseRule(t, doc(`    clusters:
       - selector: "cluster.labels.?canary.orValue('') == 'yes'"
