@@ -152,7 +152,7 @@ func (b *backoff) stop() {
 type loopCounters struct {
 	resyncs    atomic.Int64 // resync passes done
 	reconciles atomic.Int64 // reconciles finished
-	inFlight   atomic.Int64 // reconciles under way
+	inFlight   atomic.Int64 // keys taken from the queue and not done yet
 	// triggerSub is the trigger informer once subscribed, for Owned.
 	triggerSub atomic.Pointer[store]
 	refreshes  atomic.Int64 // filtered informers listed again (refresh)

@@ -26,6 +26,10 @@ func (l *ruleLoop) processNext(ctx context.Context) bool {
 	if shutdown {
 		return false
 	}
+	// Counted from the moment it leaves the queue until Done has put it
+	// back if it was queued again meanwhile: idle is never true between.
+	l.inFlight.Add(1)
+	defer l.inFlight.Add(-1)
 	defer l.queue.Done(key)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -61,8 +65,6 @@ func (l *ruleLoop) work(ctx context.Context, key cache.ObjectName, cancel contex
 		l.holds.Add(1)
 		return holdWait, nil
 	}
-	l.inFlight.Add(1)
-	defer l.inFlight.Add(-1)
 	start := time.Now()
 	err = l.reconcilerFor(key).reconcile(ctx, key)
 	result := "success"
