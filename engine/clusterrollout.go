@@ -31,11 +31,13 @@ func (lf *loopFleet) heldBack(rc *reconciler, cluster string) string {
 	}
 	s := ro.co.Settings()
 	rec := ro.co.Record()
+	// Not begun yet (no state), every cluster waits for its step; once
+	// ended, none does.
 	switch {
 	case !s.ByCluster():
 		return ""
 	case rec.State == rollout.Complete, rec.State == rollout.RolledBack, rec.State == rollout.Superseded:
-		return "" // "": not begun yet, and every cluster waits for its step
+		return ""
 	}
 	inventory := lf.fleet.Clusters()
 	i := slices.IndexFunc(inventory, func(c rules.Cluster) bool { return c.Name == cluster })

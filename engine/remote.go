@@ -31,7 +31,7 @@ func (a *applier) applyRemote(ctx context.Context, child render.Child) (map[stri
 	if err := a.rc.held(child); err != nil {
 		return nil, err
 	}
-	p, uerr := a.placeOf(child.Cluster)
+	p, uerr := a.rc.placeOf(child.Cluster)
 	if uerr != nil {
 		a.unreachable = true
 		return nil, uerr
@@ -54,17 +54,17 @@ func (a *applier) applyRemote(ctx context.Context, child render.Child) (map[stri
 }
 
 // placeOf is the place of cluster, or why it cannot be reached.
-func (a *applier) placeOf(cluster string) (*place, *render.UnreachableError) {
-	if a.rc.fleet == nil {
+func (rc *reconciler) placeOf(cluster string) (*place, *render.UnreachableError) {
+	if rc.fleet == nil {
 		return nil, &render.UnreachableError{Cluster: cluster, Why: "syncloop runs without a cluster inventory (--clusters-namespace)"}
 	}
-	return a.rc.fleet.placeOf(cluster)
+	return rc.fleet.placeOf(cluster)
 }
 
 // observedRemote is a child in another cluster as its place's caches
 // hold it, if it is this trigger's child; nil otherwise.
 func (a *applier) observedRemote(child render.Child) map[string]any {
-	p, err := a.placeOf(child.Cluster)
+	p, err := a.rc.placeOf(child.Cluster)
 	if err != nil {
 		return nil
 	}

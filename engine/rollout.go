@@ -255,7 +255,7 @@ func (a cachedChildren) Apply(_ context.Context, c render.Child) (map[string]any
 		if err := rc.held(c); err != nil {
 			return nil, err
 		}
-		p, err := (&applier{rc: rc}).placeOf(c.Cluster)
+		p, err := rc.placeOf(c.Cluster)
 		if err != nil {
 			return nil, err
 		}

@@ -80,11 +80,17 @@ spec:
 	if k.keep(ctx, version(1), nil) {
 		t.Fatal("recording generation 1 failed")
 	}
-	failing.Store(true)
-	if !k.keep(ctx, version(2), nil) {
-		t.Fatal("recording generation 2 with its writes failing reports no failure: it would not be tried again")
+	// keepFailing puts generation gen in force while the revisions'
+	// writes fail: the keep must say so, or it is not tried again.
+	keepFailing := func(gen int) {
+		t.Helper()
+		failing.Store(true)
+		defer failing.Store(false)
+		if !k.keep(ctx, version(gen), nil) {
+			t.Fatalf("recording generation %d with its writes failing reports no failure: it would not be tried again", gen)
+		}
 	}
-	failing.Store(false)
+	keepFailing(2)
 	if got := lastGoodGen(k); got != want(1) {
 		t.Fatalf("before the retry, a start would run %s, want generation 1", got)
 	}
@@ -99,11 +105,7 @@ spec:
 	}
 
 	// Owed no longer once another replica recorded a newer version.
-	failing.Store(true)
-	if !k.keep(ctx, version(3), nil) {
-		t.Fatal("recording generation 3 with its writes failing reports no failure")
-	}
-	failing.Store(false)
+	keepFailing(3)
 	if newRevisionKeeper(other, ns.Name, "").keep(ctx, version(4), nil) {
 		t.Fatal("the other replica recording generation 4 failed")
 	}
