@@ -69,6 +69,26 @@ func openAPIPath(gv schema.GroupVersion) string {
 	return "apis/" + gv.Group + "/" + gv.Version
 }
 
+// runUnlessForbidden runs inf until ctx ends, or until a list or watch
+// is refused (RBAC): that is logged once, as msg, and the informer
+// stopped. The context it returns ends with the informer.
+func runUnlessForbidden(ctx context.Context, inf cache.SharedIndexInformer, msg string) context.Context {
+	ctx, cancel := context.WithCancel(ctx)
+	var once sync.Once
+	_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+		if apierrors.IsForbidden(err) {
+			once.Do(func() {
+				klog.FromContext(ctx).Error(err, msg)
+				cancel()
+			})
+			return
+		}
+		cache.DefaultWatchErrorHandler(ctx, r, err)
+	})
+	go inf.RunWithContext(ctx)
+	return ctx
+}
+
 var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
 // WatchCRDs watches CustomResourceDefinitions (their metadata only: the
@@ -109,19 +129,7 @@ func WatchCRDs(ctx context.Context, client metadata.Interface, syncWait time.Dur
 		logger.Error(err, "Cannot watch CustomResourceDefinitions: rules are not checked again when one changes")
 		return false
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	var once sync.Once
-	_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
-		if apierrors.IsForbidden(err) {
-			once.Do(func() {
-				logger.Error(err, "Not allowed to list and watch CustomResourceDefinitions: rules are not checked again when one changes")
-				cancel()
-			})
-			return
-		}
-		cache.DefaultWatchErrorHandler(ctx, r, err)
-	})
-	go inf.RunWithContext(ctx)
+	ctx = runUnlessForbidden(ctx, inf, "Not allowed to list and watch CustomResourceDefinitions: rules are not checked again when one changes")
 	syncCtx, stop := context.WithTimeout(ctx, syncWait)
 	defer stop()
 	// Waited for on the handler's channel, not polled: WaitForCacheSync

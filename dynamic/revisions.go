@@ -8,8 +8,13 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 )
 
 // Revisions stores versions of something as apps/v1 ControllerRevisions
@@ -80,4 +85,25 @@ func (s *Revisions) Annotate(ctx context.Context, name, key, value string) (*app
 // Get reads one revision.
 func (s *Revisions) Get(ctx context.Context, name string) (*appsv1.ControllerRevision, error) {
 	return s.client.AppsV1().ControllerRevisions(s.namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
+var revisionsGVR = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "controllerrevisions"}
+
+// Watch watches the revisions selector selects — their metadata only,
+// through client — and calls onChange when one is made, changed (a
+// renumbering, an annotation) or deleted, those of the initial list
+// included. It runs until ctx ends; a watch refused (RBAC) is logged once
+// and stopped.
+func (s *Revisions) Watch(ctx context.Context, client metadata.Interface, selector string, onChange func()) {
+	inf := metadatainformer.NewFilteredMetadataInformer(client, revisionsGVR, s.namespace, 0, cache.Indexers{},
+		func(o *metav1.ListOptions) { o.LabelSelector = selector }).Informer()
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { onChange() },
+		UpdateFunc: func(any, any) { onChange() },
+		DeleteFunc: func(any) { onChange() },
+	}); err != nil { // the informer has not started: never
+		klog.FromContext(ctx).Error(err, "Cannot watch the rules' revisions")
+		return
+	}
+	runUnlessForbidden(ctx, inf, "Not allowed to watch the rules' revisions: a broken rule file does not follow a version another replica records later")
 }

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -27,6 +28,10 @@ import (
 type File struct {
 	Path  string
 	Rules []*Rule
+	// Modified is when the content was written (the file's mtime as it
+	// was read), for ordering the versions replicas load; zero: not
+	// known (a tenant ConfigMap's).
+	Modified time.Time
 	// Skipped counts documents that are not rules (sample objects, CRDs).
 	Skipped int
 	// Warnings are what the rules may get wrong without being invalid:

@@ -40,6 +40,12 @@ const AnnotationRuleHash = Group + "/rule-hash"
 // puts the file's newest revisions in force, its last good version.
 const AnnotationSourceFile = Group + "/source-file"
 
+// AnnotationSourceModified, on a revision of a rule, is when the file's
+// content the version came from was written (File.Modified, RFC 3339
+// with nanoseconds): replicas that loaded two versions of a file at
+// about the same moment order them by it, not by which recorded last.
+const AnnotationSourceModified = Group + "/source-modified"
+
 // createdOncePrefix begins the annotation of a trigger that remembers the
 // children a rule's createOnce resources made for it.
 const createdOncePrefix = "created-once." + Group + "/"

@@ -179,7 +179,7 @@ func TestChartTemplate(t *testing.T) {
 			t.Errorf("unrestricted ClusterRole rules %v", cr.Object["rules"])
 		}
 		r.get(t, "Role", "rel-syncloop-leader-election")
-		if rules := fmt.Sprint(r.get(t, "Role", "rel-syncloop-self").Object["rules"]); !strings.Contains(rules, "resources:[controllerrevisions] verbs:[get list create update patch delete]") ||
+		if rules := fmt.Sprint(r.get(t, "Role", "rel-syncloop-self").Object["rules"]); !strings.Contains(rules, "resources:[controllerrevisions] verbs:[get list watch create update patch delete]") ||
 			!strings.Contains(rules, "resourceNames:[rel-syncloop-rules] resources:[configmaps] verbs:[get]") {
 			t.Errorf("the Role of syncloop's own objects: rules %v", rules)
 		}
@@ -752,6 +752,8 @@ func TestChartInstall(t *testing.T) {
 		{Namespace: "syncloop-restricted", Verb: "create", Group: "apps", Resource: "controllerrevisions"},
 		// A rollout's record is an annotation of its revision.
 		{Namespace: "syncloop-restricted", Verb: "patch", Group: "apps", Resource: "controllerrevisions"},
+		// A broken file follows the revisions other replicas record.
+		{Namespace: "syncloop-restricted", Verb: "watch", Group: "apps", Resource: "controllerrevisions"},
 	} {
 		review, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 			User: "system:serviceaccount:syncloop-restricted:tenant-syncloop", ResourceAttributes: &attr}}, metav1.CreateOptions{})

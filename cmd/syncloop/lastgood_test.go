@@ -119,7 +119,11 @@ spec:
 // own older one — and records nothing: replicas of a sharded group run
 // one version of a rule, and none makes its own the newest over the
 // others' (the fault campaign caught a restarted replica doing so three
-// times a second, its triggers kept at the old version).
+// times a second, its triggers kept at the old version). And a version
+// another replica records only after the file broke here (its recording
+// had failed, and succeeded on a retry) is followed too, the file
+// unchanged: the campaign caught two replicas of three running the
+// version before for good.
 func TestBrokenFileTakesNewerRevision(t *testing.T) {
 	env, cs, _ := clients(t)
 	ctx := t.Context()
@@ -154,22 +158,27 @@ func TestBrokenFileTakesNewerRevision(t *testing.T) {
 	}
 	poll("the old version's revision", func() bool { return strings.Count(list(), "=") == 1 })
 
-	// The next version, as another replica that loaded it recorded it.
+	// recordElsewhere records version v as another replica that loaded
+	// it does, numbered revision.
 	l, err := rules.NewLoader(expr.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	newer, err := l.Parse(file, []byte(rule("new")))
-	if err != nil {
-		t.Fatal(err)
+	recordElsewhere := func(v string, revision int64) {
+		t.Helper()
+		parsed, err := l.Parse(file, []byte(rule(v)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := parsed.Rules[0]
+		if _, err := cs.AppsV1().ControllerRevisions(ns).Create(ctx, &appsv1.ControllerRevision{ObjectMeta: metav1.ObjectMeta{Name: "newer-" + r.Hash[:10],
+			Labels:      map[string]string{rules.LabelManagedBy: rules.ManagedByValue, rules.LabelRule: "newer"},
+			Annotations: map[string]string{rules.AnnotationSourceFile: file, rules.AnnotationRuleHash: r.Hash}},
+			Data: runtime.RawExtension{Raw: r.Source}, Revision: revision}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	r := newer.Rules[0]
-	if _, err := cs.AppsV1().ControllerRevisions(ns).Create(ctx, &appsv1.ControllerRevision{ObjectMeta: metav1.ObjectMeta{Name: "newer-" + r.Hash[:10],
-		Labels:      map[string]string{rules.LabelManagedBy: rules.ManagedByValue, rules.LabelRule: "newer"},
-		Annotations: map[string]string{rules.AnnotationSourceFile: file, rules.AnnotationRuleHash: r.Hash}},
-		Data: runtime.RawExtension{Raw: r.Source}, Revision: 2}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	recordElsewhere("new", 2)
 	want := list()
 
 	writeFile(t, dir, "newer.yaml", "apiVersion: syncloop.dev/v1alpha1\nkind: Rule\nmetadata: {name: newer\n")
@@ -180,6 +189,9 @@ func TestBrokenFileTakesNewerRevision(t *testing.T) {
 	if got := list(); got != want {
 		t.Errorf("revisions %s, want %s: a replica whose file broke records nothing", got, want)
 	}
+
+	recordElsewhere("newest", 3)
+	poll("the version recorded after the file broke to be followed", copyHolds("newest"))
 }
 
 // copyRule is a rule named name that copies each ConfigMap of ns labelled

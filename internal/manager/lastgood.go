@@ -56,6 +56,7 @@ func (k *revisionKeeper) lastGood(l *rules.Loader) func(path string, current *ru
 			}
 		}
 		f := &rules.File{Path: path}
+		f.Modified, _ = newestWritten(newest)
 		for _, cr := range newest {
 			parsed, err := loader.Parse(revisionSource+cr.Name, cr.Data.Raw)
 			if err != nil || len(parsed.Rules) != 1 {
@@ -77,7 +78,7 @@ func newestMarked(all []appsv1.ControllerRevision, path string) map[string]appsv
 	newest := map[string]appsv1.ControllerRevision{}
 	for _, cr := range all {
 		r := cr.Labels[rules.LabelRule]
-		if n, ok := newest[r]; !ok || cr.Revision > n.Revision {
+		if n, ok := newest[r]; !ok || newerRevision(cr, n) {
 			newest[r] = cr
 		}
 	}
@@ -90,14 +91,19 @@ func newestMarked(all []appsv1.ControllerRevision, path string) map[string]appsv
 }
 
 // supersededBy reports whether the revisions all say that a newer version
-// of current's file than current was in force: each of current's rules
-// is recorded (otherwise which is newer cannot be told), and the file's
-// newest revisions (newest, newestMarked's) are not current's rules — a
-// rule of current no longer the newest or no longer from the file, or
-// one the file gained. Versions are compared by their source, not their
-// hash: a hash holds the schemas the rule was compiled against, which a
-// replica that fetched them at another moment may see otherwise.
+// of current's file than current was in force. When it is known when
+// both were written (File.Modified, rules.AnnotationSourceModified), the
+// one written later is newer. Otherwise: each of current's rules is
+// recorded (else which is newer cannot be told), and the file's newest
+// revisions (newest, newestMarked's) are not current's rules — a rule of
+// current no longer the newest or no longer from the file, or one the
+// file gained. Versions are compared by their source, not their hash: a
+// hash holds the schemas the rule was compiled against, which a replica
+// that fetched them at another moment may see otherwise.
 func supersededBy(current *rules.File, all []appsv1.ControllerRevision, newest map[string]appsv1.ControllerRevision) bool {
+	if written, ok := newestWritten(newest); ok && !current.Modified.IsZero() && !written.Equal(current.Modified) {
+		return written.After(current.Modified)
+	}
 	same := len(newest) == len(current.Rules)
 	for _, r := range current.Rules {
 		recorded := false
@@ -111,6 +117,23 @@ func supersededBy(current *rules.File, all []appsv1.ControllerRevision, newest m
 		same = same && ok && sameSource(n, r)
 	}
 	return !same
+}
+
+// newestWritten is when the newest of newest (newestMarked's) were
+// written: the latest of their times; false when one was not recorded,
+// or there are none.
+func newestWritten(newest map[string]appsv1.ControllerRevision) (time.Time, bool) {
+	var latest time.Time
+	for _, cr := range newest {
+		t := writtenAt(cr)
+		if t.IsZero() {
+			return time.Time{}, false
+		}
+		if t.After(latest) {
+			latest = t
+		}
+	}
+	return latest, !latest.IsZero()
 }
 
 // sameSource reports whether cr records r's source.
@@ -145,7 +168,7 @@ func (k *revisionKeeper) sources(ctx context.Context, set *rules.Set, byRule map
 		}
 		newest := revs[0]
 		for _, cr := range revs {
-			if cr.Revision > newest.Revision {
+			if newerRevision(cr, newest) {
 				newest = cr
 			}
 		}

@@ -58,6 +58,9 @@ type revisionKeeper struct {
 	// could not record, by rule: recorded by a later keep even once
 	// their file is broken (owed).
 	unrecorded map[string]unrecorded
+	// newest is the highest revision number of each rule this keeper
+	// has listed or recorded: what an unrecorded version is newer than.
+	newest map[string]int64
 }
 
 // unrecorded is a version put in force whose revision was not recorded:
@@ -125,7 +128,7 @@ func (k *revisionKeeper) keep(ctx context.Context, set *rules.Set, broken map[st
 			if k.unrecorded == nil {
 				k.unrecorded = map[string]unrecorded{}
 			}
-			k.unrecorded[r.Name] = unrecorded{hash: r.Hash, newest: newestRevision(k.seen[r.Name])}
+			k.unrecorded[r.Name] = unrecorded{hash: r.Hash, newest: k.newest[r.Name]}
 		}
 	}
 	byRule, err := k.list(ctx)
@@ -137,11 +140,16 @@ func (k *revisionKeeper) keep(ctx context.Context, set *rules.Set, broken map[st
 		}
 		return failed
 	}
+	written := map[string]time.Time{}
+	for _, f := range set.Files() {
+		written[f.Path] = f.Modified
+	}
 	for _, r := range set.Rules() {
 		if !k.recordable(r, broken, byRule[r.Name]) {
 			continue
 		}
-		if err := containRule(logger, k.panicked, r.Name, panicRevisions, func() error { return k.keepOne(ctx, r, byRule[r.Name]) }); err != nil {
+		keepOne := func() error { return k.keepOne(ctx, r, written[r.Pos.File], byRule[r.Name]) }
+		if err := containRule(logger, k.panicked, r.Name, panicRevisions, keepOne); err != nil {
 			fail(r, err)
 		} else {
 			delete(k.unrecorded, r.Name)
@@ -185,13 +193,15 @@ func newestRevision(revs []appsv1.ControllerRevision) int64 {
 
 // keepOne records r's revision among revs, its revisions listed, and
 // deletes the oldest beyond the limit; the newest, in force, never, nor
-// the one a rollout moves from.
-func (k *revisionKeeper) keepOne(ctx context.Context, r *rules.Rule, listed []appsv1.ControllerRevision) error {
+// the one a rollout moves from. written is when r's file content was
+// written (zero: not known).
+func (k *revisionKeeper) keepOne(ctx context.Context, r *rules.Rule, written time.Time, listed []appsv1.ControllerRevision) error {
 	rolling := rolledFrom(listed, r)
-	revs, err := k.record(ctx, r, listed)
+	revs, err := k.record(ctx, r, written, listed)
 	if err != nil {
 		return err
 	}
+	k.newest[r.Name] = max(k.newest[r.Name], newestRevision(revs))
 	excess := len(revs) - r.RevisionHistoryLimit
 	for _, cr := range revs[:len(revs)-1] {
 		if excess <= 0 {
@@ -240,29 +250,44 @@ func (k *revisionKeeper) list(ctx context.Context) (map[string][]appsv1.Controll
 		return nil, err
 	}
 	byRule := map[string][]appsv1.ControllerRevision{}
+	if k.newest == nil {
+		k.newest = map[string]int64{}
+	}
 	for _, cr := range all {
-		byRule[cr.Labels[rules.LabelRule]] = append(byRule[cr.Labels[rules.LabelRule]], cr)
+		rule := cr.Labels[rules.LabelRule]
+		byRule[rule] = append(byRule[rule], cr)
+		k.newest[rule] = max(k.newest[rule], cr.Revision)
 	}
 	k.seen = byRule
 	return byRule, nil
 }
 
-// record makes r's version the newest of its revisions revs (oldest
-// first), and returns them as they then are.
-func (k *revisionKeeper) record(ctx context.Context, r *rules.Rule, revs []appsv1.ControllerRevision) ([]appsv1.ControllerRevision, error) {
+// record makes r's version, its file's content written at written, the
+// newest of its revisions revs (oldest first), and returns them as they
+// then are — unless the newest is a version of the same file written
+// after r's: another replica loaded the file's next version and recorded
+// it before this one's recording of the version before came in (slow,
+// or retried). This replica loads that version next.
+func (k *revisionKeeper) record(ctx context.Context, r *rules.Rule, written time.Time, revs []appsv1.ControllerRevision) ([]appsv1.ControllerRevision, error) {
 	var newest int64
-	mine := -1
+	mine, last := -1, -1
 	for i, cr := range revs {
 		newest = max(newest, cr.Revision)
 		if cr.Annotations[rules.AnnotationRuleHash] == r.Hash {
 			mine = i
 		}
+		if last < 0 || newerRevision(cr, revs[last]) {
+			last = i
+		}
 	}
 	switch {
 	case mine >= 0 && revs[mine].Revision == newest:
 		return revs, nil
+	case last >= 0 && revs[last].Annotations[rules.AnnotationSourceFile] == r.Pos.File && writtenAt(revs[last]).After(written) && !written.IsZero():
+		return revs, nil
 	case mine >= 0:
 		cr := revs[mine]
+		cr.Annotations = withWritten(cr.Annotations, written)
 		if err := k.store.Renumber(ctx, cr, newest+1); apierrors.IsConflict(err) {
 			return revs, nil // another replica of a sharded group renumbered it
 		} else if err != nil {
@@ -276,7 +301,7 @@ func (k *revisionKeeper) record(ctx context.Context, r *rules.Rule, revs []appsv
 		labels[rules.LabelInstallation] = k.installation
 	}
 	name := k.name(r)
-	annotations := map[string]string{rules.AnnotationRuleHash: r.Hash}
+	annotations := withWritten(map[string]string{rules.AnnotationRuleHash: r.Hash}, written)
 	if r.Pos.File != "" && !strings.HasPrefix(r.Pos.File, revisionSource) {
 		annotations[rules.AnnotationSourceFile] = r.Pos.File
 	}
@@ -284,7 +309,38 @@ func (k *revisionKeeper) record(ctx context.Context, r *rules.Rule, revs []appsv
 	if err != nil && !apierrors.IsAlreadyExists(err) { // another replica of a sharded group was first
 		return nil, err
 	}
-	return append(revs, appsv1.ControllerRevision{}), nil // counted; the oldest are what pruning deletes
+	// Counted, and numbered as made (or as the replica first to it did);
+	// the oldest are what pruning deletes.
+	return append(revs, appsv1.ControllerRevision{Revision: newest + 1}), nil
+}
+
+// writtenAt is when the file content cr's version came from was written
+// (rules.AnnotationSourceModified); zero when not recorded.
+func writtenAt(cr appsv1.ControllerRevision) time.Time {
+	t, _ := time.Parse(time.RFC3339Nano, cr.Annotations[rules.AnnotationSourceModified])
+	return t
+}
+
+// withWritten is annotations (a copy) with written recorded, when known.
+func withWritten(annotations map[string]string, written time.Time) map[string]string {
+	out := make(map[string]string, len(annotations)+1)
+	for k, v := range annotations {
+		out[k] = v
+	}
+	if !written.IsZero() {
+		out[rules.AnnotationSourceModified] = written.UTC().Format(time.RFC3339Nano)
+	}
+	return out
+}
+
+// newerRevision reports whether a is newer than b: numbered higher, or
+// numbered the same (two replicas recorded at once) and its content
+// written later.
+func newerRevision(a, b appsv1.ControllerRevision) bool {
+	if a.Revision != b.Revision {
+		return a.Revision > b.Revision
+	}
+	return writtenAt(a).After(writtenAt(b))
 }
 
 // Revision is one recorded version of a rule.

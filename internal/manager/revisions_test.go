@@ -7,20 +7,22 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/syncloop/syncloop/internal/testenv"
 	"github.com/syncloop/syncloop/rules"
 )
 
-// failingWrites fails the writes of ControllerRevisions while on, as a
-// reset connection does.
+// failingWrites fails the writes of ControllerRevisions while on, and
+// their reads too while reads is, as a reset connection does.
 type failingWrites struct {
-	on   *atomic.Bool
-	next http.RoundTripper
+	on, reads *atomic.Bool
+	next      http.RoundTripper
 }
 
 func (f failingWrites) RoundTrip(r *http.Request) (*http.Response, error) {
-	if f.on.Load() && r.Method != http.MethodGet && strings.Contains(r.URL.Path, "/controllerrevisions") {
+	read := r.Method == http.MethodGet
+	if (f.on.Load() && !read || f.reads.Load() && read) && strings.Contains(r.URL.Path, "/controllerrevisions") {
 		return nil, errors.New("connection reset: injected")
 	}
 	return f.next.RoundTrip(r)
@@ -36,44 +38,20 @@ func (f failingWrites) RoundTrip(r *http.Request) (*http.Response, error) {
 func TestUnrecordedRevisionOwed(t *testing.T) {
 	env := testenv.Get(t)
 	ctx := t.Context()
-	var failing atomic.Bool
+	var failing, failingReads atomic.Bool
 	cfg := env.Config()
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return failingWrites{on: &failing, next: rt} })
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return failingWrites{on: &failing, reads: &failingReads, next: rt}
+	})
 	c, ns, l := keeperFixture(t, cfg, "owed-")
 	other, err := NewClients(env.Config(), nil) // another replica's
 	if err != nil {
 		t.Fatal(err)
 	}
 	const file = "/rules/owed.yaml"
-	version := func(gen int) *rules.Set {
-		t.Helper()
-		f, err := l.Parse(file, fmt.Appendf(nil, `apiVersion: syncloop.dev/v1alpha1
-kind: Rule
-metadata: {name: owed}
-spec:
-  watch: {apiVersion: v1, kind: Namespace}
-  resources:
-    - {id: cm, template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: default}, data: {gen: "%d"}}}
-`, gen))
-		if err != nil {
-			t.Fatal(err)
-		}
-		set, err := rules.NewSet(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return set
-	}
+	version := func(gen int) *rules.Set { return ruleVersion(t, l, file, gen, time.Time{}) }
 	brokenFile := map[string]bool{file: true}
-	// lastGoodGen is the generation a start with the file broken runs.
-	lastGoodGen := func(k *revisionKeeper) string {
-		t.Helper()
-		f, err := k.lastGood(l)(file, nil)
-		if err != nil || f == nil || len(f.Rules) != 1 {
-			t.Fatalf("last good version: %v, %v", f, err)
-		}
-		return string(f.Rules[0].Source)
-	}
+	lastGoodGen := func(k *revisionKeeper) string { return lastGoodSource(t, k, l, file) }
 	want := func(gen int) string { return string(version(gen).Get("owed").Source) }
 
 	k := newRevisionKeeper(c, ns.Name, "")
@@ -116,12 +94,98 @@ spec:
 		t.Errorf("generation 3 recorded over the other replica's newer 4: a start would run %s", got)
 	}
 
+	// Owed when the keep could not even list the revisions: the newest
+	// it knew of is the one it had just recorded itself (the campaign
+	// found a replica that took its own last recording for another's
+	// newer one, and never recorded the version it ran).
+	if k.keep(ctx, version(5), nil) {
+		t.Fatal("recording generation 5 failed")
+	}
+	failingReads.Store(true)
+	keepFailing(6)
+	failingReads.Store(false)
+	if k.keep(ctx, version(6), brokenFile) {
+		t.Fatal("recording the owed generation 6, its file broken, failed")
+	}
+	if got := lastGoodGen(k); got != want(6) {
+		t.Errorf("generation 6, unrecorded as its keep could not list, was not recorded once the file broke: a start would run %s", got)
+	}
+
 	// Never owed: a broken file's version that was recorded is not
 	// recorded again over a newer one.
 	if k.keep(ctx, version(2), brokenFile) {
 		t.Fatal("keeping generation 2, its file broken, failed")
 	}
-	if got := lastGoodGen(k); got != want(4) {
+	if got := lastGoodGen(k); got != want(6) {
 		t.Errorf("a broken file's older version renumbered newest: a start would run %s", got)
 	}
+}
+
+// TestOlderVersionRecordedLate: a replica's recording of a file's version
+// that comes in after another replica recorded the file's next version —
+// written later — does not make the older the newest (the fault campaign
+// found a recording slowed by the API server landing after the next
+// version's, and every replica running the version before for good once
+// the file broke); the same version written again later (a change
+// undone) does.
+func TestOlderVersionRecordedLate(t *testing.T) {
+	env := testenv.Get(t)
+	ctx := t.Context()
+	c, ns, l := keeperFixture(t, env.Config(), "late-")
+	const file = "/rules/late.yaml"
+	t0 := time.Now()
+	version := func(gen, second int) *rules.Set {
+		return ruleVersion(t, l, file, gen, t0.Add(time.Duration(second)*time.Second))
+	}
+	want := func(gen int) string { return string(version(gen, 0).Get("owed").Source) }
+	fast, slow := newRevisionKeeper(c, ns.Name, ""), newRevisionKeeper(c, ns.Name, "")
+	if fast.keep(ctx, version(1, 1), nil) {
+		t.Fatal("recording generation 1 failed")
+	}
+	if fast.keep(ctx, version(2, 2), nil) || slow.keep(ctx, version(1, 1), nil) {
+		t.Fatal("recording failed")
+	}
+	if got := lastGoodSource(t, slow, l, file); got != want(2) {
+		t.Errorf("generation 1, recorded after generation 2 that was written later, made the newest: a start would run %s", got)
+	}
+	if slow.keep(ctx, version(1, 3), nil) {
+		t.Fatal("recording generation 1 again failed")
+	}
+	if got := lastGoodSource(t, fast, l, file); got != want(1) {
+		t.Errorf("generation 1 written again after 2 is not the newest: a start would run %s", got)
+	}
+}
+
+// ruleVersion is generation gen of rule owed, in file, written at
+// written (zero: not known).
+func ruleVersion(t *testing.T, l *rules.Loader, file string, gen int, written time.Time) *rules.Set {
+	t.Helper()
+	f, err := l.Parse(file, fmt.Appendf(nil, `apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: owed}
+spec:
+  watch: {apiVersion: v1, kind: Namespace}
+  resources:
+    - {id: cm, template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: default}, data: {gen: "%d"}}}
+`, gen))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Modified = written
+	set, err := rules.NewSet(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
+}
+
+// lastGoodSource is the source of the one rule a start with file broken
+// runs, as k's revisions say.
+func lastGoodSource(t *testing.T, k *revisionKeeper, l *rules.Loader, file string) string {
+	t.Helper()
+	f, err := k.lastGood(l)(file, nil)
+	if err != nil || f == nil || len(f.Rules) != 1 {
+		t.Fatalf("last good version: %v, %v", f, err)
+	}
+	return string(f.Rules[0].Source)
 }

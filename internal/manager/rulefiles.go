@@ -215,6 +215,9 @@ func (f *ruleFiles) load(ctx context.Context) *rules.Set {
 	if f.tenants != nil {
 		f.tenants.start(ctx)
 	}
+	// A broken file's last good version follows the revisions: one that
+	// another replica records after this one asked runs here too.
+	f.revisions.store.Watch(ctx, f.clients.Metadata, f.revisions.selector(), f.watcher.AskAgain)
 	if c := f.conversions.certs; c != nil {
 		// A new CA must reach every CRD that converts before the serving
 		// certificate is signed by it.

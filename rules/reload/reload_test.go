@@ -639,6 +639,26 @@ func TestLastGoodFromEarlier(t *testing.T) {
 	if st := src.Load(); workers(st.Set) != "r=7" || len(st.Errors) != 1 || !st.Errors[0].Recovered {
 		t.Errorf("broken, a newer version recorded: %s, errors %v; want r=7 from the revisions", workers(st.Set), st.Errors)
 	}
+	// A version recorded after the ask (another replica's recording,
+	// retried) is asked for again only after AskAgain, the file unchanged.
+	later, err := newSource(t).loader.Parse("revision r-2", []byte(doc("r", 9)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	earlier = later
+	if st := src.Load(); workers(st.Set) != "r=7" || st.Changed {
+		t.Errorf("unchanged, not asked again: %s, changed %v; want r=7 as it was", workers(st.Set), st.Changed)
+	}
+	if !src.AskAgain() {
+		t.Error("AskAgain with a broken file reports nothing to ask")
+	}
+	if st := src.Load(); workers(st.Set) != "r=9" || !st.Changed || len(st.Errors) != 1 || !st.Errors[0].Recovered {
+		t.Errorf("asked again: %s, changed %v, errors %v; want r=9 from the revisions, a change", workers(st.Set), st.Changed, st.Errors)
+	}
+	write(t, f, doc("r", 10))
+	if st := src.Load(); workers(st.Set) != "r=10" || src.AskAgain() {
+		t.Errorf("fixed: %s, and AskAgain reports a broken file", workers(st.Set))
+	}
 }
 
 // mustSet is the set of f's rules.
@@ -710,5 +730,36 @@ func TestModuleChangeReloads(t *testing.T) {
 	st = src.Load()
 	if r := st.Set.Get("fn"); r == nil || r.Hash != second || len(st.Errors) != 1 || !st.Errors[0].LastGood {
 		t.Errorf("a broken module: errors %v; want the last good version kept", st.Errors)
+	}
+}
+
+// TestFileWrittenAt: a file's version carries when its content was
+// written (its mtime), the order of versions replicas load; the same
+// bytes written again later are the version as of then — a change, not
+// parsed again (the same rules).
+func TestFileWrittenAt(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "rules.yaml")
+	write(t, f, doc("r", 1))
+	first := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+	if err := os.Chtimes(f, first, first); err != nil {
+		t.Fatal(err)
+	}
+	src := newSource(t, dir)
+	st := src.Load()
+	if got := st.Set.Files()[0].Modified; !got.Equal(first) {
+		t.Fatalf("written at %v, want %v", got, first)
+	}
+	rule := st.Set.Get("r")
+	later := first.Add(time.Minute)
+	if err := os.Chtimes(f, later, later); err != nil {
+		t.Fatal(err)
+	}
+	st = src.Load()
+	if got := st.Set.Files()[0].Modified; !st.Changed || !got.Equal(later) || st.Set.Get("r") != rule {
+		t.Errorf("written again: changed %v, at %v, rule parsed again %v; want a change at %v, the same rule", st.Changed, got, st.Set.Get("r") != rule, later)
+	}
+	if st := src.Load(); st.Changed {
+		t.Error("unchanged since: a change")
 	}
 }

@@ -12,10 +12,12 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/syncloop/syncloop/rules"
 )
@@ -176,7 +178,9 @@ func (s *Source) Load() Status {
 			changed = true
 		}
 	}
-	s.recover()
+	if s.recover() {
+		changed = true
+	}
 	st := Status{Unsettled: s.held}
 	st.Set, st.Errors = s.build()
 	for _, e := range st.Errors {
@@ -195,14 +199,15 @@ func (s *Source) Load() Status {
 	return st
 }
 
-// recover asks, once for each broken content of a file, for the file's
-// last good version (UseLastGood), and puts the answer in force.
-func (s *Source) recover() {
+// recover asks, once for each broken content of a file (and again after
+// AskAgain), for the file's last good version (UseLastGood), and puts the
+// answer in force. It reports whether that changed a version in force.
+func (s *Source) recover() (changed bool) {
 	if s.lastGood == nil {
-		return
+		return false
 	}
 	for path, fs := range s.files {
-		if fs.asked || fs.parsed != nil || fs.err == nil {
+		if fs.asked || !fs.broken() {
 			continue
 		}
 		f, err := s.lastGood(path, fs.inForce)
@@ -212,9 +217,29 @@ func (s *Source) recover() {
 		fs.asked = true
 		if f != nil && f != fs.inForce {
 			fs.fromEarlier, fs.inForce = f, f
+			changed = true
 		}
 	}
+	return changed
 }
+
+// AskAgain makes the next Load ask again for the last good version of
+// each broken file (UseLastGood): the answer may have changed — another
+// replica recorded, after this one asked, the version it ran before the
+// file broke. It reports whether a file is broken: whether a Load has
+// anything to ask.
+func (s *Source) AskAgain() bool {
+	found := false
+	for _, fs := range s.files {
+		if fs.broken() {
+			fs.asked, found = false, true
+		}
+	}
+	return found && s.lastGood != nil
+}
+
+// broken reports whether the file's current content does not load.
+func (fs *fileState) broken() bool { return fs.parsed == nil && fs.err != nil }
 
 // Invalidate makes the next Load parse every file again, changed or not:
 // the schemas the rules were checked against changed (a CRD was updated).
@@ -229,7 +254,7 @@ func (s *Source) Invalidate() {
 // read reads one file and parses it if its bytes changed; it reports
 // whether they did.
 func (s *Source) read(path string) bool {
-	data, err := os.ReadFile(path)
+	data, modified, err := readFile(path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		delete(s.files, path) // gone between listing and reading
@@ -254,9 +279,26 @@ func (s *Source) read(path string) bool {
 	}
 	// A rule file's modules are beside it: a changed one parses the file
 	// again (and its rules become new revisions).
-	return s.parse(path, append(data, modulesBeside(path)...), func(path string, _ []byte) (*rules.File, error) {
+	return s.parse(path, append(data, modulesBeside(path)...), modified, func(path string, _ []byte) (*rules.File, error) {
 		return s.loader.Parse(path, data)
 	})
+}
+
+// readFile reads path and when the content read was written: its mtime,
+// from the file read (a file renamed over it between a stat and a read
+// would pair one content with another's time).
+func readFile(path string) ([]byte, time.Time, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	data, err := io.ReadAll(f)
+	return data, fi.ModTime(), err
 }
 
 // modulesBeside is what the WebAssembly modules in path's directory hold
@@ -280,7 +322,7 @@ func modulesBeside(path string) []byte {
 // readTenant parses a tenant file, as a tenant rule file of its
 // namespace, if its bytes changed; it reports whether they did.
 func (s *Source) readTenant(tf TenantFile) bool {
-	return s.parse(tf.Path, tf.Data, func(path string, data []byte) (*rules.File, error) {
+	return s.parse(tf.Path, tf.Data, time.Time{}, func(path string, data []byte) (*rules.File, error) {
 		l, err := s.loader.ForTenant(tf.Namespace)
 		if err != nil {
 			return nil, err
@@ -299,17 +341,28 @@ func (s *Source) state(path string) *fileState {
 	return fs
 }
 
-// parse parses path's data with parse unless its bytes are those parsed
-// already; it reports whether they changed.
-func (s *Source) parse(path string, data []byte, parse func(string, []byte) (*rules.File, error)) bool {
+// parse parses path's data, written at modified (zero: not known), with
+// parse unless its bytes are those parsed already; it reports whether
+// they changed. The same bytes written again (a change undone, a
+// ConfigMap volume rewritten) are the version as of then: not parsed
+// again, but a change.
+func (s *Source) parse(path string, data []byte, modified time.Time, parse func(string, []byte) (*rules.File, error)) bool {
 	fs := s.state(path)
 	sum := sha256.Sum256(data)
 	if sum == fs.sum && fs.gen != 0 && !rules.IsRetryable(fs.err) {
-		return false
+		if fs.parsed == nil || fs.parsed.Modified.Equal(modified) {
+			return false
+		}
+		rewritten := *fs.parsed
+		rewritten.Modified = modified
+		fs.parsed = &rewritten
+		return true
 	}
 	fs.sum, fs.gen, fs.asked = sum, s.gen, false
 	if fs.parsed, fs.err = parse(path, data); fs.err != nil {
 		fs.parsed = nil
+	} else {
+		fs.parsed.Modified = modified
 	}
 	return true
 }

@@ -30,6 +30,7 @@ type Watcher struct {
 	ready    chan struct{}
 	recheck  chan struct{}
 	reload   chan struct{}
+	askAgain chan struct{}
 }
 
 // NewWatcher returns a Watcher over src; debounce 0 means DefaultDebounce.
@@ -37,7 +38,8 @@ func NewWatcher(src *Source, debounce time.Duration) *Watcher {
 	if debounce == 0 {
 		debounce = DefaultDebounce
 	}
-	return &Watcher{src: src, debounce: debounce, ready: make(chan struct{}), recheck: make(chan struct{}, 1), reload: make(chan struct{}, 1)}
+	return &Watcher{src: src, debounce: debounce, ready: make(chan struct{}), recheck: make(chan struct{}, 1), reload: make(chan struct{}, 1),
+		askAgain: make(chan struct{}, 1)}
 }
 
 // Recheck makes Run parse every file again after the debounce, as if all
@@ -55,6 +57,17 @@ func (w *Watcher) Recheck() {
 func (w *Watcher) Reload() {
 	select {
 	case w.reload <- struct{}{}:
+	default:
+	}
+}
+
+// AskAgain makes Run ask again, after the debounce, for the last good
+// version of each broken file (Source.AskAgain): the rules' revisions
+// changed. Nothing is loaded when no file is broken. Safe to call from
+// any goroutine.
+func (w *Watcher) AskAgain() {
+	select {
+	case w.askAgain <- struct{}{}:
 	default:
 	}
 }
@@ -112,6 +125,10 @@ func (w *Watcher) Run(ctx context.Context, onReload func(Status)) error {
 			timer.Reset(w.debounce)
 		case <-w.reload:
 			timer.Reset(w.debounce)
+		case <-w.askAgain:
+			if w.src.AskAgain() {
+				timer.Reset(w.debounce)
+			}
 		case <-timer.C:
 			if invalidate {
 				w.src.Invalidate()
