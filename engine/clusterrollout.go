@@ -2,10 +2,8 @@ package engine
 
 import (
 	"context"
-	"fmt"
 	"slices"
 
-	"github.com/syncloop/syncloop/engine/rollout"
 	"github.com/syncloop/syncloop/rules"
 	"github.com/syncloop/syncloop/rules/render"
 )
@@ -30,13 +28,7 @@ func (lf *loopFleet) heldBack(rc *reconciler, cluster string) string {
 		return ""
 	}
 	s := ro.co.Settings()
-	rec := ro.co.Record()
-	// Not begun yet (no state), every cluster waits for its step; once
-	// ended, none does.
-	switch {
-	case !s.ByCluster():
-		return ""
-	case rec.State == rollout.Complete, rec.State == rollout.RolledBack, rec.State == rollout.Superseded:
+	if !s.ByCluster() {
 		return ""
 	}
 	inventory := lf.fleet.Clusters()
@@ -44,11 +36,8 @@ func (lf *loopFleet) heldBack(rc *reconciler, cluster string) string {
 	if i < 0 {
 		return "" // not in the inventory: its children wait for it anyway
 	}
-	step := s.ClusterStep(context.Background(), inventory[i])
-	if step < rec.Step {
-		return ""
-	}
-	return fmt.Sprintf("revision %s reaches it at step %d of %d", rollout.Short(rec.To), step+1, len(s.Clusters)+1)
+	rec := ro.co.Record()
+	return rec.HeldFrom(context.Background(), s, inventory[i])
 }
 
 // held is, for a child that goes to another cluster, the HeldError of a

@@ -273,7 +273,7 @@ func ruleStatus(rt manager.RuleTrace) string {
 }
 
 func childSynced(ch manager.ChildTrace) string {
-	if !ch.Exists || ch.Conflict != "" || ch.AsIs {
+	if !ch.Exists || ch.Conflict != "" || ch.AsIs || ch.Held != "" {
 		return "-"
 	}
 	return boolWord(ch.Synced)
@@ -284,6 +284,8 @@ func childStatus(ch manager.ChildTrace) string {
 	switch {
 	case ch.Unreachable != "":
 		s = append(s, "Unreachable: "+ch.Unreachable)
+	case ch.Held != "":
+		s = append(s, "RolloutPending: "+ch.Held)
 	case ch.Conflict != "":
 		s = append(s, "Conflict: "+ch.Conflict)
 	case !ch.Exists && ch.Patch:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"fmt"
 	"time"
 
 	"k8s.io/client-go/tools/cache"
@@ -94,6 +95,24 @@ func (r *Record) Puts(t Trigger) bool {
 		return false
 	}
 	return t.Digest < r.Threshold || !t.existing(r.Started)
+}
+
+// HeldFrom says why the record, a rollout under settings s, keeps its new
+// revision out of cluster c for now: "" when s does not step by cluster,
+// once the rollout has reached c, or once it has ended. Before it begins
+// (no state) every cluster waits.
+func (r *Record) HeldFrom(ctx context.Context, s rules.Rollout, c rules.Cluster) string {
+	switch {
+	case !s.ByCluster():
+		return ""
+	case r.State == Complete, r.State == RolledBack, r.State == Superseded:
+		return ""
+	}
+	step := s.ClusterStep(ctx, c)
+	if step < r.Step {
+		return ""
+	}
+	return fmt.Sprintf("revision %s reaches it at step %d of %d", Short(r.To), step+1, len(s.Clusters)+1)
 }
 
 // Trigger is a cached trigger as a rollout sees it: its key, its rollout

@@ -123,6 +123,10 @@ type ChildTrace struct {
 	// exists is not known.
 	Cluster     string `json:"cluster,omitempty"`
 	Unreachable string `json:"unreachable,omitempty"`
+	// Held says why the rollout by cluster under way has not brought the
+	// revision traced to the child's cluster yet: the child is as the
+	// previous revision left it, not compared.
+	Held string `json:"held,omitempty"`
 	// Exists: the object is there. Synced: it holds every field the rule
 	// renders; Drift names the first that differs.
 	Exists bool `json:"exists"`
@@ -214,11 +218,14 @@ func traceMapping(c *Clients, resource string) (*meta.RESTMapping, error) {
 	return m.RESTMapping(gvk.GroupKind(), gvk.Version)
 }
 
-// tracedRule is a rule to trace with and the revision the trigger is on.
+// tracedRule is a rule to trace with and the revision the trigger is on;
+// moving is the rollout under way to it, if the trigger has moved to it
+// (a rollout by cluster keeps it out of the clusters not reached yet).
 type tracedRule struct {
 	rule     *rules.Rule
 	revision int64
 	rollout  string
+	moving   *rollout.Record
 }
 
 // traceRules are the rules that match obj: those given, or the newest
@@ -277,6 +284,7 @@ func recordedRules(ctx context.Context, c *Clients, o TraceOptions, obj *unstruc
 			continue // removed from the set
 		}
 		on, state := newest, ""
+		var moving *rollout.Record
 		if rec := rolloutOf(newest); rec != nil && rec.State != "" {
 			t := rollout.Trigger{Key: cache.MetaObjectToName(obj), Digest: rollout.Digest(name, cache.MetaObjectToName(obj)), Created: obj.GetCreationTimestamp().Time}
 			state = fmt.Sprintf("rollout to revision %d %s, step %d of %d", newest.Revision, rec.State, rec.Step, rec.Steps)
@@ -289,6 +297,7 @@ func recordedRules(ctx context.Context, c *Clients, o TraceOptions, obj *unstruc
 				state += ": this trigger not moved yet"
 			} else {
 				state += ": this trigger moved"
+				moving = rec
 			}
 		}
 		stub := &rules.Rule{Name: name}
@@ -299,7 +308,7 @@ func recordedRules(ctx context.Context, c *Clients, o TraceOptions, obj *unstruc
 		if err != nil {
 			return nil, fmt.Errorf("revision %s: %w", on.Name, err)
 		}
-		out = append(out, tracedRule{rule: r, revision: on.Revision, rollout: state})
+		out = append(out, tracedRule{rule: r, revision: on.Revision, rollout: state, moving: moving})
 	}
 	return out, nil
 }

@@ -18,6 +18,7 @@ import (
 
 	dynamicpkg "github.com/syncloop/syncloop/dynamic"
 	"github.com/syncloop/syncloop/engine"
+	"github.com/syncloop/syncloop/engine/rollout"
 	"github.com/syncloop/syncloop/rules"
 	"github.com/syncloop/syncloop/rules/render"
 )
@@ -29,7 +30,8 @@ import (
 func traceRule(ctx context.Context, c *Clients, tr tracedRule, trigger *unstructured.Unstructured, fl *tracedFleet) RuleTrace {
 	r := tr.rule
 	rt := RuleTrace{Rule: r.Name, Revision: tr.revision, Hash: r.Hash, Rollout: tr.rollout}
-	ob := &traceObserver{c: c, rule: r, trigger: trigger, fleet: fl, found: map[string]*unstructured.Unstructured{}, in: map[string]string{}, traces: map[string]*ChildTrace{}}
+	ob := &traceObserver{c: c, rule: r, trigger: trigger, fleet: fl, moving: tr.moving,
+		found: map[string]*unstructured.Unstructured{}, in: map[string]string{}, traces: map[string]*ChildTrace{}}
 	if err := ob.listChildren(ctx); err != nil {
 		rt.Error = err.Error()
 		return rt
@@ -104,8 +106,10 @@ type traceObserver struct {
 	c       *Clients
 	rule    *rules.Rule
 	trigger *unstructured.Unstructured
-	// fleet are the clusters of the fleet, when the rule targets some.
-	fleet *tracedFleet
+	// fleet are the clusters of the fleet, when the rule targets some;
+	// moving the rollout under way to the rule traced (nil: none).
+	fleet  *tracedFleet
+	moving *rollout.Record
 	// found are the trigger's children of the rule, by clusterKey, and in
 	// the cluster each is in ("": syncloop's own); traces what Apply
 	// found of each rendered child.
@@ -225,6 +229,13 @@ func (o *traceObserver) Apply(ctx context.Context, c render.Child) (map[string]a
 		t.Unreachable = err.Error()
 		return nil, err
 	}
+	if why := o.heldFrom(ctx, c.Cluster); why != "" {
+		if live := o.found[k]; live != nil {
+			*t = o.asIs(live, c.Cluster)
+		}
+		t.Held = why
+		return nil, &render.HeldError{Cluster: c.Cluster, Why: why}
+	}
 	live := o.found[k]
 	if live == nil {
 		ri, _, err := o.resource(ctx, c.Cluster, c.Object.GroupVersionKind())
@@ -259,6 +270,21 @@ func (o *traceObserver) Apply(ctx context.Context, c render.Child) (map[string]a
 	}
 	*t = o.describe(live, c)
 	return live.Object, nil
+}
+
+// heldFrom says why the rollout by cluster under way keeps the revision
+// traced out of cluster, as the engine's applier does; "" when it does
+// not.
+func (o *traceObserver) heldFrom(ctx context.Context, cluster string) string {
+	if o.moving == nil || cluster == "" {
+		return ""
+	}
+	for _, c := range o.fleet.Clusters() {
+		if c.Name == cluster {
+			return o.moving.HeldFrom(ctx, o.rule.Rollout, c)
+		}
+	}
+	return ""
 }
 
 // Observed is a child as it is.
