@@ -68,10 +68,13 @@ type Inventory struct {
 
 	mu       sync.RWMutex
 	clusters map[string]*cluster // by name
-	subs     map[int]func()
-	nextSub  int
-	ctx      context.Context // Run's: the probes' parent
-	synced   cache.InformerSynced
+	// refused are the Secrets left out as another's cluster (its API
+	// server), by name: put again when the clusters change (readmit).
+	refused map[string]*corev1.Secret
+	subs    map[int]func()
+	nextSub int
+	ctx     context.Context // Run's: the probes' parent
+	synced  cache.InformerSynced
 	// wanted is closed by the first Subscribe: Run starts watching.
 	wanted chan struct{}
 	want   sync.Once
@@ -81,8 +84,12 @@ type Inventory struct {
 type cluster struct {
 	rules.Cluster        // written and read under the Inventory's mu
 	secret        string // the Secret's name
-	remote        dynamic.Remote
-	disc          discovery.DiscoveryInterface
+	// source is the Secret as it was read; server its API server
+	// (serverOf), one cluster's in the inventory.
+	source *corev1.Secret
+	server string
+	remote dynamic.Remote
+	disc   discovery.DiscoveryInterface
 
 	mu      sync.Mutex
 	down    error // nil: reachable as far as is known
@@ -96,7 +103,7 @@ func New(core kubernetes.Interface, namespace string, o Options) *Inventory {
 	if o.ProbeInterval == 0 {
 		o.ProbeInterval = 2 * time.Second
 	}
-	return &Inventory{core: core, namespace: namespace, opts: o, clusters: map[string]*cluster{}, subs: map[int]func(){},
+	return &Inventory{core: core, namespace: namespace, opts: o, clusters: map[string]*cluster{}, refused: map[string]*corev1.Secret{}, subs: map[int]func(){},
 		ctx: context.Background(), synced: func() bool { return false }, wanted: make(chan struct{})}
 }
 
@@ -119,13 +126,19 @@ func (inv *Inventory) watch(ctx context.Context) {
 	factory := informers.NewSharedInformerFactoryWithOptions(inv.core, 0, informers.WithNamespace(inv.namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = rules.LabelClusterName }))
 	inf := factory.Core().V1().Secrets().Informer()
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { inv.put(ctx, obj) },
 		UpdateFunc: func(_, obj any) { inv.put(ctx, obj) },
 		DeleteFunc: func(obj any) { inv.remove(ctx, obj) },
 	})
+	if err != nil { // the informer has not started: never
+		klog.FromContext(ctx).Error(err, "Cannot watch the kubeconfig Secrets")
+		return
+	}
 	inv.mu.Lock()
-	inv.ctx, inv.synced = ctx, inf.HasSynced
+	// Synced once every Secret listed has been put: which of two Secrets
+	// of one API server keeps it is settled before anything reconciles.
+	inv.ctx, inv.synced = ctx, reg.HasSynced
 	inv.mu.Unlock()
 	factory.Start(ctx.Done())
 	<-ctx.Done()
@@ -273,20 +286,36 @@ func (inv *Inventory) put(ctx context.Context, obj any) {
 		}
 		return
 	}
-	c, err := inv.connect(cl, s.Name, version, s.Data[KubeconfigKey])
+	c, err := inv.connect(cl, s, version)
 	if err != nil {
 		inv.invalid(ctx, s, cl.Name, err)
 		if old != nil { // its old kubeconfig no longer stands
 			inv.forget(cl.Name)
+			inv.readmit(ctx)
 		}
 		return
+	}
+	if holder := inv.alias(c); holder != nil {
+		if !c.olderThan(holder) {
+			inv.refuse(ctx, c, holder)
+			if old != nil {
+				inv.forget(cl.Name)
+			}
+			return
+		}
+		inv.forget(holder.Name)
+		inv.refuse(ctx, holder, c)
 	}
 	inv.forgetSecret(s.Name) // the Secret named another cluster before
 	inv.mu.Lock()
 	inv.clusters[cl.Name] = c
+	delete(inv.refused, s.Name)
 	inv.mu.Unlock()
 	logger.Info("Cluster in the inventory", "labels", cl.Labels, "server", c.hostOf())
 	inv.changed()
+	if old != nil { // its old server may be another Secret's
+		inv.readmit(ctx)
+	}
 }
 
 func (c *cluster) hostOf() string {
@@ -305,8 +334,12 @@ func (inv *Inventory) remove(ctx context.Context, obj any) {
 	if !ok {
 		return
 	}
+	inv.mu.Lock()
+	delete(inv.refused, s.Name)
+	inv.mu.Unlock()
 	if name := inv.forgetSecret(s.Name); name != "" {
 		klog.FromContext(ctx).Info("Cluster left the inventory: its children there stay as they are", "cluster", name, "secret", klog.KObj(s))
+		inv.readmit(ctx)
 	}
 }
 
@@ -346,8 +379,10 @@ func (inv *Inventory) invalid(ctx context.Context, s *corev1.Secret, name string
 	}
 }
 
-// connect makes the client of a cluster from its kubeconfig.
-func (inv *Inventory) connect(cl rules.Cluster, secret, version string, kubeconfig []byte) (*cluster, error) {
+// connect makes the client of cl, the cluster of Secret s, from its
+// kubeconfig (version: versionOf's).
+func (inv *Inventory) connect(cl rules.Cluster, s *corev1.Secret, version string) (*cluster, error) {
+	kubeconfig := s.Data[KubeconfigKey]
 	if len(kubeconfig) == 0 {
 		return nil, fmt.Errorf("the Secret has no key %q holding a kubeconfig", KubeconfigKey)
 	}
@@ -366,7 +401,7 @@ func (inv *Inventory) connect(cl rules.Cluster, secret, version string, kubeconf
 	if err != nil {
 		return nil, fmt.Errorf("making a client from key %q: %w", KubeconfigKey, err)
 	}
-	c := &cluster{Cluster: cl, secret: secret, disc: disc}
+	c := &cluster{Cluster: cl, secret: s.Name, source: s, server: serverOf(cfg.Host), disc: disc}
 	c.remote = dynamic.Remote{Version: version, Client: client, Mapper: dynamic.NewMapper(disc, 0),
 		Down: c.isDown, Returns: c.returned, Failed: func(err error) { inv.failed(cl.Name, err) }}
 	return c, nil

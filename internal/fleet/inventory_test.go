@@ -158,3 +158,97 @@ func TestInventory(t *testing.T) {
 		t.Error("a cluster whose Secret is gone is still reached")
 	}
 }
+
+// TestInventoryAliases: two kubeconfig Secrets of one API server are one
+// cluster: the older keeps it, the other is a Warning Event and the
+// metric, out of the inventory, and comes in once the first leaves. A
+// one-shot Load, listing the younger first, settles on the older too.
+//
+// API server: Secrets listed and watched in one namespace.
+func TestInventoryAliases(t *testing.T) {
+	env := testenv.Get(t)
+	cs, err := kubernetes.NewForConfig(env.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "fleet-aliases-"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err := os.ReadFile(env.Kubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := env.Config().Host
+	// The same server written otherwise: upper case, a trailing slash.
+	otherwise := []byte(strings.Replace(string(kubeconfig), "server: "+host, "server: "+strings.ToUpper(host)+"/", 1))
+	if string(otherwise) == string(kubeconfig) {
+		t.Fatalf("the kubeconfig names no server %s", host)
+	}
+	put := func(name string, value []byte) *corev1.Secret {
+		t.Helper()
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name + "-kubeconfig", Labels: map[string]string{rules.LabelClusterName: name}},
+			Data: map[string][]byte{KubeconfigKey: value}}
+		made, err := cs.CoreV1().Secrets(ns.Name).Create(t.Context(), s, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return made
+	}
+	names := func(inv *Inventory) string {
+		var out []string
+		for _, c := range inv.Clusters() {
+			out = append(out, c.Name)
+		}
+		return strings.Join(out, ",")
+	}
+	eventually := func(what string, cond func() bool) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+
+	// Named b, created first: a one-shot Load lists a first.
+	older := put("b", kubeconfig)
+	eventually("a second after b's creation", func() bool { return time.Now().Truncate(time.Second).After(older.CreationTimestamp.Time) })
+	put("a", otherwise)
+	once := New(cs, ns.Name, Options{})
+	if err := once.Load(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(once); got != "b" {
+		t.Errorf("loaded once: clusters %q, want b, whose Secret is older", got)
+	}
+
+	recorder := record.NewFakeRecorder(20)
+	counts := &invalids{n: map[string]int{}}
+	inv := New(cs, ns.Name, Options{Recorder: recorder, Metrics: counts})
+	go inv.Run(t.Context())
+	defer inv.Subscribe(func() {})()
+	if !inv.WaitForSync(t.Context()) {
+		t.Fatal("the inventory did not sync")
+	}
+	if got := names(inv); got != "b" || counts.of("a") == 0 {
+		t.Fatalf("watched: clusters %q, a counted %d; want b alone, a counted", got, counts.of("a"))
+	}
+	var event string
+	eventually("a Warning Event on a's Secret", func() bool {
+		select {
+		case event = <-recorder.Events:
+		default:
+		}
+		return event != ""
+	})
+	if !strings.HasPrefix(event, "Warning "+ReasonBadKubeconfig) || !strings.Contains(event, `cluster "a"`) || !strings.Contains(event, `is cluster "b"'s already`) {
+		t.Errorf("event %q: want a's Secret told that b's has its server", event)
+	}
+
+	if err := cs.CoreV1().Secrets(ns.Name).Delete(t.Context(), "b-kubeconfig", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually("a to come in once b left", func() bool { return names(inv) == "a" })
+	if remote, ok := inv.Reach("a"); !ok || remote.Client == nil {
+		t.Error("a is in the inventory but not reached")
+	}
+}
