@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -157,5 +158,53 @@ func TestFollowStepsByCluster(t *testing.T) {
 	}
 	if st := c.Status(); !st.ByCluster || st.Step != 2 {
 		t.Errorf("status %+v", st)
+	}
+}
+
+// TestShardedHealthReadsRecord: the coordinator of a sharded group judges
+// a step from the caches with Host.Health, which renders — and a render
+// of a rollout by cluster reads the record to know the clusters held
+// back. Called under the coordinator's lock it deadlocked (every
+// reconcile and /readyz with it); the judgement counts, and the step
+// moves on once every trigger is healthy.
+func TestShardedHealthReadsRecord(t *testing.T) {
+	began := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	h := newHost(t, 3, began.Add(-time.Hour))
+	h.stepClusters = [][]string{{"canary"}}
+	s := rules.Rollout{Strategy: rules.RolloutProgressive, Step: percent(10), ProgressDeadline: time.Hour,
+		MaxPrunes: percent(100), Clusters: clusterSteps(t, 1)}
+	r := &rules.Rule{Name: "roll", Content: rules.Content{Hash: "new0123456789"}, RunOptions: rules.RunOptions{Rollout: s}}
+	from := &rules.Rule{Name: "roll", Content: rules.Content{Hash: "old0123456789"}}
+	c := New(r, Plan{From: from, Rec: Record{Started: began}}, true, h, &journal{})
+	var ready atomic.Bool
+	h.health = func(context.Context, cache.ObjectName) Health {
+		if rec := c.Record(); rec.Step == 0 { // as a render's held clusters read it
+			return Health{Why: "no step"}
+		}
+		if !ready.Load() {
+			return Health{Why: "canary's copy is not ready"}
+		}
+		return Health{OK: true}
+	}
+	ctx := context.Background()
+	c.begin(ctx)
+	checked := func() {
+		t.Helper()
+		done := make(chan struct{})
+		go func() { c.check(ctx); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a check judging the step from the caches did not return: deadlocked on the record")
+		}
+	}
+	checked()
+	if rec := c.Record(); rec.Step != 1 {
+		t.Fatalf("moved on with the canary's copies not ready: %+v", rec)
+	}
+	ready.Store(true)
+	checked()
+	if rec := c.Record(); rec.Step != 2 {
+		t.Errorf("every trigger healthy in the caches, yet the step did not move: %+v", rec)
 	}
 }

@@ -39,7 +39,8 @@ type Host interface {
 	// remove, rendered against the caches.
 	Prunes(ctx context.Context, keys []cache.ObjectName) int
 	// Health judges trigger key under the new revision from the caches
-	// alone (sharded: other replicas reconcile most of a step).
+	// alone (sharded: other replicas reconcile most of a step). It is
+	// called without the coordinator's lock: it may read the record.
 	Health(ctx context.Context, key cache.ObjectName) Health
 	// Contained reports v, a panic recovered in the coordinator, and
 	// returns it as an error; it is called from the deferred function
@@ -173,6 +174,16 @@ func (c *Coordinator) Status() Status {
 			st.OnFrom++
 		}
 	})
+	if st.State == Progressing && st.Step > 0 && c.host.Coordinates() {
+		c.mu.Lock()
+		st.Judging = len(c.step)
+		for key := range c.step {
+			if c.health[key].OK {
+				st.Healthy++
+			}
+		}
+		c.mu.Unlock()
+	}
 	return st
 }
 

@@ -27,6 +27,8 @@ type host struct {
 	// stepClusters are the clusters of each step by cluster.
 	stepClusters [][]string
 
+	// health judges a trigger from the caches (nil: healthy).
+	health    func(context.Context, cache.ObjectName) Health
 	mu        sync.Mutex
 	requeued  []cache.ObjectName
 	settled   int
@@ -66,7 +68,12 @@ func (h *host) Prunes(_ context.Context, keys []cache.ObjectName) int {
 	}
 	return n
 }
-func (h *host) Health(context.Context, cache.ObjectName) Health { return Health{OK: true} }
+func (h *host) Health(ctx context.Context, key cache.ObjectName) Health {
+	if h.health != nil {
+		return h.health(ctx, key)
+	}
+	return Health{OK: true}
+}
 func (h *host) Contained(_ context.Context, v any) error {
 	h.contained++
 	return fmt.Errorf("panic: %v", v)

@@ -164,6 +164,10 @@ type Status struct {
 	// its steps so far have brought the new revision to.
 	ByCluster bool
 	Reached   []string
+	// Healthy of Judging triggers of the step under way are healthy as
+	// this replica last judged them; Judging is 0 on a replica that does
+	// not step the rollout (a follower of a sharded group).
+	Healthy, Judging int
 }
 
 // Plan is what a coordinator is made with: the revision rolled out from

@@ -198,17 +198,13 @@ func (c *Coordinator) check(ctx context.Context) {
 // triggers are not healthy, whether its deadline has passed, and when
 // both fail it, why each failed; ok is false when no step is under way.
 func (c *Coordinator) stepHealth(ctx context.Context, s rules.Rollout) (unhealthy int, overdue bool, failed []string, ok bool) {
+	if c.sharded {
+		c.judgeFromCaches(ctx)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.rec.State != Progressing || c.rec.Step == 0 {
 		return 0, false, nil, false
-	}
-	if c.sharded {
-		// Other replicas reconcile most of the step: its health is read
-		// from the caches, which hold every trigger's children.
-		for key := range c.step {
-			c.health[key] = c.host.Health(ctx, key)
-		}
 	}
 	triggers := c.host.Triggers()
 	for key := range c.step {
@@ -231,6 +227,38 @@ func (c *Coordinator) stepHealth(ctx context.Context, s rules.Rollout) (unhealth
 		}
 	}
 	return unhealthy, overdue, failed, true
+}
+
+// judgeFromCaches judges the triggers of the step under way from the
+// caches: in a sharded group other replicas reconcile most of a step,
+// and the caches hold every trigger's children. Host.Health renders, and
+// a render reads the record (the clusters a rollout by cluster holds
+// back): it is called without c.mu — under it, the coordinating replica
+// of a sharded rollout by cluster deadlocked at its first check, every
+// reconcile and /readyz with it. A judgement is kept only if the step
+// has not moved meanwhile.
+func (c *Coordinator) judgeFromCaches(ctx context.Context) {
+	c.mu.Lock()
+	step, keys := c.rec.Step, slices.Collect(maps.Keys(c.step))
+	judging := c.rec.State == Progressing && step > 0
+	c.mu.Unlock()
+	if !judging {
+		return
+	}
+	judged := make(map[cache.ObjectName]Health, len(keys))
+	for _, key := range keys {
+		judged[key] = c.host.Health(ctx, key)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.rec.Step != step {
+		return
+	}
+	for key, h := range judged {
+		if c.step[key] {
+			c.health[key] = h
+		}
+	}
 }
 
 // fail ends a step that failed: the rollout halts, or rolls back.

@@ -24,8 +24,14 @@ func TestRolloutLines(t *testing.T) {
 	if !strings.Contains(out.String(), `"clusters":["canary"]`) {
 		t.Errorf("plan JSON %s: want the clusters reached", out.String())
 	}
-	if got := rolloutLine(byCluster); !strings.Contains(got, "step 1 of 3, 4 triggers on revision 0e5d30407b") || !strings.Contains(got, "by cluster: reached syncloop's own cluster and cluster canary") {
-		t.Errorf("/readyz line %q", got)
+	if got := rolloutLine(byCluster); !strings.Contains(got, "step 1 of 3, 4 triggers on revision 0e5d30407b") || !strings.Contains(got, "by cluster: reached syncloop's own cluster and cluster canary") ||
+		strings.Contains(got, "healthy") {
+		t.Errorf("/readyz line %q: a replica that does not step the rollout judges no health", got)
+	}
+	judged := byCluster
+	judged.Healthy, judged.Judging = 3, 4
+	if got := rolloutLine(judged); !strings.Contains(got, "0e5d30407b, 0 on aaaaaaaaaa, 3 of the step's 4 healthy, by cluster") {
+		t.Errorf("/readyz line of the replica that steps the rollout %q: want how many of the step are healthy", got)
 	}
 	byTrigger := byCluster
 	byTrigger.ByCluster, byTrigger.Reached = false, nil

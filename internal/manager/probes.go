@@ -108,6 +108,9 @@ func probes(eng *engine.Engine, files *fileErrors, crds *crdKeeper, revisions *r
 // rolloutLine says where a rollout stands, in one line.
 func rolloutLine(r rollout.Status) string {
 	line := fmt.Sprintf("%s, step %d of %d, %d triggers on revision %s, %d on %s", r.State, r.Step, r.Steps, r.OnTo, shortHash(r.To), r.OnFrom, shortHash(r.From))
+	if r.Judging > 0 {
+		line += fmt.Sprintf(", %d of the step's %d healthy", r.Healthy, r.Judging)
+	}
 	if r.ByCluster {
 		line += ", by cluster: reached " + reachedClusters(r.Reached)
 	}
