@@ -12,7 +12,7 @@ type Fleet struct {
 // answer now, answering says of each cluster whether it does.
 func NewFleet(reg prometheus.Registerer, clusters, unreachable func() int, answering func() map[string]bool) *Fleet {
 	f := &Fleet{invalid: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "syncloop_cluster_kubeconfig_errors_total", Help: "Kubeconfig Secrets of the cluster inventory that made no client (a Warning Event BadKubeconfig on the Secret says why), by cluster: the cluster is left out until the Secret is fixed.",
+		Name: "syncloop_cluster_kubeconfig_errors_total", Help: "Kubeconfig Secrets of the cluster inventory that made no client, or whose API server is an older Secret's cluster already (a Warning Event BadKubeconfig on the Secret says why), by cluster: the cluster is left out until the Secret is fixed.",
 	}, []string{"cluster"})}
 	reg.MustRegister(f.invalid,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
