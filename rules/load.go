@@ -28,10 +28,9 @@ import (
 type File struct {
 	Path  string
 	Rules []*Rule
-	// Modified is when the content was written (the file's mtime as it
-	// was read), for ordering the versions replicas load; zero: not
-	// known (a tenant ConfigMap's).
-	Modified time.Time
+	// LoadedAt is when this process first read the content: replicas
+	// order the versions of a file they loaded by it. Zero: not known.
+	LoadedAt time.Time
 	// Skipped counts documents that are not rules (sample objects, CRDs).
 	Skipped int
 	// Warnings are what the rules may get wrong without being invalid:

@@ -40,11 +40,12 @@ const AnnotationRuleHash = Group + "/rule-hash"
 // puts the file's newest revisions in force, its last good version.
 const AnnotationSourceFile = Group + "/source-file"
 
-// AnnotationSourceModified, on a revision of a rule, is when the file's
-// content the version came from was written (File.Modified, RFC 3339
-// with nanoseconds): replicas that loaded two versions of a file at
-// about the same moment order them by it, not by which recorded last.
-const AnnotationSourceModified = Group + "/source-modified"
+// AnnotationLoadedAt, on a revision of a rule, is when the replica that
+// recorded it first read the file content the version came from
+// (File.LoadedAt, RFC 3339 with nanoseconds): replicas that loaded two
+// versions of a file at about the same moment order them by it, not by
+// which recording came in last.
+const AnnotationLoadedAt = Group + "/loaded-at"
 
 // createdOncePrefix begins the annotation of a trigger that remembers the
 // children a rule's createOnce resources made for it.

@@ -56,7 +56,7 @@ func (k *revisionKeeper) lastGood(l *rules.Loader) func(path string, current *ru
 			}
 		}
 		f := &rules.File{Path: path}
-		f.Modified, _ = newestWritten(newest)
+		f.LoadedAt, _ = newestLoaded(newest)
 		for _, cr := range newest {
 			parsed, err := loader.Parse(revisionSource+cr.Name, cr.Data.Raw)
 			if err != nil || len(parsed.Rules) != 1 {
@@ -92,8 +92,8 @@ func newestMarked(all []appsv1.ControllerRevision, path string) map[string]appsv
 
 // supersededBy reports whether the revisions all say that a newer version
 // of current's file than current was in force. When it is known when
-// both were written (File.Modified, rules.AnnotationSourceModified), the
-// one written later is newer. Otherwise: each of current's rules is
+// both were loaded (File.LoadedAt, rules.AnnotationLoadedAt), the one
+// loaded later is newer. Otherwise: each of current's rules is
 // recorded (else which is newer cannot be told), and the file's newest
 // revisions (newest, newestMarked's) are not current's rules — a rule of
 // current no longer the newest or no longer from the file, or one the
@@ -101,8 +101,8 @@ func newestMarked(all []appsv1.ControllerRevision, path string) map[string]appsv
 // hash holds the schemas the rule was compiled against, which a replica
 // that fetched them at another moment may see otherwise.
 func supersededBy(current *rules.File, all []appsv1.ControllerRevision, newest map[string]appsv1.ControllerRevision) bool {
-	if written, ok := newestWritten(newest); ok && !current.Modified.IsZero() && !written.Equal(current.Modified) {
-		return written.After(current.Modified)
+	if loaded, ok := newestLoaded(newest); ok && !current.LoadedAt.IsZero() && !loaded.Equal(current.LoadedAt) {
+		return loaded.After(current.LoadedAt)
 	}
 	same := len(newest) == len(current.Rules)
 	for _, r := range current.Rules {
@@ -119,13 +119,13 @@ func supersededBy(current *rules.File, all []appsv1.ControllerRevision, newest m
 	return !same
 }
 
-// newestWritten is when the newest of newest (newestMarked's) were
-// written: the latest of their times; false when one was not recorded,
+// newestLoaded is when the newest of newest (newestMarked's) were
+// loaded: the latest of their times; false when one was not recorded,
 // or there are none.
-func newestWritten(newest map[string]appsv1.ControllerRevision) (time.Time, bool) {
+func newestLoaded(newest map[string]appsv1.ControllerRevision) (time.Time, bool) {
 	var latest time.Time
 	for _, cr := range newest {
-		t := writtenAt(cr)
+		t := loadedAt(cr)
 		if t.IsZero() {
 			return time.Time{}, false
 		}

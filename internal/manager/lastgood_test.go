@@ -27,11 +27,11 @@ func TestSupersededBy(t *testing.T) {
 			Annotations: map[string]string{rules.AnnotationSourceFile: marked, rules.AnnotationRuleHash: "other-hash"}},
 			Data: runtime.RawExtension{Raw: fmt.Appendf(nil, `{ "v": %q }`, v)}, Revision: n}
 	}
-	// written stamps cr as a version of content written at minute m.
+	// loaded stamps cr as a version of content first read at minute m.
 	t0 := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
 	at := func(m int) time.Time { return t0.Add(time.Duration(m) * time.Minute) }
-	written := func(cr appsv1.ControllerRevision, m int) appsv1.ControllerRevision {
-		cr.Annotations = withWritten(cr.Annotations, at(m))
+	loaded := func(cr appsv1.ControllerRevision, m int) appsv1.ControllerRevision {
+		cr.Annotations = withLoadedAt(cr.Annotations, at(m))
 		return cr
 	}
 	cases := []struct {
@@ -39,7 +39,7 @@ func TestSupersededBy(t *testing.T) {
 		current []*rules.Rule
 		revs    []appsv1.ControllerRevision
 		want    bool
-		written int // when current's content was written, in minutes; 0: not known
+		loaded  int // when current's content was first read, in minutes; 0: not known
 	}{
 		{"its own is the newest", []*rules.Rule{rule("a", "2")},
 			[]appsv1.ControllerRevision{rev("a", "1", 1, file), rev("a", "2", 2, file)}, false, 0},
@@ -57,26 +57,26 @@ func TestSupersededBy(t *testing.T) {
 			[]appsv1.ControllerRevision{rev("b", "3", 3, file), rev("a", "1", 1, file), rev("b", "4", 4, file)}, false, 0},
 		{"a rolled back: the older version renumbered newest", []*rules.Rule{rule("a", "2")},
 			[]appsv1.ControllerRevision{rev("a", "1", 3, file), rev("a", "2", 2, file)}, true, 0},
-		// When both were written is known, the later is newer, recorded
+		// When both were loaded is known, the later is newer, recorded
 		// or not: the fault campaign found two replicas that loaded a
 		// version, not recorded (the third's recording of the next one
 		// failed, and was retried), running it for good.
-		{"written before the newest recorded, its own never recorded", []*rules.Rule{rule("a", "2")},
-			[]appsv1.ControllerRevision{written(rev("a", "1", 1, file), 1), written(rev("a", "3", 2, file), 3)}, true, 2},
-		{"written after the newest recorded, its own never recorded", []*rules.Rule{rule("a", "3")},
-			[]appsv1.ControllerRevision{written(rev("a", "1", 1, file), 1), written(rev("a", "2", 2, file), 2)}, false, 3},
-		{"written before, yet recorded after the newest", []*rules.Rule{rule("a", "2")},
-			[]appsv1.ControllerRevision{written(rev("a", "3", 1, file), 3), written(rev("a", "2", 2, file), 2)}, false, 2},
-		{"one written time not recorded: by the record", []*rules.Rule{rule("a", "1")},
+		{"loaded before the newest recorded, its own never recorded", []*rules.Rule{rule("a", "2")},
+			[]appsv1.ControllerRevision{loaded(rev("a", "1", 1, file), 1), loaded(rev("a", "3", 2, file), 3)}, true, 2},
+		{"loaded after the newest recorded, its own never recorded", []*rules.Rule{rule("a", "3")},
+			[]appsv1.ControllerRevision{loaded(rev("a", "1", 1, file), 1), loaded(rev("a", "2", 2, file), 2)}, false, 3},
+		{"loaded before, yet recorded after the newest", []*rules.Rule{rule("a", "2")},
+			[]appsv1.ControllerRevision{loaded(rev("a", "3", 1, file), 3), loaded(rev("a", "2", 2, file), 2)}, false, 2},
+		{"one load time not recorded: by the record", []*rules.Rule{rule("a", "1")},
 			[]appsv1.ControllerRevision{rev("a", "1", 1, file), rev("a", "2", 2, file)}, true, 5},
-		{"numbered the same, recorded at once: the later written is newest", []*rules.Rule{rule("a", "1")},
-			[]appsv1.ControllerRevision{written(rev("a", "2", 2, file), 2), written(rev("a", "1", 2, file), 1)}, true, 1},
+		{"numbered the same, recorded at once: the later loaded is newest", []*rules.Rule{rule("a", "1")},
+			[]appsv1.ControllerRevision{loaded(rev("a", "2", 2, file), 2), loaded(rev("a", "1", 2, file), 1)}, true, 1},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			current := &rules.File{Path: file, Rules: c.current}
-			if c.written != 0 {
-				current.Modified = at(c.written)
+			if c.loaded != 0 {
+				current.LoadedAt = at(c.loaded)
 			}
 			if got := supersededBy(current, c.revs, newestMarked(c.revs, file)); got != c.want {
 				t.Errorf("superseded %v, want %v", got, c.want)

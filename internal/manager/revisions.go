@@ -140,15 +140,15 @@ func (k *revisionKeeper) keep(ctx context.Context, set *rules.Set, broken map[st
 		}
 		return failed
 	}
-	written := map[string]time.Time{}
+	loaded := map[string]time.Time{}
 	for _, f := range set.Files() {
-		written[f.Path] = f.Modified
+		loaded[f.Path] = f.LoadedAt
 	}
 	for _, r := range set.Rules() {
 		if !k.recordable(r, broken, byRule[r.Name]) {
 			continue
 		}
-		keepOne := func() error { return k.keepOne(ctx, r, written[r.Pos.File], byRule[r.Name]) }
+		keepOne := func() error { return k.keepOne(ctx, r, loaded[r.Pos.File], byRule[r.Name]) }
 		if err := containRule(logger, k.panicked, r.Name, panicRevisions, keepOne); err != nil {
 			fail(r, err)
 		} else {
@@ -193,11 +193,11 @@ func newestRevision(revs []appsv1.ControllerRevision) int64 {
 
 // keepOne records r's revision among revs, its revisions listed, and
 // deletes the oldest beyond the limit; the newest, in force, never, nor
-// the one a rollout moves from. written is when r's file content was
-// written (zero: not known).
-func (k *revisionKeeper) keepOne(ctx context.Context, r *rules.Rule, written time.Time, listed []appsv1.ControllerRevision) error {
+// the one a rollout moves from. loaded is when r's file content was
+// first read here (zero: not known).
+func (k *revisionKeeper) keepOne(ctx context.Context, r *rules.Rule, loaded time.Time, listed []appsv1.ControllerRevision) error {
 	rolling := rolledFrom(listed, r)
-	revs, err := k.record(ctx, r, written, listed)
+	revs, err := k.record(ctx, r, loaded, listed)
 	if err != nil {
 		return err
 	}
@@ -262,13 +262,13 @@ func (k *revisionKeeper) list(ctx context.Context) (map[string][]appsv1.Controll
 	return byRule, nil
 }
 
-// record makes r's version, its file's content written at written, the
-// newest of its revisions revs (oldest first), and returns them as they
-// then are — unless the newest is a version of the same file written
-// after r's: another replica loaded the file's next version and recorded
+// record makes r's version, its file's content first read at loaded,
+// the newest of its revisions revs (oldest first), and returns them as
+// they then are — unless the newest is a version of the same file loaded
+// after r's: another replica read the file's next version and recorded
 // it before this one's recording of the version before came in (slow,
 // or retried). This replica loads that version next.
-func (k *revisionKeeper) record(ctx context.Context, r *rules.Rule, written time.Time, revs []appsv1.ControllerRevision) ([]appsv1.ControllerRevision, error) {
+func (k *revisionKeeper) record(ctx context.Context, r *rules.Rule, loaded time.Time, revs []appsv1.ControllerRevision) ([]appsv1.ControllerRevision, error) {
 	var newest int64
 	mine, last := -1, -1
 	for i, cr := range revs {
@@ -283,11 +283,11 @@ func (k *revisionKeeper) record(ctx context.Context, r *rules.Rule, written time
 	switch {
 	case mine >= 0 && revs[mine].Revision == newest:
 		return revs, nil
-	case last >= 0 && revs[last].Annotations[rules.AnnotationSourceFile] == r.Pos.File && writtenAt(revs[last]).After(written) && !written.IsZero():
+	case last >= 0 && revs[last].Annotations[rules.AnnotationSourceFile] == r.Pos.File && loadedAt(revs[last]).After(loaded) && !loaded.IsZero():
 		return revs, nil
 	case mine >= 0:
 		cr := revs[mine]
-		cr.Annotations = withWritten(cr.Annotations, written)
+		cr.Annotations = withLoadedAt(cr.Annotations, loaded)
 		if err := k.store.Renumber(ctx, cr, newest+1); apierrors.IsConflict(err) {
 			return revs, nil // another replica of a sharded group renumbered it
 		} else if err != nil {
@@ -301,7 +301,7 @@ func (k *revisionKeeper) record(ctx context.Context, r *rules.Rule, written time
 		labels[rules.LabelInstallation] = k.installation
 	}
 	name := k.name(r)
-	annotations := withWritten(map[string]string{rules.AnnotationRuleHash: r.Hash}, written)
+	annotations := withLoadedAt(map[string]string{rules.AnnotationRuleHash: r.Hash}, loaded)
 	if r.Pos.File != "" && !strings.HasPrefix(r.Pos.File, revisionSource) {
 		annotations[rules.AnnotationSourceFile] = r.Pos.File
 	}
@@ -314,33 +314,34 @@ func (k *revisionKeeper) record(ctx context.Context, r *rules.Rule, written time
 	return append(revs, appsv1.ControllerRevision{Revision: newest + 1}), nil
 }
 
-// writtenAt is when the file content cr's version came from was written
-// (rules.AnnotationSourceModified); zero when not recorded.
-func writtenAt(cr appsv1.ControllerRevision) time.Time {
-	t, _ := time.Parse(time.RFC3339Nano, cr.Annotations[rules.AnnotationSourceModified])
+// loadedAt is when the file content cr's version came from was first
+// read by the replica that recorded it (rules.AnnotationLoadedAt); zero
+// when not recorded.
+func loadedAt(cr appsv1.ControllerRevision) time.Time {
+	t, _ := time.Parse(time.RFC3339Nano, cr.Annotations[rules.AnnotationLoadedAt])
 	return t
 }
 
-// withWritten is annotations (a copy) with written recorded, when known.
-func withWritten(annotations map[string]string, written time.Time) map[string]string {
+// withLoadedAt is annotations (a copy) with loaded recorded, when known.
+func withLoadedAt(annotations map[string]string, loaded time.Time) map[string]string {
 	out := make(map[string]string, len(annotations)+1)
 	for k, v := range annotations {
 		out[k] = v
 	}
-	if !written.IsZero() {
-		out[rules.AnnotationSourceModified] = written.UTC().Format(time.RFC3339Nano)
+	if !loaded.IsZero() {
+		out[rules.AnnotationLoadedAt] = loaded.UTC().Format(time.RFC3339Nano)
 	}
 	return out
 }
 
 // newerRevision reports whether a is newer than b: numbered higher, or
 // numbered the same (two replicas recorded at once) and its content
-// written later.
+// loaded later.
 func newerRevision(a, b appsv1.ControllerRevision) bool {
 	if a.Revision != b.Revision {
 		return a.Revision > b.Revision
 	}
-	return writtenAt(a).After(writtenAt(b))
+	return loadedAt(a).After(loadedAt(b))
 }
 
 // Revision is one recorded version of a rule.

@@ -123,10 +123,10 @@ func TestUnrecordedRevisionOwed(t *testing.T) {
 
 // TestOlderVersionRecordedLate: a replica's recording of a file's version
 // that comes in after another replica recorded the file's next version —
-// written later — does not make the older the newest (the fault campaign
+// read later — does not make the older the newest (the fault campaign
 // found a recording slowed by the API server landing after the next
 // version's, and every replica running the version before for good once
-// the file broke); the same version written again later (a change
+// the file broke); the same version read again later (a change
 // undone) does.
 func TestOlderVersionRecordedLate(t *testing.T) {
 	env := testenv.Get(t)
@@ -146,19 +146,19 @@ func TestOlderVersionRecordedLate(t *testing.T) {
 		t.Fatal("recording failed")
 	}
 	if got := lastGoodSource(t, slow, l, file); got != want(2) {
-		t.Errorf("generation 1, recorded after generation 2 that was written later, made the newest: a start would run %s", got)
+		t.Errorf("generation 1, recorded after generation 2 that was read later, made the newest: a start would run %s", got)
 	}
 	if slow.keep(ctx, version(1, 3), nil) {
 		t.Fatal("recording generation 1 again failed")
 	}
 	if got := lastGoodSource(t, fast, l, file); got != want(1) {
-		t.Errorf("generation 1 written again after 2 is not the newest: a start would run %s", got)
+		t.Errorf("generation 1 read again after 2 is not the newest: a start would run %s", got)
 	}
 }
 
-// ruleVersion is generation gen of rule owed, in file, written at
-// written (zero: not known).
-func ruleVersion(t *testing.T, l *rules.Loader, file string, gen int, written time.Time) *rules.Set {
+// ruleVersion is generation gen of rule owed, in file, first read at
+// loaded (zero: not known).
+func ruleVersion(t *testing.T, l *rules.Loader, file string, gen int, loaded time.Time) *rules.Set {
 	t.Helper()
 	f, err := l.Parse(file, fmt.Appendf(nil, `apiVersion: syncloop.dev/v1alpha1
 kind: Rule
@@ -171,7 +171,7 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.Modified = written
+	f.LoadedAt = loaded
 	set, err := rules.NewSet(f)
 	if err != nil {
 		t.Fatal(err)

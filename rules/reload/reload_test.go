@@ -733,33 +733,26 @@ func TestModuleChangeReloads(t *testing.T) {
 	}
 }
 
-// TestFileWrittenAt: a file's version carries when its content was
-// written (its mtime), the order of versions replicas load; the same
-// bytes written again later are the version as of then — a change, not
-// parsed again (the same rules).
-func TestFileWrittenAt(t *testing.T) {
+// TestFileLoadedAt: a file's version carries when its content was first
+// read, the order of the versions replicas load; parsed again with the
+// same bytes (a CRD changed) it keeps it, and new bytes get a later one.
+func TestFileLoadedAt(t *testing.T) {
 	dir := t.TempDir()
 	f := filepath.Join(dir, "rules.yaml")
 	write(t, f, doc("r", 1))
-	first := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
-	if err := os.Chtimes(f, first, first); err != nil {
-		t.Fatal(err)
-	}
 	src := newSource(t, dir)
+	before := time.Now()
 	st := src.Load()
-	if got := st.Set.Files()[0].Modified; !got.Equal(first) {
-		t.Fatalf("written at %v, want %v", got, first)
+	first := st.Set.Files()[0].LoadedAt
+	if first.Before(before) || first.After(time.Now()) {
+		t.Fatalf("loaded at %v, not during the load", first)
 	}
-	rule := st.Set.Get("r")
-	later := first.Add(time.Minute)
-	if err := os.Chtimes(f, later, later); err != nil {
-		t.Fatal(err)
+	src.Invalidate()
+	if st := src.Load(); !st.Set.Files()[0].LoadedAt.Equal(first) {
+		t.Errorf("parsed again, unchanged: loaded at %v, want %v as first read", st.Set.Files()[0].LoadedAt, first)
 	}
-	st = src.Load()
-	if got := st.Set.Files()[0].Modified; !st.Changed || !got.Equal(later) || st.Set.Get("r") != rule {
-		t.Errorf("written again: changed %v, at %v, rule parsed again %v; want a change at %v, the same rule", st.Changed, got, st.Set.Get("r") != rule, later)
-	}
-	if st := src.Load(); st.Changed {
-		t.Error("unchanged since: a change")
+	write(t, f, doc("r", 2))
+	if st := src.Load(); !st.Set.Files()[0].LoadedAt.After(first) {
+		t.Errorf("changed: loaded at %v, not after %v", st.Set.Files()[0].LoadedAt, first)
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -85,6 +84,9 @@ type fileState struct {
 	asked       bool
 	fromEarlier *rules.File
 	recoverErr  error
+	// arrived is when the bytes summed arrivedSum were first read.
+	arrived    time.Time
+	arrivedSum [32]byte
 }
 
 // FileError is a file whose current content does not load. When LastGood
@@ -254,7 +256,7 @@ func (s *Source) Invalidate() {
 // read reads one file and parses it if its bytes changed; it reports
 // whether they did.
 func (s *Source) read(path string) bool {
-	data, modified, err := readFile(path)
+	data, err := os.ReadFile(path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		delete(s.files, path) // gone between listing and reading
@@ -279,26 +281,9 @@ func (s *Source) read(path string) bool {
 	}
 	// A rule file's modules are beside it: a changed one parses the file
 	// again (and its rules become new revisions).
-	return s.parse(path, append(data, modulesBeside(path)...), modified, func(path string, _ []byte) (*rules.File, error) {
+	return s.parse(path, append(data, modulesBeside(path)...), func(path string, _ []byte) (*rules.File, error) {
 		return s.loader.Parse(path, data)
 	})
-}
-
-// readFile reads path and when the content read was written: its mtime,
-// from the file read (a file renamed over it between a stat and a read
-// would pair one content with another's time).
-func readFile(path string) ([]byte, time.Time, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, time.Time{}, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, time.Time{}, err
-	}
-	data, err := io.ReadAll(f)
-	return data, fi.ModTime(), err
 }
 
 // modulesBeside is what the WebAssembly modules in path's directory hold
@@ -322,7 +307,7 @@ func modulesBeside(path string) []byte {
 // readTenant parses a tenant file, as a tenant rule file of its
 // namespace, if its bytes changed; it reports whether they did.
 func (s *Source) readTenant(tf TenantFile) bool {
-	return s.parse(tf.Path, tf.Data, time.Time{}, func(path string, data []byte) (*rules.File, error) {
+	return s.parse(tf.Path, tf.Data, func(path string, data []byte) (*rules.File, error) {
 		l, err := s.loader.ForTenant(tf.Namespace)
 		if err != nil {
 			return nil, err
@@ -341,28 +326,25 @@ func (s *Source) state(path string) *fileState {
 	return fs
 }
 
-// parse parses path's data, written at modified (zero: not known), with
-// parse unless its bytes are those parsed already; it reports whether
-// they changed. The same bytes written again (a change undone, a
-// ConfigMap volume rewritten) are the version as of then: not parsed
-// again, but a change.
-func (s *Source) parse(path string, data []byte, modified time.Time, parse func(string, []byte) (*rules.File, error)) bool {
+// parse parses path's data with parse unless its bytes are those parsed
+// already; it reports whether they changed. The version parsed is
+// stamped with when these bytes were first read (File.LoadedAt): parsed
+// again, unchanged (a CRD changed, a read of the cluster failed), it
+// keeps its stamp.
+func (s *Source) parse(path string, data []byte, parse func(string, []byte) (*rules.File, error)) bool {
 	fs := s.state(path)
 	sum := sha256.Sum256(data)
 	if sum == fs.sum && fs.gen != 0 && !rules.IsRetryable(fs.err) {
-		if fs.parsed == nil || fs.parsed.Modified.Equal(modified) {
-			return false
-		}
-		rewritten := *fs.parsed
-		rewritten.Modified = modified
-		fs.parsed = &rewritten
-		return true
+		return false
+	}
+	if sum != fs.arrivedSum || fs.arrived.IsZero() {
+		fs.arrived, fs.arrivedSum = time.Now(), sum
 	}
 	fs.sum, fs.gen, fs.asked = sum, s.gen, false
 	if fs.parsed, fs.err = parse(path, data); fs.err != nil {
 		fs.parsed = nil
 	} else {
-		fs.parsed.Modified = modified
+		fs.parsed.LoadedAt = fs.arrived
 	}
 	return true
 }
