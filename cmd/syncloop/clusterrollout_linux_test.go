@@ -47,27 +47,7 @@ func TestRolloutShardedByCluster(t *testing.T) {
 	sc := newShardCluster(t)
 	sc.rule = "staged"
 	ctx := t.Context()
-	// canary is the test's API server, main another.
-	mainEnv, err := testenv.Start(ctx, testenv.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(mainEnv.Stop)
-	clusters := map[string]kubernetes.Interface{"canary": sc.cs, "main": kubernetes.NewForConfigOrDie(mainEnv.Config())}
-	if _, err := clusters["main"].CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: sc.ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	for name, kc := range map[string]string{"canary": sc.env.Kubeconfig(), "main": mainEnv.Kubeconfig()} {
-		kubeconfig, err := os.ReadFile(kc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name + "-kubeconfig", Labels: map[string]string{rules.LabelClusterName: name}},
-			Data: map[string][]byte{fleet.KubeconfigKey: kubeconfig}}
-		if _, err := sc.cs.CoreV1().Secrets(sc.ns).Create(ctx, s, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	clusters := map[string]kubernetes.Interface{"canary": sc.cs, "main": fleetOfTwo(t, sc.env, sc.cs, sc.ns)}
 	rule := func(v, ready, rollout string) string {
 		return strings.NewReplacer("@NS@", sc.ns, "@V@", v, "@READY@", ready, "@ROLLOUT@", rollout).Replace(stagedRule)
 	}
@@ -129,4 +109,34 @@ func TestRolloutShardedByCluster(t *testing.T) {
 	}
 	markReady(t, sc.cs.CoreV1().ConfigMaps(sc.ns), "v2", canary[n-1:])
 	poll("every copy in main at v2", func() bool { return len(at("main", "v2")) == n })
+}
+
+// fleetOfTwo makes a fleet of two clusters for the rules of ns: canary,
+// the test's API server (env, cs), and main, a control plane of its own
+// (two Secrets of one API server are one cluster), each a kubeconfig
+// Secret in ns, and ns in main too. It returns main's clientset.
+func fleetOfTwo(t *testing.T, env *testenv.Env, cs kubernetes.Interface, ns string) kubernetes.Interface {
+	t.Helper()
+	ctx := t.Context()
+	mainEnv, err := testenv.Start(ctx, testenv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(mainEnv.Stop)
+	mainCS := kubernetes.NewForConfigOrDie(mainEnv.Config())
+	if _, err := mainCS.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for name, kc := range map[string]string{"canary": env.Kubeconfig(), "main": mainEnv.Kubeconfig()} {
+		kubeconfig, err := os.ReadFile(kc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name + "-kubeconfig", Labels: map[string]string{rules.LabelClusterName: name}},
+			Data: map[string][]byte{fleet.KubeconfigKey: kubeconfig}}
+		if _, err := cs.CoreV1().Secrets(ns).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return mainCS
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/syncloop/syncloop/engine/rollout"
 	"github.com/syncloop/syncloop/internal/fleet"
 	"github.com/syncloop/syncloop/internal/manager"
-	"github.com/syncloop/syncloop/internal/testenv"
 	"github.com/syncloop/syncloop/rules"
 	"github.com/syncloop/syncloop/rules/expr"
 )
@@ -121,28 +120,7 @@ func TestTraceFleetRollout(t *testing.T) {
 	env, cs, _ := clients(t)
 	ctx := t.Context()
 	ns := newNamespace(t, cs, "trace-rollout")
-	// canary is the test's own API server, main another: two Secrets of
-	// one API server are one cluster, whose children each prunes.
-	mainEnv, err := testenv.Start(ctx, testenv.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(mainEnv.Stop)
-	mainCS := kubernetes.NewForConfigOrDie(mainEnv.Config())
-	if _, err := mainCS.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	for name, kc := range map[string]string{"canary": env.Kubeconfig(), "main": mainEnv.Kubeconfig()} {
-		kubeconfig, err := os.ReadFile(kc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name + "-kubeconfig", Labels: map[string]string{rules.LabelClusterName: name}},
-			Data: map[string][]byte{fleet.KubeconfigKey: kubeconfig}}
-		if _, err := cs.CoreV1().Secrets(ns).Create(ctx, s, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	mainCS := fleetOfTwo(t, env, cs, ns)
 	rule := func(v string) string {
 		return strings.NewReplacer("@NS@", ns, "@V@", v).Replace(`apiVersion: syncloop.dev/v1alpha1
 kind: Rule
