@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -441,7 +442,11 @@ func FreeAddress() (string, error) {
 // a port the kernel hands out — to a listener on port 0, or to an
 // outgoing connection, of which the control plane makes many — can be
 // taken between this check and the caller's listen, and was: "bind:
-// address already in use" for a probe address in CI.
+// address already in use" for a probe address in CI. A port is handed
+// out once per process (a control plane started by one test drew the
+// port another test had just been given for its syncloop's metrics, not
+// bound yet), and each process draws from its own part of the range, by
+// its PID, so that the test binaries of two packages seldom draw alike.
 func freePorts(n int) ([]int, error) {
 	var ports []int
 	var ls []net.Listener
@@ -450,10 +455,17 @@ func freePorts(n int) ([]int, error) {
 			l.Close()
 		}
 	}()
+	handed.mu.Lock()
+	defer handed.mu.Unlock()
+	base := portsFrom + (os.Getpid()%portParts)*(portsSpan/portParts)
 	for tries := 0; len(ports) < n; tries++ {
 		addr := "127.0.0.1:0"
 		if tries < 100*n {
-			addr = "127.0.0.1:" + strconv.Itoa(20000+mrand.IntN(12000))
+			port := base + mrand.IntN(portsSpan/portParts)
+			if handed.ports[port] {
+				continue
+			}
+			addr = "127.0.0.1:" + strconv.Itoa(port)
 		}
 		l, err := net.Listen("tcp", addr)
 		if err != nil {
@@ -463,10 +475,26 @@ func freePorts(n int) ([]int, error) {
 			return nil, err
 		}
 		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		port := l.Addr().(*net.TCPAddr).Port
+		ports = append(ports, port)
+		handed.ports[port] = true
 	}
 	return ports, nil
 }
+
+// The ports freePorts draws from: portsSpan from portsFrom, in portParts
+// parts, one a process.
+const (
+	portsFrom = 20000
+	portsSpan = 12000
+	portParts = 6
+)
+
+// handed are the ports freePorts has handed out in this process.
+var handed = struct {
+	mu    sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
 
 // PIDs are the control plane's processes by name (etcd, kube-apiserver,
 // kube-controller-manager when it runs), for measuring what they use.
