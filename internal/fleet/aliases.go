@@ -41,7 +41,7 @@ func (inv *Inventory) alias(c *cluster) *cluster {
 	inv.mu.RLock()
 	defer inv.mu.RUnlock()
 	for _, other := range inv.clusters {
-		if other.secret != c.secret && other.server == c.server {
+		if other.source.Name != c.source.Name && other.server == c.server {
 			return other
 		}
 	}
@@ -55,7 +55,7 @@ func (a *cluster) olderThan(b *cluster) bool {
 	if !ta.Equal(&tb) {
 		return ta.Before(&tb)
 	}
-	return a.secret < b.secret
+	return a.source.Name < b.source.Name
 }
 
 // refuse leaves c, the cluster of a Secret, out of the inventory: holder,
@@ -63,10 +63,10 @@ func (a *cluster) olderThan(b *cluster) bool {
 // holder leaves (readmit).
 func (inv *Inventory) refuse(ctx context.Context, c, holder *cluster) {
 	inv.mu.Lock()
-	inv.refused[c.secret] = c.source
+	inv.refused[c.source.Name] = c.source
 	inv.mu.Unlock()
 	inv.invalid(ctx, c.source, c.Name, fmt.Errorf("its API server %s is cluster %q's already, whose Secret %s is older: one Secret per cluster (two names for one cluster would each prune the other's children)",
-		c.server, holder.Name, holder.secret))
+		c.server, holder.Name, holder.source.Name))
 }
 
 // readmit puts again the Secrets refused as another's cluster: that

@@ -82,8 +82,7 @@ type Inventory struct {
 
 // cluster is one cluster of the inventory and how it is reached.
 type cluster struct {
-	rules.Cluster        // written and read under the Inventory's mu
-	secret        string // the Secret's name
+	rules.Cluster // written and read under the Inventory's mu
 	// source is the Secret as it was read; server its API server
 	// (serverOf), one cluster's in the inventory.
 	source *corev1.Secret
@@ -272,8 +271,8 @@ func (inv *Inventory) put(ctx context.Context, obj any) {
 	inv.mu.RLock()
 	old := inv.clusters[cl.Name]
 	inv.mu.RUnlock()
-	if old != nil && old.secret != s.Name {
-		inv.invalid(ctx, s, cl.Name, fmt.Errorf("cluster %q is already the cluster of Secret %s: one Secret per cluster", cl.Name, old.secret))
+	if old != nil && old.source.Name != s.Name {
+		inv.invalid(ctx, s, cl.Name, fmt.Errorf("cluster %q is already the cluster of Secret %s: one Secret per cluster", cl.Name, old.source.Name))
 		return
 	}
 	if old != nil && old.remote.Version == version {
@@ -349,7 +348,7 @@ func (inv *Inventory) forgetSecret(secret string) string {
 	inv.mu.RLock()
 	name := ""
 	for n, c := range inv.clusters {
-		if c.secret == secret {
+		if c.source.Name == secret {
 			name = n
 		}
 	}
@@ -401,7 +400,7 @@ func (inv *Inventory) connect(cl rules.Cluster, s *corev1.Secret, version string
 	if err != nil {
 		return nil, fmt.Errorf("making a client from key %q: %w", KubeconfigKey, err)
 	}
-	c := &cluster{Cluster: cl, secret: s.Name, source: s, server: serverOf(cfg.Host), disc: disc}
+	c := &cluster{Cluster: cl, source: s, server: serverOf(cfg.Host), disc: disc}
 	c.remote = dynamic.Remote{Version: version, Client: client, Mapper: dynamic.NewMapper(disc, 0),
 		Down: c.isDown, Returns: c.returned, Failed: func(err error) { inv.failed(cl.Name, err) }}
 	return c, nil
