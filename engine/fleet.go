@@ -28,6 +28,9 @@ type Fleet interface {
 	// Reach is how to reach the cluster named name; false when the
 	// inventory has none of that name.
 	Reach(name string) (dynamic.Remote, bool)
+	// LeftOut says why a cluster a Secret names is not in the inventory
+	// (its kubeconfig was refused), or nil.
+	LeftOut(name string) error
 	// Subscribe has f called, without blocking, whenever the inventory
 	// changes or a cluster stops or starts answering.
 	Subscribe(f func()) (cancel func())
@@ -346,6 +349,8 @@ func (lf *loopFleet) placeOf(cluster string) (*place, *render.UnreachableError) 
 		why := "it is not in the inventory"
 		if _, ok := lf.fleet.Reach(cluster); ok {
 			why = "syncloop is connecting to it"
+		} else if err := lf.fleet.LeftOut(cluster); err != nil {
+			why = err.Error()
 		}
 		return nil, &render.UnreachableError{Cluster: cluster, Why: why}
 	}

@@ -399,8 +399,12 @@ func TestChartTemplate(t *testing.T) {
 			t.Errorf("the cluster inventory rendered although disabled: %q", args)
 		}
 		r = template(t, "--set", "clusters.enabled=true,clusters.namespace=fleet")
-		if args := strings.Join(podSpec(t, r).Containers[0].Args, " "); !strings.Contains(args, "--clusters-namespace=fleet") {
-			t.Errorf("args %q lack --clusters-namespace=fleet", args)
+		if args := strings.Join(podSpec(t, r).Containers[0].Args, " "); !strings.Contains(args, "--clusters-namespace=fleet") || strings.Contains(args, "--insecure-kubeconfig") {
+			t.Errorf("args %q: want --clusters-namespace=fleet and no --insecure-kubeconfig-* flag by default", args)
+		}
+		insecure := template(t, "--set", "clusters.enabled=true,clusters.insecureKubeconfigExec=true,clusters.insecureKubeconfigTLS=true,clusters.insecureKubeconfigProxy=true")
+		if args := strings.Join(podSpec(t, insecure).Containers[0].Args, " "); !strings.Contains(args, "--insecure-kubeconfig-exec --insecure-kubeconfig-tls --insecure-kubeconfig-proxy") {
+			t.Errorf("args %q lack the --insecure-kubeconfig-* flags their values turn on", args)
 		}
 		role := r.get(t, "Role", "rel-syncloop-clusters")
 		rules, _, _ := unstructured.NestedSlice(role.Object, "rules")

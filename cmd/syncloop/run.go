@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/syncloop/syncloop/internal/fleet"
 	"github.com/syncloop/syncloop/internal/manager"
 	"github.com/syncloop/syncloop/rules"
 )
@@ -28,8 +29,9 @@ type clusterFlags struct {
 	manageCRDs     bool
 	// migrationQPS is run's --storage-migration-qps.
 	migrationQPS float64
-	// clustersNamespace is where the cluster inventory's Secrets are.
-	clustersNamespace string
+	// clusters are where the cluster inventory's Secrets are, and what
+	// their kubeconfigs may do.
+	clusters manager.Clusters
 }
 
 func (f *clusterFlags) register(cmd *cobra.Command) {
@@ -42,9 +44,14 @@ func (f *clusterFlags) register(cmd *cobra.Command) {
 }
 
 // registerClustersNamespace adds --clusters-namespace, where the fleet's
-// kubeconfig Secrets are.
+// kubeconfig Secrets are, and the --insecure-kubeconfig-* flags, what they
+// may do besides inline credentials: run, plan and trace read them alike.
 func (f *clusterFlags) registerClustersNamespace(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.clustersNamespace, "clusters-namespace", "", "namespace of the cluster inventory: the kubeconfig Secrets labelled "+rules.LabelClusterName+" (key value, as Cluster API writes them) of the clusters rules put children in with clusters: (default: syncloop's namespace, run's --leader-elect-namespace, plan's and trace's --syncloop-namespace)")
+	trust := &f.clusters.Trust
+	cmd.Flags().BoolVar(&trust.Exec, strings.TrimPrefix(fleet.FlagExec, "--"), false, "INSECURE: let the fleet's kubeconfig Secrets run exec and auth-provider plugins and read files (tokenFile, client-certificate, client-key, certificate-authority): whoever may write a Secret in --clusters-namespace may then run a program as syncloop and read its files, its ServiceAccount token included")
+	cmd.Flags().BoolVar(&trust.TLS, strings.TrimPrefix(fleet.FlagTLS, "--"), false, "INSECURE: let the fleet's kubeconfig Secrets skip TLS verification (insecure-skip-tls-verify) and name plain http servers: syncloop's requests to those clusters, their credentials included, may be read and answered by anyone on the way")
+	cmd.Flags().BoolVar(&trust.Proxy, strings.TrimPrefix(fleet.FlagProxy, "--"), false, "INSECURE: let the fleet's kubeconfig Secrets send syncloop's requests through a proxy (proxy-url) of the Secret writer's choosing, credentials included")
+	cmd.Flags().StringVar(&f.clusters.Namespace, "clusters-namespace", "", "namespace of the cluster inventory: the kubeconfig Secrets labelled "+rules.LabelClusterName+" (key value, as Cluster API writes them) of the clusters rules put children in with clusters: (default: syncloop's namespace, run's --leader-elect-namespace, plan's and trace's --syncloop-namespace)")
 }
 
 // registerKubeconfig adds only --kubeconfig and --context, for commands
@@ -239,7 +246,7 @@ func (f *runFlags) options(cmd *cobra.Command) (manager.Options, error) {
 		// syncloop's own objects live with its Leases.
 		SyncloopNamespace: leaseNS,
 		RulesConfigMap:    f.rulesConfigMap,
-		ClustersNamespace: f.cf.clustersNamespace,
+		Clusters:          f.cf.clusters,
 		// Rules act as it unless they name a ServiceAccount of their own.
 		Identities: manager.Identities{Default: defaultSA, Tenants: f.tenantRules},
 	}, nil

@@ -64,7 +64,7 @@ Exit status: 0 when every resource is ready, 3 when one is not, 1 on error.`,
 			}
 			rf.home = cmp.Or(syncloopNamespace, cf.namespace())
 			o := manager.TraceOptions{Resource: args[0], Name: args[1], Namespace: cmp.Or(namespace, cf.namespace()),
-				SyncloopNamespace: rf.home, Installation: rf.installation, Events: events, ClustersNamespace: cf.clustersNamespace}
+				SyncloopNamespace: rf.home, Installation: rf.installation, Events: events, Clusters: cf.clusters}
 			return runTrace(cmd, &rf, &cf, o, output, watch, timeout)
 		},
 	}

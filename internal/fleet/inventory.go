@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -18,7 +17,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
@@ -52,6 +50,9 @@ type Options struct {
 	// ProbeInterval is how often a cluster found not answering is asked
 	// again (GET /readyz) until it answers; 0: 2 seconds.
 	ProbeInterval time.Duration
+	// Trust is what a kubeconfig may do beyond inline credentials: by
+	// default nothing (kubeconfig.go).
+	Trust Trust
 }
 
 // Inventory is syncloop's fleet: the kubeconfig Secrets in one namespace
@@ -71,6 +72,8 @@ type Inventory struct {
 	// refused are the Secrets left out as another's cluster (its API
 	// server), by name: put again when the clusters change (readmit).
 	refused map[string]*corev1.Secret
+	// leftOut are the Secrets left out of the inventory and why, by name.
+	leftOut map[string]refusal
 	subs    map[int]func()
 	nextSub int
 	ctx     context.Context // Run's: the probes' parent
@@ -102,7 +105,7 @@ func New(core kubernetes.Interface, namespace string, o Options) *Inventory {
 	if o.ProbeInterval == 0 {
 		o.ProbeInterval = 2 * time.Second
 	}
-	return &Inventory{core: core, namespace: namespace, opts: o, clusters: map[string]*cluster{}, refused: map[string]*corev1.Secret{}, subs: map[int]func(){},
+	return &Inventory{core: core, namespace: namespace, opts: o, clusters: map[string]*cluster{}, refused: map[string]*corev1.Secret{}, leftOut: map[string]refusal{}, subs: map[int]func(){},
 		ctx: context.Background(), synced: func() bool { return false }, wanted: make(chan struct{})}
 }
 
@@ -194,6 +197,38 @@ func (inv *Inventory) Reach(name string) (dynamic.Remote, bool) {
 	return c.remote, true
 }
 
+// refusal is a Secret left out of the inventory: the cluster it names,
+// and why.
+type refusal struct {
+	cluster, secret string
+	err             error
+}
+
+// LeftOut says why the cluster named name is not in the inventory though
+// a Secret names it — its kubeconfig was refused or made no client,
+// another Secret has its API server — or nil if no Secret naming it was
+// left out. It holds nothing of what a kubeconfig holds.
+func (inv *Inventory) LeftOut(name string) error {
+	inv.mu.RLock()
+	defer inv.mu.RUnlock()
+	var secrets []string
+	var errs []error
+	for _, r := range inv.leftOut {
+		if r.cluster == name {
+			secrets = append(secrets, r.secret)
+			errs = append(errs, r.err)
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	if len(errs) > 1 {
+		slices.Sort(secrets)
+		return fmt.Errorf("its kubeconfig Secrets %s were left out", strings.Join(secrets, ", "))
+	}
+	return fmt.Errorf("its kubeconfig Secret %s was left out: %w", secrets[0], errs[0])
+}
+
 // Unreachable are the clusters that do not answer now, by name.
 func (inv *Inventory) Unreachable() []string {
 	var out []string
@@ -263,6 +298,9 @@ func (inv *Inventory) put(ctx context.Context, obj any) {
 	}
 	cl, ok := rules.ClusterOf(s)
 	if !ok {
+		inv.mu.Lock()
+		delete(inv.leftOut, s.Name)
+		inv.mu.Unlock()
 		inv.forgetSecret(s.Name)
 		return
 	}
@@ -309,6 +347,7 @@ func (inv *Inventory) put(ctx context.Context, obj any) {
 	inv.mu.Lock()
 	inv.clusters[cl.Name] = c
 	delete(inv.refused, s.Name)
+	delete(inv.leftOut, s.Name)
 	inv.mu.Unlock()
 	logger.Info("Cluster in the inventory", "labels", cl.Labels, "server", c.hostOf())
 	inv.changed()
@@ -335,6 +374,7 @@ func (inv *Inventory) remove(ctx context.Context, obj any) {
 	}
 	inv.mu.Lock()
 	delete(inv.refused, s.Name)
+	delete(inv.leftOut, s.Name)
 	inv.mu.Unlock()
 	if name := inv.forgetSecret(s.Name); name != "" {
 		klog.FromContext(ctx).Info("Cluster left the inventory: its children there stay as they are", "cluster", name, "secret", klog.KObj(s))
@@ -369,6 +409,9 @@ func (inv *Inventory) forget(name string) {
 // invalid reports a kubeconfig Secret that makes no client: a Warning
 // Event on it and the metric. err never holds the kubeconfig's contents.
 func (inv *Inventory) invalid(ctx context.Context, s *corev1.Secret, name string, err error) {
+	inv.mu.Lock()
+	inv.leftOut[s.Name] = refusal{cluster: name, secret: s.Namespace + "/" + s.Name, err: err}
+	inv.mu.Unlock()
 	klog.FromContext(ctx).Error(err, "Kubeconfig Secret left out of the inventory", "cluster", name, "secret", klog.KObj(s))
 	if inv.opts.Recorder != nil {
 		inv.opts.Recorder.Eventf(s, corev1.EventTypeWarning, ReasonBadKubeconfig, "cluster %q left out of syncloop's inventory: %v", name, err)
@@ -385,7 +428,7 @@ func (inv *Inventory) connect(cl rules.Cluster, s *corev1.Secret, version string
 	if len(kubeconfig) == 0 {
 		return nil, fmt.Errorf("the Secret has no key %q holding a kubeconfig", KubeconfigKey)
 	}
-	cfg, err := restConfig(kubeconfig)
+	cfg, err := restConfig(kubeconfig, inv.opts.Trust)
 	if err != nil {
 		return nil, err
 	}
@@ -404,39 +447,6 @@ func (inv *Inventory) connect(cl rules.Cluster, s *corev1.Secret, version string
 	c.remote = dynamic.Remote{Version: version, Client: client, Mapper: dynamic.NewMapper(disc, 0),
 		Down: c.isDown, Returns: c.returned, Failed: func(err error) { inv.failed(cl.Name, err) }}
 	return c, nil
-}
-
-// yamlLine finds where a YAML error is, without what is there.
-var yamlLine = regexp.MustCompile(`line \d+`)
-
-// restConfig loads a kubeconfig's current context. Its errors say where
-// and what is wrong, never what the kubeconfig holds: a YAML error is
-// reduced to its line.
-func restConfig(kubeconfig []byte) (*rest.Config, error) {
-	raw, err := clientcmd.Load(kubeconfig)
-	if err != nil {
-		where := yamlLine.FindString(err.Error())
-		if where == "" {
-			where = "somewhere"
-		}
-		return nil, fmt.Errorf("key %q is not a kubeconfig: it does not parse (%s)", KubeconfigKey, where)
-	}
-	cfg, err := clientcmd.NewDefaultClientConfig(*raw, &clientcmd.ConfigOverrides{}).ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("the kubeconfig in key %q makes no client: %s", KubeconfigKey, redact(err.Error(), kubeconfig))
-	}
-	return cfg, nil
-}
-
-// redact blanks out of msg anything of at least 8 characters that the
-// kubeconfig holds as a value: a token, a password, a key.
-func redact(msg string, kubeconfig []byte) string {
-	for _, f := range strings.FieldsFunc(string(kubeconfig), func(r rune) bool { return r == ' ' || r == '\n' || r == '"' || r == '\'' || r == ':' }) {
-		if len(f) >= 8 && strings.Contains(msg, f) {
-			msg = strings.ReplaceAll(msg, f, "[redacted]")
-		}
-	}
-	return msg
 }
 
 func versionOf(kubeconfig []byte) string {

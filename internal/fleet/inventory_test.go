@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -124,14 +125,22 @@ func TestInventory(t *testing.T) {
 	noContext := strings.Replace(string(kubeconfig), "current-context: testenv", "current-context: "+token, 1)
 	put("north", map[string]string{rules.LabelClusterName: "north"}, []byte(noContext))
 	put("south", map[string]string{rules.LabelClusterName: "south"}, nil)
+	// The attack: a kubeconfig that runs a shell as syncloop. Its labels
+	// would satisfy a rule's selector; it never makes a client.
+	marker := filepath.Join(t.TempDir(), "ran")
+	shell := strings.Replace(string(kubeconfig), "    token: ", "    exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/sh, args: [-c, 'touch "+marker+"'], interactiveMode: Never}\n    token: ", 1)
+	if shell == string(kubeconfig) {
+		t.Fatalf("the kubeconfig has no token to put an exec beside:\n%s", kubeconfig)
+	}
+	put("evil", map[string]string{rules.LabelClusterName: "evil", "env": "prod"}, []byte(shell))
 	var events []string
-	eventually("three BadKubeconfig Events", func() bool {
+	eventually("four BadKubeconfig Events", func() bool {
 		select {
 		case e := <-recorder.Events:
 			events = append(events, e)
 		default:
 		}
-		return len(events) == 3
+		return len(events) == 4
 	})
 	for _, e := range events {
 		if !strings.HasPrefix(e, "Warning "+ReasonBadKubeconfig+" ") || strings.Contains(e, token) {
@@ -139,15 +148,25 @@ func TestInventory(t *testing.T) {
 		}
 	}
 	joined := strings.Join(events, "\n")
-	for _, want := range []string{`cluster "west"`, "does not parse (line", `cluster "north"`, `cluster "south"`, `no key "value"`} {
+	for _, want := range []string{`cluster "west"`, "does not parse (line", `cluster "north"`, `cluster "south"`, `no key "value"`,
+		`cluster "evil"`, "exec: a kubeconfig from a Secret may not run a program", FlagExec + " allows it"} {
 		if !strings.Contains(joined, want) {
 			t.Errorf("events lack %q:\n%s", want, joined)
 		}
 	}
-	for _, c := range []string{"west", "north", "south"} {
+	for _, c := range []string{"west", "north", "south", "evil"} {
 		if counts.of(c) != 1 || labelsOf(c) != nil {
 			t.Errorf("cluster %s: counted %d, in the inventory %v", c, counts.of(c), labelsOf(c) != nil)
 		}
+	}
+	if err := inv.LeftOut("evil"); err == nil || !strings.Contains(err.Error(), "evil-kubeconfig was left out") || !strings.Contains(err.Error(), FlagExec) {
+		t.Errorf("LeftOut(evil) = %v, want its Secret and the flag named", err)
+	}
+	if _, ok := inv.Reach("evil"); ok {
+		t.Error("a kubeconfig that runs a program is reached")
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the kubeconfig's command ran")
 	}
 
 	if err := cs.CoreV1().Secrets(ns.Name).Delete(t.Context(), "east-kubeconfig", metav1.DeleteOptions{}); err != nil {

@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 
@@ -12,13 +13,14 @@ import (
 )
 
 // newInventory is the cluster inventory of the kubeconfig Secrets in
-// namespace: clients to the clusters rules put children in, made with
-// the client-side limits of syncloop's own (cfg). It lists nothing until
-// a rule targets clusters.
-func newInventory(c *Clients, namespace string, recorder record.EventRecorder, m fleet.Metrics) *fleet.Inventory {
-	home := c.Config
-	return fleet.New(c.Core, namespace, fleet.Options{Recorder: recorder, Metrics: m, Configure: func(cfg *rest.Config) {
-		cfg.QPS, cfg.Burst, cfg.UserAgent = home.QPS, home.Burst, home.UserAgent
+// o.Namespace (home's when empty): clients to the clusters rules put
+// children in, made with the client-side limits of syncloop's own (cfg),
+// of kubeconfigs that do no more than o.Trust allows. It lists nothing
+// until a rule targets clusters.
+func newInventory(c *Clients, o Clusters, home string, recorder record.EventRecorder, m fleet.Metrics) *fleet.Inventory {
+	own := c.Config
+	return fleet.New(c.Core, cmp.Or(o.Namespace, home), fleet.Options{Recorder: recorder, Metrics: m, Trust: o.Trust, Configure: func(cfg *rest.Config) {
+		cfg.QPS, cfg.Burst, cfg.UserAgent = own.QPS, own.Burst, own.UserAgent
 	}})
 }
 

@@ -68,9 +68,19 @@ type Options struct {
 	CRDs CRDs
 	// Identities say who rules act as, and whose rules are read.
 	Identities Identities
-	// ClustersNamespace is where the kubeconfig Secrets of the cluster
-	// inventory are ("": SyncloopNamespace).
-	ClustersNamespace string
+	// Clusters say where the cluster inventory's kubeconfig Secrets are
+	// and what they may do.
+	Clusters Clusters
+}
+
+// Clusters say where the kubeconfig Secrets of the cluster inventory are
+// and what a kubeconfig there may do beyond inline credentials.
+type Clusters struct {
+	// Namespace holds the kubeconfig Secrets ("": SyncloopNamespace).
+	Namespace string
+	// Trust is what they may do besides inline credentials (the
+	// --insecure-kubeconfig-* flags): nothing by default.
+	Trust fleet.Trust
 }
 
 // Identities say who rules act as, and whether the tenants' rules are
@@ -200,7 +210,7 @@ func newProcess(ctx context.Context, o Options) (*process, error) {
 	if p.rules.tenants != nil {
 		p.rules.tenants.recorder = recorder
 	}
-	p.fleet = newInventory(p.clients, cmp.Or(o.ClustersNamespace, o.SyncloopNamespace), recorder, fleetMetrics(p))
+	p.fleet = newInventory(p.clients, o.Clusters, o.SyncloopNamespace, recorder, fleetMetrics(p))
 	eo := engine.Options{
 		Fleet:        p.fleet,
 		Client:       p.clients.Dynamic,

@@ -1,7 +1,6 @@
 package manager
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -33,10 +32,10 @@ type PlanOptions struct {
 	Revisions         *rules.Loader
 	SyncloopNamespace string
 	Installation      string
-	// ClustersNamespace is where the kubeconfig Secrets of the cluster
-	// inventory are: the children rules put in those clusters are
-	// planned there ("": SyncloopNamespace).
-	ClustersNamespace string
+	// Clusters say where the kubeconfig Secrets of the cluster inventory
+	// are, and what they may do: the children rules put in those
+	// clusters are planned there, as run would reach them.
+	Clusters Clusters
 	// Progress, when set, is called every ProgressInterval while the
 	// triggers are planned: how many are done and how many are queued.
 	Progress func(planned, queued int64)
@@ -58,7 +57,7 @@ func Plan(ctx context.Context, c *Clients, set *rules.Set, o PlanOptions) (actio
 	// A rule whose CRD is to be created has no triggers yet.
 	created := newCRDKeeper(c, !o.NoManageCRDs).plan(set, printer)
 	set = set.Only(func(r *rules.Rule) bool { return !created[r.Name] })
-	inventory := newInventory(c, cmp.Or(o.ClustersNamespace, o.SyncloopNamespace), nil, nil)
+	inventory := newInventory(c, o.Clusters, o.SyncloopNamespace, nil, nil)
 	ictx, stopInventory := context.WithCancel(ctx)
 	defer stopInventory()
 	runInventory(ictx, inventory) // it lists only if a rule targets clusters

@@ -35,9 +35,10 @@ type TraceOptions struct {
 	Installation      string
 	// Events is how many of the trigger's last Events to show.
 	Events int
-	// ClustersNamespace is where the kubeconfig Secrets of the fleet are,
-	// read when a rule targets clusters ("": SyncloopNamespace).
-	ClustersNamespace string
+	// Clusters say where the kubeconfig Secrets of the fleet are, read
+	// when a rule targets clusters, and what they may do, as run reads
+	// them.
+	Clusters Clusters
 }
 
 // TraceReport is what syncloop did to one trigger and why it waits.

@@ -1,7 +1,6 @@
 package manager
 
 import (
-	"cmp"
 	"context"
 	"slices"
 
@@ -22,12 +21,12 @@ type tracedFleet struct {
 }
 
 // traceFleet reads the fleet if a rule of ruleSet targets clusters: the
-// kubeconfig Secrets in o.ClustersNamespace (default: syncloop's).
+// kubeconfig Secrets in o.Clusters.Namespace (default: syncloop's).
 func traceFleet(ctx context.Context, c *Clients, o TraceOptions, ruleSet []tracedRule) (*tracedFleet, error) {
 	if !slices.ContainsFunc(ruleSet, func(tr tracedRule) bool { return tr.rule.TargetsClusters() }) {
 		return nil, nil
 	}
-	inv := newInventory(c, cmp.Or(o.ClustersNamespace, o.SyncloopNamespace), nil, nil)
+	inv := newInventory(c, o.Clusters, o.SyncloopNamespace, nil, nil)
 	if err := inv.Load(ctx); err != nil {
 		return nil, err
 	}
@@ -66,7 +65,11 @@ func (f *tracedFleet) unreachable(cluster string) error {
 		return &render.UnreachableError{Cluster: cluster, Why: f.down[cluster].Error()}
 	}
 	if _, ok := f.inv.Reach(cluster); !ok {
-		return &render.UnreachableError{Cluster: cluster, Why: "it is not in the inventory"}
+		why := "it is not in the inventory"
+		if err := f.inv.LeftOut(cluster); err != nil {
+			why = err.Error()
+		}
+		return &render.UnreachableError{Cluster: cluster, Why: why}
 	}
 	return nil
 }
