@@ -57,6 +57,39 @@ type place struct {
 	leave *leaves
 	// returns is the cluster's Returns when the place was made.
 	returns int
+	// slots are the rule's workers that may wait on the cluster at once
+	// (take).
+	slots chan struct{}
+}
+
+// A cluster that hangs holds the workers that wait on it, each up to a
+// request's deadline (dynamic.Bounds). So no more than a share of a
+// rule's workers may wait on one cluster at once: the rule's other
+// triggers, its children at home and in the other clusters go on. A
+// reconcile that finds no slot free within slotWait leaves its children
+// there waiting, as for a cluster that does not answer.
+const (
+	clusterShare = 4 // a cluster holds at most a quarter of the workers
+	slotWait     = time.Second
+)
+
+// take takes one of p's slots, or is false when none is free within
+// slotWait (or ctx ends); release gives it back.
+func (p *place) take(ctx context.Context) (release func(), ok bool) {
+	t := time.NewTimer(slotWait)
+	defer t.Stop()
+	select {
+	case p.slots <- struct{}{}:
+		return func() { <-p.slots }, true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return nil, false
+}
+
+// busy is why a reconcile found no slot of p's.
+func (p *place) busy() *render.UnreachableError {
+	return &render.UnreachableError{Cluster: p.cluster, Why: fmt.Sprintf("%d of the rule's workers wait on it already: it answers too slowly", cap(p.slots))}
 }
 
 // stale reports whether p is to be made anew for remote: a new
@@ -134,7 +167,8 @@ const retryPlaces = 10 * time.Second
 
 // run keeps the places in line with the inventory until ctx ends, and
 // queues every trigger when it changes: children wait for a cluster that
-// returns, go to one that joins a selector.
+// returns, go to one that joins a selector. Each step contains a panic
+// (PanicLoop): the step fails, the places and the loop go on.
 func (lf *loopFleet) run(ctx context.Context) {
 	cancel := lf.fleet.Subscribe(func() {
 		select {
@@ -144,18 +178,7 @@ func (lf *loopFleet) run(ctx context.Context) {
 	})
 	defer cancel()
 	defer lf.stopAll()
-	wctx, wcancel := context.WithTimeout(ctx, placeTimeout)
-	if lf.fleet.WaitForSync(wctx) {
-		lf.sync(ctx)
-		for _, p := range lf.each() {
-			for _, ck := range p.w.children {
-				if ck.sub != nil {
-					synced(wctx, ck.sub)
-				}
-			}
-		}
-	}
-	wcancel()
+	lf.l.step(ctx, lf.first)
 	close(lf.ready)
 	t := time.NewTicker(retryPlaces)
 	defer t.Stop()
@@ -166,22 +189,46 @@ func (lf *loopFleet) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-lf.poke: // the inventory changed, a cluster stopped or started answering, a place listed
-			lf.sync(ctx)
-			lf.l.addAll()
+			lf.l.step(ctx, lf.resync)
 		case <-t.C:
-			if lf.sync(ctx) {
-				lf.l.addAll()
-			}
+			lf.l.step(ctx, func(ctx context.Context) {
+				if lf.sync(ctx) {
+					lf.l.addAll()
+				}
+			})
 		case <-sweeps.C:
 			select {
 			case <-lf.poke: // what changed first: its triggers are queued before any sweep
-				lf.sync(ctx)
-				lf.l.addAll()
+				lf.l.step(ctx, lf.resync)
 			default:
-				lf.sweep(ctx)
+				lf.l.step(ctx, lf.sweep)
 			}
 		}
 	}
+}
+
+// first makes the places of the inventory's clusters once it is
+// complete, and waits for their informers to list (or placeTimeout).
+func (lf *loopFleet) first(ctx context.Context) {
+	wctx, wcancel := context.WithTimeout(ctx, placeTimeout)
+	defer wcancel()
+	if !lf.fleet.WaitForSync(wctx) {
+		return
+	}
+	lf.sync(ctx)
+	for _, p := range lf.each() {
+		for _, ck := range p.w.children {
+			if ck.sub != nil {
+				synced(wctx, ck.sub)
+			}
+		}
+	}
+}
+
+// resync brings the places in line and queues every trigger.
+func (lf *loopFleet) resync(ctx context.Context) {
+	lf.sync(ctx)
+	lf.l.addAll()
 }
 
 // sync makes a place for every cluster the rule may target, remakes the
@@ -246,7 +293,7 @@ const placeTimeout = 10 * time.Second
 func (lf *loopFleet) newPlace(ctx context.Context, name string, remote dynamic.Remote) *place {
 	l := lf.l
 	a := l.e.actors.remotes.of(name, remote, l.e.actors)
-	p := &place{cluster: name, remote: remote, leave: newLeaves()}
+	p := &place{cluster: name, remote: remote, leave: newLeaves(), slots: make(chan struct{}, max(1, l.rule.Workers/clusterShare))}
 	if remote.Returns != nil {
 		p.returns = remote.Returns()
 	}

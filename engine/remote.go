@@ -33,8 +33,7 @@ func (a *applier) applyRemote(ctx context.Context, child render.Child) (map[stri
 	}
 	p, uerr := a.rc.placeOf(child.Cluster)
 	if uerr != nil {
-		a.unreachable = true
-		return nil, uerr
+		return nil, a.waitFor(child, uerr)
 	}
 	ref := refOf(child.Object)
 	if a.remote == nil {
@@ -44,13 +43,25 @@ func (a *applier) applyRemote(ctx context.Context, child render.Child) (map[stri
 		a.remote[child.Cluster] = map[childRef]bool{}
 	}
 	a.remote[child.Cluster][ref] = true
+	release, ok := p.take(ctx)
+	if !ok {
+		return nil, a.waitFor(child, p.busy())
+	}
+	defer release()
 	out, err := p.rc.applyChild(ctx, a.ch, a.trigger, child)
 	if dynamic.NoAnswer(err) && ctx.Err() == nil {
 		p.noAnswer(ctx, err)
-		a.unreachable = true
-		return nil, &render.UnreachableError{Cluster: child.Cluster, Why: err.Error()}
+		return nil, a.waitFor(child, &render.UnreachableError{Cluster: child.Cluster, Why: err.Error()})
 	}
 	return out, err
+}
+
+// waitFor leaves child as it is in a cluster it cannot reach now, says
+// so (a plan lists it as waiting), and returns why.
+func (a *applier) waitFor(child render.Child, ue *render.UnreachableError) *render.UnreachableError {
+	a.unreachable = true
+	a.rc.out.unreachable(a.trigger, child, ue)
+	return ue
 }
 
 // placeOf is the place of cluster, or why it cannot be reached.
@@ -107,12 +118,25 @@ func (rc *reconciler) pruneRemote(ctx context.Context, ch *changes, ref rules.Ob
 		if len(existing) == 0 {
 			continue
 		}
-		if err := p.rc.prune(ctx, ch, ref, owner, existing, want, keep); err != nil {
-			p.noAnswer(ctx, err)
+		if err := p.pruneIn(ctx, ch, ref, owner, existing, want, keep); err != nil {
 			errs = append(errs, fmt.Errorf("in cluster %q: %w", p.cluster, err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// pruneIn prunes the trigger's children in p's cluster that are not in
+// want, holding one of p's slots: none free, it fails (the trigger is
+// tried again), and the children stay as they are meanwhile.
+func (p *place) pruneIn(ctx context.Context, ch *changes, ref rules.ObjectRef, owner string, existing []object, want map[childRef]bool, keep map[string]bool) error {
+	release, ok := p.take(ctx)
+	if !ok {
+		return p.busy()
+	}
+	defer release()
+	err := p.rc.prune(ctx, ch, ref, owner, existing, want, keep)
+	p.noAnswer(ctx, err)
+	return err
 }
 
 // remoteWant is what a reconcile that rendered rd keeps of the trigger's

@@ -374,6 +374,9 @@ func (r *recorder) tearingDown(trigger *unstructured.Unstructured, msg string) {
 func (r *recorder) wait(_ *unstructured.Unstructured, st *render.ResourceState) {
 	r.note("wait %s", st.Resource.ID)
 }
+func (r *recorder) unreachable(_ *unstructured.Unstructured, child render.Child, ue *render.UnreachableError) {
+	r.note("unreachable %s in %s: %s", child.Object.GetName(), ue.Cluster, ue.Why)
+}
 func (r *recorder) conflict(_ *unstructured.Unstructured, ce *render.ConflictError) {
 	r.note("conflict %s %s: %s", ce.Object.Kind, ce.Object.Name, ce.Why)
 }

@@ -51,6 +51,9 @@ type writer interface {
 	held(trigger *unstructured.Unstructured, h leaveHold)
 	// wait notes a resource left unapplied until one it reads is ready.
 	wait(trigger *unstructured.Unstructured, st *render.ResourceState)
+	// unreachable notes a child left as it is in a cluster it cannot
+	// reach now (ue says which and why).
+	unreachable(trigger *unstructured.Unstructured, child render.Child, ue *render.UnreachableError)
 	// conflict notes a child left unapplied: an object syncloop may not
 	// take over holds its name.
 	conflict(trigger *unstructured.Unstructured, ce *render.ConflictError)
@@ -248,6 +251,12 @@ func (lw *liveWriter) wait(*unstructured.Unstructured, *render.ResourceState) {
 	lw.metrics.Write(lw.rule, ActionWait)
 }
 
+// unreachable is the trigger's Ready condition's (ClusterUnreachable)
+// and the metric's.
+func (lw *liveWriter) unreachable(*unstructured.Unstructured, render.Child, *render.UnreachableError) {
+	lw.metrics.Write(lw.rule, ActionWait)
+}
+
 func (lw *liveWriter) conflict(trigger *unstructured.Unstructured, ce *render.ConflictError) {
 	lw.metrics.Write(lw.rule, ActionConflict)
 	lw.event(trigger, corev1.EventTypeWarning, render.ReasonChildConflict, ce.Error())
@@ -387,6 +396,13 @@ func (pw *planWriter) wait(trigger *unstructured.Unstructured, st *render.Resour
 	pw.plan.Plan(Action{Action: ActionWait, Rule: pw.rule, Trigger: rules.RefOf(trigger), Resource: res.ID,
 		Object: rules.ObjectRef{APIVersion: res.APIVersion, Kind: kind, Namespace: res.LiteralNamespace, Name: res.LiteralName},
 		Reason: st.Why})
+}
+
+// unreachable plans a child in a cluster that cannot be reached as a
+// wait: what it would write there is not known, and is not nothing.
+func (pw *planWriter) unreachable(trigger *unstructured.Unstructured, child render.Child, ue *render.UnreachableError) {
+	pw.plan.Plan(Action{Action: ActionWait, Rule: pw.rule, Trigger: rules.RefOf(trigger), Resource: child.ResourceID,
+		Object: objectRef(child.Object), Cluster: ue.Cluster, Reason: ue.Why})
 }
 
 // held plans each child held in the cluster it leaves as a wait.

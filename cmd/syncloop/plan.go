@@ -48,7 +48,7 @@ or why it would halt.`,
 				Namespace: cf.watchNamespace, JSON: output == "json", Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(),
 				NoManageCRDs: !cf.manageCRDs,
 				Revisions:    rf.loader.ForRevisions(), SyncloopNamespace: rf.home, Installation: rf.installation,
-				Clusters: manager.Clusters{Namespace: cmp.Or(cf.clusters.Namespace, rf.home), Trust: cf.clusters.Trust},
+				Clusters: manager.Clusters{Namespace: cmp.Or(cf.clusters.Namespace, rf.home), Trust: cf.clusters.Trust, RequestTimeout: cf.clusters.RequestTimeout},
 			}
 			// On a terminal, a line on stderr says how far the plan is.
 			status := &statusLine{w: cmd.ErrOrStderr(), width: terminalWidth(cmd.ErrOrStderr())}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/syncloop/syncloop/dynamic"
 	"github.com/syncloop/syncloop/internal/fleet"
 	"github.com/syncloop/syncloop/internal/manager"
 	"github.com/syncloop/syncloop/rules"
@@ -51,6 +52,7 @@ func (f *clusterFlags) registerClustersNamespace(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&trust.Exec, strings.TrimPrefix(fleet.FlagExec, "--"), false, "INSECURE: let the fleet's kubeconfig Secrets run exec and auth-provider plugins and read files (tokenFile, client-certificate, client-key, certificate-authority): whoever may write a Secret in --clusters-namespace may then run a program as syncloop and read its files, its ServiceAccount token included")
 	cmd.Flags().BoolVar(&trust.TLS, strings.TrimPrefix(fleet.FlagTLS, "--"), false, "INSECURE: let the fleet's kubeconfig Secrets skip TLS verification (insecure-skip-tls-verify) and name plain http servers: syncloop's requests to those clusters, their credentials included, may be read and answered by anyone on the way")
 	cmd.Flags().BoolVar(&trust.Proxy, strings.TrimPrefix(fleet.FlagProxy, "--"), false, "INSECURE: let the fleet's kubeconfig Secrets send syncloop's requests through a proxy (proxy-url) of the Secret writer's choosing, credentials included")
+	cmd.Flags().DurationVar(&f.clusters.RequestTimeout, "cluster-request-timeout", dynamic.DefaultRemoteTimeout, "deadline of each request to a cluster of the fleet but a watch, its answer read whole: a cluster that does not answer within it is set aside as not answering, and holds no more workers")
 	cmd.Flags().StringVar(&f.clusters.Namespace, "clusters-namespace", "", "namespace of the cluster inventory: the kubeconfig Secrets labelled "+rules.LabelClusterName+" (key value, as Cluster API writes them) of the clusters rules put children in with clusters: (default: syncloop's namespace, run's --leader-elect-namespace, plan's and trace's --syncloop-namespace)")
 }
 

@@ -53,6 +53,8 @@ type Options struct {
 	// Trust is what a kubeconfig may do beyond inline credentials: by
 	// default nothing (kubeconfig.go).
 	Trust Trust
+	// Bounds bound every request to a cluster: deadlines and sizes.
+	Bounds dynamic.Bounds
 }
 
 // Inventory is syncloop's fleet: the kubeconfig Secrets in one namespace
@@ -92,11 +94,7 @@ type cluster struct {
 	server string
 	remote dynamic.Remote
 	disc   discovery.DiscoveryInterface
-
-	mu      sync.Mutex
-	down    error // nil: reachable as far as is known
-	probing bool
-	returns int // times it answered again after it did not
+	health *health
 }
 
 // New returns the inventory of the kubeconfig Secrets in namespace; it
@@ -254,7 +252,7 @@ func (inv *Inventory) Statuses() []Status {
 	inv.mu.RLock()
 	out := make([]Status, 0, len(inv.clusters))
 	for name, c := range inv.clusters {
-		out = append(out, Status{Name: name, Down: c.isDown()})
+		out = append(out, Status{Name: name, Down: c.health.isDown()})
 	}
 	inv.mu.RUnlock()
 	slices.SortFunc(out, func(a, b Status) int { return strings.Compare(a.Name, b.Name) })
@@ -435,6 +433,7 @@ func (inv *Inventory) connect(cl rules.Cluster, s *corev1.Secret, version string
 	if inv.opts.Configure != nil {
 		inv.opts.Configure(cfg)
 	}
+	dynamic.Bound(cfg, inv.opts.Bounds)
 	client, err := dynamic.NewClient(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("making a client from key %q: %w", KubeconfigKey, err)
@@ -443,9 +442,9 @@ func (inv *Inventory) connect(cl rules.Cluster, s *corev1.Secret, version string
 	if err != nil {
 		return nil, fmt.Errorf("making a client from key %q: %w", KubeconfigKey, err)
 	}
-	c := &cluster{Cluster: cl, source: s, server: serverOf(cfg.Host), disc: disc}
+	c := &cluster{Cluster: cl, source: s, server: serverOf(cfg.Host), disc: disc, health: &health{}}
 	c.remote = dynamic.Remote{Version: version, Client: client, Mapper: dynamic.NewMapper(disc, 0),
-		Down: c.isDown, Returns: c.returned, Failed: func(err error) { inv.failed(cl.Name, err) }}
+		Down: c.health.isDown, Returns: c.health.returned, Failed: func(err error) { inv.failed(cl.Name, err) }}
 	return c, nil
 }
 
@@ -466,21 +465,9 @@ func equalLabels(a, b map[string]string) bool {
 	return true
 }
 
-// isDown says why the cluster is not reachable, or nil.
-func (c *cluster) isDown() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.down
-}
-
-func (c *cluster) returned() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.returns
-}
-
 // failed marks cluster name down, if it is not already, and probes it
-// until it answers.
+// until it answers — after setting it aside a while, if it keeps failing
+// (health.fail).
 func (inv *Inventory) failed(name string, err error) {
 	inv.mu.RLock()
 	c, ok := inv.clusters[name]
@@ -489,44 +476,41 @@ func (inv *Inventory) failed(name string, err error) {
 	if !ok {
 		return
 	}
-	c.mu.Lock()
-	c.down = err
-	start := !c.probing
-	c.probing = true
-	c.mu.Unlock()
+	start, aside := c.health.fail(err, time.Now(), inv.opts.ProbeInterval)
 	if !start {
 		return
 	}
-	klog.FromContext(ctx).Info("Cluster not answering: its children wait there, as they are, until it does", "cluster", name, "err", err)
+	klog.FromContext(ctx).Info("Cluster not answering: its children wait there, as they are, until it does", "cluster", name, "err", err, "setAside", aside)
 	inv.changed()
-	go inv.probe(ctx, c)
+	go inv.probe(ctx, c, aside)
 }
 
-// probe asks c's API server whether it is ready until it answers, then
-// marks it reachable again.
-func (inv *Inventory) probe(ctx context.Context, c *cluster) {
+// probe waits out aside, then asks c's API server whether it is ready
+// until it answers, and marks it reachable again.
+func (inv *Inventory) probe(ctx context.Context, c *cluster, aside time.Duration) {
+	defer inv.contain(ctx, c.Name)
+	first := time.NewTimer(max(aside, inv.opts.ProbeInterval))
+	defer first.Stop()
+	select {
+	case <-ctx.Done():
+		return
+	case <-first.C:
+	}
 	t := time.NewTicker(inv.opts.ProbeInterval)
 	defer t.Stop()
 	for {
+		pctx, cancel := context.WithTimeout(ctx, inv.opts.ProbeInterval)
+		err := c.disc.RESTClient().Get().AbsPath("/readyz").Do(pctx).Error()
+		cancel()
+		if c.health.probed(err, time.Now()) {
+			klog.FromContext(ctx).Info("Cluster answering again", "cluster", c.Name)
+			inv.changed()
+			return
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		pctx, cancel := context.WithTimeout(ctx, inv.opts.ProbeInterval)
-		err := c.disc.RESTClient().Get().AbsPath("/readyz").Do(pctx).Error()
-		cancel()
-		c.mu.Lock()
-		if err != nil {
-			c.down = err
-			c.mu.Unlock()
-			continue
-		}
-		c.down, c.probing = nil, false
-		c.returns++
-		c.mu.Unlock()
-		klog.FromContext(ctx).Info("Cluster answering again", "cluster", c.Name)
-		inv.changed()
-		return
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/syncloop/syncloop/dynamic"
 	"github.com/syncloop/syncloop/internal/fleet"
 	"github.com/syncloop/syncloop/internal/metrics"
 )
@@ -19,7 +20,7 @@ import (
 // until a rule targets clusters.
 func newInventory(c *Clients, o Clusters, home string, recorder record.EventRecorder, m fleet.Metrics) *fleet.Inventory {
 	own := c.Config
-	return fleet.New(c.Core, cmp.Or(o.Namespace, home), fleet.Options{Recorder: recorder, Metrics: m, Trust: o.Trust, Configure: func(cfg *rest.Config) {
+	return fleet.New(c.Core, cmp.Or(o.Namespace, home), fleet.Options{Recorder: recorder, Metrics: m, Trust: o.Trust, Bounds: dynamic.Bounds{Timeout: o.RequestTimeout}, Configure: func(cfg *rest.Config) {
 		cfg.QPS, cfg.Burst, cfg.UserAgent = own.QPS, own.Burst, own.UserAgent
 	}})
 }

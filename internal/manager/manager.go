@@ -81,6 +81,9 @@ type Clusters struct {
 	// Trust is what they may do besides inline credentials (the
 	// --insecure-kubeconfig-* flags): nothing by default.
 	Trust fleet.Trust
+	// RequestTimeout bounds each request to a cluster but a watch
+	// (--cluster-request-timeout; 0: dynamic.DefaultRemoteTimeout).
+	RequestTimeout time.Duration
 }
 
 // Identities say who rules act as, and whether the tenants' rules are
