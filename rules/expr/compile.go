@@ -3,6 +3,7 @@ package expr
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"unicode/utf8"
@@ -10,7 +11,6 @@ import (
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/ast"
 	"github.com/google/cel-go/common/types"
-	"k8s.io/apiserver/pkg/cel/library"
 	"k8s.io/kube-openapi/pkg/validation/spec"
 )
 
@@ -214,13 +214,10 @@ func (c *Compiler) Compile(src string, scope Scope, want Result) (*Program, erro
 	if err := checkResult(checked.OutputType(), want); err != nil {
 		return nil, err
 	}
-	prog, err := env.Program(checked,
-		// The Kubernetes functions' runtime costs, as the API server counts them.
-		cel.CostTracking(&library.CostEstimator{}),
-		kroCosts(), // kro's functions', by the work they do
+	prog, err := env.Program(checked, append(slices.Clip(c.costOpts),
 		cel.CostLimit(c.costLimit),
 		cel.InterruptCheckFrequency(100),
-	)
+	)...)
 	if err != nil {
 		return nil, &Error{Offset: -1, Msg: err.Error()}
 	}

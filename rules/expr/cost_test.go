@@ -113,6 +113,12 @@ var costCorpus = []string{
 	"[object.metadata.name, object.metadata.namespace].map(s, s.reverse())",
 	"object.?spec.?missing.orValue([]).size()",
 	"object.spec.items.map(i, i.tags.join(',')).filter(s, s.size() > 0).size()",
+	// Charged by callCosts, counted before the call: the estimate must
+	// still bound the charge.
+	"object.metadata.name.replace('a', object.metadata.namespace).size()",
+	"string(object.metadata.name).indexOf(object.metadata.namespace)",
+	"object.metadata.name.reverse().size() + object.spec.values.reverse().size()",
+	"object.spec.items.map(i, i.name.findAll('[a-z]+')).size()",
 }
 
 // randomObject is an object of the shape costCorpus reads, of sizes up to
@@ -218,7 +224,9 @@ func TestCostEstimateBoundsActual(t *testing.T) {
 			bounded++
 		}
 	}
-	if bounded < len(costCorpus)*3/4 {
+	// Expressions calling what the estimate cannot bound (flatten,
+	// format, sets.contains, …: cost.go's estimable) are always tracked.
+	if bounded < len(costCorpus)*2/3 {
 		t.Errorf("%d of %d expressions estimated from their inputs' sizes: the test checks too little", bounded, len(costCorpus))
 	}
 	for _, id := range vettedOverloads {

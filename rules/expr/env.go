@@ -50,6 +50,7 @@ type Compiler struct {
 	status          *cel.Env // base + children, ready
 	self            *cel.Env // self only (readyWhen)
 	costLimit       uint64
+	costOpts        []cel.ProgramOption // the tracker's: costOptions
 
 	mu       sync.Mutex
 	kinds    map[*spec.Schema]*Type
@@ -62,10 +63,18 @@ func NewCompiler(opts Options) (*Compiler, error) {
 	if c.costLimit == 0 {
 		c.costLimit = DefaultCostLimit
 	}
-	var err error
-	if c.lib, err = cel.NewEnv(slices.Concat(libraries(), guardedCalls(c.costLimit), kroLibrary(c.costLimit))...); err != nil {
+	lib, err := cel.NewEnv(slices.Concat(libraries(), quantityCalls(), kroLibrary(c.costLimit))...)
+	if err != nil {
 		return nil, fmt.Errorf("building CEL environment: %w", err)
 	}
+	guards, err := guardedCalls(lib, c.costLimit)
+	if err != nil {
+		return nil, fmt.Errorf("building CEL environment: %w", err)
+	}
+	if c.lib, err = lib.Extend(guards...); err != nil {
+		return nil, fmt.Errorf("building CEL environment: %w", err)
+	}
+	c.costOpts = costOptions(c.lib, c.costLimit)
 	base, err := c.lib.Extend(
 		cel.Variable(varObject, dynMap),
 		cel.Variable(varLookups, dynMap),

@@ -223,6 +223,9 @@ func (p *Program) eval(ctx context.Context, a *Activation, vars *bindings) (ref.
 	if err != nil {
 		var cancelled interpreter.EvalCancelledError
 		if errors.As(err, &cancelled) && cancelled.Cause == interpreter.CostLimitExceeded {
+			if call, ok := strings.CutPrefix(cancelled.Message, refusedPrefix); ok {
+				return nil, fmt.Errorf("%w: %s", ErrCostLimit, call)
+			}
 			return nil, fmt.Errorf("%w (limit %d)", ErrCostLimit, p.cost.limit)
 		}
 		return nil, err

@@ -151,3 +151,58 @@ func TestHostileCalls(t *testing.T) {
 		}
 	}
 }
+
+// configMap is a ConfigMap's data of n keys, each entry 41 bytes: 10,000
+// make the 410 KB of the attacker's deepMerge, 16,000 the 646 KB of the
+// flatten.
+func configMap(n int) map[string]any {
+	data := make(map[string]any, n)
+	for i := range n {
+		data[fmt.Sprintf("key-%06d", i)] = strings.Repeat("v", 30)
+	}
+	return map[string]any{"data": data}
+}
+
+// TestHostileMergeAndFlatten: the finding's expressions, which ran for
+// seconds to minutes and gigabytes within the limit — deepMerge charged
+// by its result's top-level keys while it merged every nested map,
+// flatten by its list's top-level size while it copied every nested
+// list — are stopped by the limit: the merges add up to it, the flatten
+// is refused before it is made. Within the limit they give what they
+// gave.
+func TestHostileMergeAndFlatten(t *testing.T) {
+	c := newCompiler(t, Options{})
+	for _, tc := range []struct {
+		src     string
+		keys    int
+		refused string // the call refused before it is made, or "" (stopped by the tracker)
+	}{
+		{"lists.range(400).map(i, {'m': object.data}.deepMerge({'m': object.data})).size()", 10_000, ""},
+		{"lists.range(400).map(i, object.data.merge(object.data)).size()", 10_000, ""},
+		{"cel.bind(keys, object.data.map(k, k), object.data.map(k, keys).flatten().size())", 16_000, "flatten"},
+		{"object.data.map(k, object.data.map(j, j)).flatten().size()", 16_000, ""},
+		{"cel.bind(a, object.data.map(k, k), cel.bind(b, [a, a, a, a], cel.bind(c, [b, b, b, b], [c, c, c, c].flatten(3).size())))", 16_000, "flatten"},
+	} {
+		p, err := c.Compile(tc.src, Scope{}, AnyResult)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.src, err)
+		}
+		_, err = p.Eval(context.Background(), &Activation{Object: configMap(tc.keys)})
+		if !errors.Is(err, ErrCostLimit) || (tc.refused != "" && !strings.Contains(err.Error(), tc.refused+" over")) {
+			t.Errorf("%s over %d keys: err = %v, want the cost limit (refusing %q)", tc.src, tc.keys, err, tc.refused)
+		}
+	}
+	for src, want := range map[string]int64{
+		"lists.range(4).map(i, {'m': object.data}.deepMerge({'m': object.data})).size()":   4,
+		"{'m': object.data}.deepMerge({'m': {'key-000001': 'x'}}).m.size()":                100,
+		"cel.bind(keys, object.data.map(k, k), object.data.map(k, keys).flatten().size())": 100 * 100,
+	} {
+		p, err := c.Compile(src, Scope{}, AnyResult)
+		if err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+		if got, err := p.Eval(context.Background(), &Activation{Object: configMap(100)}); err != nil || got != want {
+			t.Errorf("%s over 100 keys = %v, %v; want %d", src, got, err, want)
+		}
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
-	"fmt"
 	"hash/fnv"
 	"math"
 	"slices"
@@ -16,7 +15,6 @@ import (
 	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/common/types/traits"
 	"github.com/google/cel-go/ext"
-	"github.com/google/cel-go/interpreter"
 )
 
 // kro's CEL functions beyond the Kubernetes libraries, so that a
@@ -26,8 +24,8 @@ import (
 // hash.fnv64a, sha256 and md5, json.marshal and unmarshal,
 // lists.setAtIndex, insertAtIndex and removeAtIndex, and map merge and
 // deepMerge. Each is deterministic, and each is charged to the
-// expression's cost limit by the work it does (kroCosts): a call whose
-// result would exceed the limit fails before it is made.
+// expression's cost limit by the work it does (callCosts): a call whose
+// work would exceed the limit fails before it is made.
 
 // seedAlphabet is what random.seededString draws from, as kro does: a
 // string of it is a valid DNS label.
@@ -49,7 +47,7 @@ func kroLibrary(limit uint64) []cel.EnvOption {
 	return []cel.EnvOption{
 		ext.Bindings(),
 		cel.Function("random.seededString", cel.Overload("random.seededString_int_string", []*cel.Type{cel.IntType, cel.StringType}, cel.StringType,
-			cel.BinaryBinding(func(n, seed ref.Val) ref.Val { return seededString(n, seed, limit) }))),
+			cel.BinaryBinding(seededString))),
 		cel.Function("random.seededInt", cel.Overload("random.seededInt_int_int_string", []*cel.Type{cel.IntType, cel.IntType, cel.StringType}, cel.IntType,
 			cel.FunctionBinding(seededInt))),
 		hashOf("fnv64a", func(b []byte) []byte { h := fnv.New64a(); h.Write(b); return h.Sum(nil) }),
@@ -72,40 +70,10 @@ func kroLibrary(limit uint64) []cel.EnvOption {
 	}
 }
 
-// kroCosts charges the calls of kroLibrary by the work they did: the
-// size of what they made or read, so that a comprehension calling one
-// over a large value is stopped by the cost limit as its own loops are.
-func kroCosts() cel.ProgramOption {
-	sized := func(v ref.Val) *uint64 {
-		n := uint64(1)
-		switch v := v.(type) {
-		case types.String:
-			n += uint64(len(v))
-		case types.Bytes:
-			n += uint64(len(v))
-		case traits.Sizer:
-			n += uint64(v.Size().(types.Int))
-		}
-		return &n
-	}
-	byResult := func(args []ref.Val, result ref.Val) *uint64 { return sized(result) }
-	byArg := func(args []ref.Val, result ref.Val) *uint64 { return sized(args[0]) }
-	var opts []interpreter.CostTrackerOption
-	for _, id := range []string{"random.seededString_int_string", "json.marshal_dyn", "lists.setAtIndex_list_int_T",
-		"lists.insertAtIndex_list_int_T", "lists.removeAtIndex_list_int", "map_merge", "dyn_deepmerge_dyn"} {
-		opts = append(opts, interpreter.OverloadCostTracker(id, byResult))
-	}
-	for _, id := range []string{"hash.fnv64a_string", "hash.sha256_string", "hash.md5_string", "json.unmarshal_string"} {
-		opts = append(opts, interpreter.OverloadCostTracker(id, byArg))
-	}
-	return cel.CostTrackerOptions(opts...)
-}
-
 // seededString is kro's random.seededString: n characters of seedAlphabet,
 // the i-th chosen by the big-endian uint32 at byte 4i (mod 32) of the
-// seed's SHA-256. n is at most the cost limit: the string is made only if
-// it can be paid for.
-func seededString(nv, seedv ref.Val, limit uint64) ref.Val {
+// seed's SHA-256.
+func seededString(nv, seedv ref.Val) ref.Val {
 	n, ok1 := nv.(types.Int)
 	seed, ok2 := seedv.(types.String)
 	switch {
@@ -113,8 +81,6 @@ func seededString(nv, seedv ref.Val, limit uint64) ref.Val {
 		return types.MaybeNoSuchOverloadErr(nv)
 	case n <= 0:
 		return types.NewErr("random.seededString length must be positive, not %d", int64(n))
-	case uint64(n) > limit:
-		return types.WrapErr(fmt.Errorf("%w (limit %d): random.seededString of %d characters", ErrCostLimit, limit, int64(n)))
 	}
 	sum := sha256.Sum256([]byte(seed))
 	out := make([]byte, n)
@@ -242,7 +208,7 @@ func merge(a, b ref.Val, deep bool) ref.Val {
 		}
 		return types.MaybeNoSuchOverloadErr(a)
 	}
-	out := map[ref.Val]ref.Val{}
+	out := make(map[ref.Val]ref.Val, int(celSize(ma)+celSize(mb)))
 	for it := ma.Iterator(); it.HasNext() == types.True; {
 		k := it.Next()
 		out[k] = ma.Get(k)
