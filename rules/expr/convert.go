@@ -29,15 +29,42 @@ type Budget struct {
 // NewBudget is a Budget of bytes.
 func NewBudget(bytes int64) *Budget { return &Budget{limit: bytes, left: bytes} }
 
-// spend takes n bytes from b.
-func (b *Budget) spend(n int64) error {
+// Spend takes n bytes from b: what values made outside CEL will hold —
+// a function's answer, decoded. It fails, wrapping ErrTooLarge, once b
+// has less than n left; a failed Spend leaves b spent.
+func (b *Budget) Spend(n int64) error {
 	if b == nil {
 		return nil
 	}
 	if b.left -= n; b.left < 0 {
-		return fmt.Errorf("%w: the values rendered for one trigger would hold more than %d MiB (an expression or forEach that copies the trigger's content many times multiplies it)", ErrTooLarge, b.limit>>20)
+		return fmt.Errorf("%w: the values rendered for one trigger would hold more than %d MiB", ErrTooLarge, b.limit>>20)
 	}
 	return nil
+}
+
+// spend is Spend for what CEL makes, saying what usually makes too much.
+func (b *Budget) spend(n int64) error {
+	if err := b.Spend(n); err != nil {
+		return fmt.Errorf("%w (an expression or forEach that copies the trigger's content many times multiplies it)", err)
+	}
+	return nil
+}
+
+// Shape counts what a JSON value holds once decoded into Go values: its
+// values (each boxed in an interface), maps and their entries, lists and
+// their elements, and the bytes of its strings and keys.
+type Shape struct {
+	Values, Maps, Entries, Lists, Elems, Bytes int64
+}
+
+// Size is what values of shape s hold, as a Budget counts them — as
+// toNative would spend for the same values.
+func (s Shape) Size() int64 {
+	return s.Values*valueCost + s.Maps*mapCost + s.Entries*entryCost + s.Lists*listCost + s.Elems*elemCost + s.Bytes
+}
+
+func (s Shape) String() string {
+	return fmt.Sprintf("%d values: %d maps of %d entries, %d lists of %d elements, %d bytes of strings", s.Values, s.Maps, s.Entries, s.Lists, s.Elems, s.Bytes)
 }
 
 // What a materialised value holds, as the budget counts it: the heap a

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/syncloop/syncloop/rules"
+	"github.com/syncloop/syncloop/rules/expr"
 )
 
 // The rule function's customize function (Metacontroller's customize
@@ -72,7 +74,10 @@ func (w *graphWalk) related(ctx context.Context, res *rules.Resource, cust *rule
 			return nil, fmt.Errorf("%s: %w", cust.Name(), err)
 		}
 	}
-	out, err := decodeCustomizeResponse(data)
+	out, err := decodeCustomizeResponse(data, w.rd.act.Budget)
+	if errors.Is(err, expr.ErrTooLarge) {
+		return nil, fmt.Errorf("%s: its answer: %w", cust.Name(), err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s returned no customize hook's response ({\"relatedResources\": [...]}): %v", cust.Name(), err)
 	}
@@ -98,23 +103,52 @@ func (w *graphWalk) related(ctx context.Context, res *rules.Resource, cust *rule
 	return related, nil
 }
 
-// decodeCustomizeResponse reads a customize function's answer; a field
-// it does not know fails it, as in a sync hook's response.
-func decodeCustomizeResponse(data []byte) ([]RelatedRule, error) {
-	var resp struct {
-		RelatedResources []RelatedRule `json:"relatedResources"`
+// decodeCustomizeResponse reads a customize function's answer, once b is
+// charged for it (decodeJSON); a field it does not know fails it, as in a
+// sync hook's response.
+func decodeCustomizeResponse(data []byte, b *expr.Budget) ([]RelatedRule, error) {
+	var top map[string]any
+	if err := decodeJSON(data, b, &top); err != nil {
+		return nil, err
+	}
+	for k := range top {
+		if k != "relatedResources" {
+			return nil, fmt.Errorf("unknown field %q", k)
+		}
+	}
+	list, ok := top["relatedResources"].([]any)
+	if v := top["relatedResources"]; !ok && v != nil {
+		return nil, fmt.Errorf("relatedResources is %s, not a list", describe(v))
+	}
+	out := make([]RelatedRule, len(list))
+	for i, e := range list {
+		if err := relatedRule(e, &out[i]); err != nil {
+			return nil, fmt.Errorf("relatedResources[%d] %w", i, err)
+		}
+	}
+	return out, nil
+}
+
+// relatedRule reads one rule of a customize function's answer, decoded:
+// an object of RelatedRule's fields, apiVersion and resource set.
+func relatedRule(v any, rr *RelatedRule) error {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return fmt.Errorf("is %s, not an object", describe(v))
+	}
+	data, err := json.Marshal(m)
+	if err != nil {
+		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&resp); err != nil {
-		return nil, err
+	if err := dec.Decode(rr); err != nil {
+		return fmt.Errorf("is no related resource rule: %w", err)
 	}
-	for i, rr := range resp.RelatedResources {
-		if rr.APIVersion == "" || rr.Resource == "" {
-			return nil, fmt.Errorf("relatedResources[%d] needs apiVersion and resource", i)
-		}
+	if rr.APIVersion == "" || rr.Resource == "" {
+		return errors.New("needs apiVersion and resource")
 	}
-	return resp.RelatedResources, nil
+	return nil
 }
 
 // relatedLookup is the lookup of the kind rr names, or nil.

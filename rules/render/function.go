@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/klog/v2"
 
 	"github.com/syncloop/syncloop/rules"
+	"github.com/syncloop/syncloop/rules/expr"
 	"github.com/syncloop/syncloop/rules/function"
 )
 
@@ -36,10 +36,10 @@ type FunctionInput struct {
 // decodeOutput reads what a resource's function writes on stdout, as
 // JSON: {"children": [objects]} and nothing else, numbers as the API
 // machinery has them (integers int64) — decoded once, for all its
-// children.
-func decodeOutput(stdout []byte) ([]map[string]any, error) {
+// children, once b is charged for it (decodeJSON).
+func decodeOutput(stdout []byte, b *expr.Budget) ([]map[string]any, error) {
 	var out map[string]any
-	if err := utiljson.Unmarshal(stdout, &out); err != nil {
+	if err := decodeJSON(stdout, b, &out); err != nil {
 		return nil, err
 	}
 	for k := range out {
@@ -87,12 +87,15 @@ func (w *graphWalk) callFunction(ctx context.Context, res *rules.Resource, names
 	var children []map[string]any
 	if fn.Sync {
 		var resp *SyncResponse
-		if resp, err = decodeSyncResponse(out); err == nil {
+		if resp, err = decodeSyncResponse(out, w.rd.act.Budget); err == nil {
 			w.rd.synced(resp)
 			children = resp.Children
 		}
 	} else {
-		children, err = decodeOutput(out)
+		children, err = decodeOutput(out, w.rd.act.Budget)
+	}
+	if errors.Is(err, expr.ErrTooLarge) {
+		return nil, childError(w.r, res, "", fmt.Errorf("%s: its answer: %w", fn.Name(), err))
 	}
 	if err != nil {
 		want := `{"children": [objects]}`

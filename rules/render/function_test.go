@@ -9,7 +9,7 @@ import (
 // the API machinery has them; anything but {"children": [objects]} is
 // refused, saying what.
 func TestDecodeOutput(t *testing.T) {
-	children, err := decodeOutput([]byte(`{"children": [{"kind": "ConfigMap", "spec": {"replicas": 3, "ratio": 0.5}}]}`))
+	children, err := decodeOutput([]byte(`{"children": [{"kind": "ConfigMap", "spec": {"replicas": 3, "ratio": 0.5}}]}`), nil)
 	if err != nil || len(children) != 1 {
 		t.Fatalf("children %v, %v", children, err)
 	}
@@ -20,7 +20,7 @@ func TestDecodeOutput(t *testing.T) {
 	if _, ok := spec["ratio"].(float64); !ok {
 		t.Errorf("ratio is %T, want float64", spec["ratio"])
 	}
-	if children, err := decodeOutput([]byte(`{"children": null}`)); err != nil || len(children) != 0 {
+	if children, err := decodeOutput([]byte(`{"children": null}`), nil); err != nil || len(children) != 0 {
 		t.Errorf("no children: %v, %v", children, err)
 	}
 	for out, want := range map[string]string{
@@ -29,7 +29,7 @@ func TestDecodeOutput(t *testing.T) {
 		`{"children": {"a": 1}}`:        "children is a mapping, not a list",
 		`{"children": [1]}`:             "children[0] is 1, not an object",
 	} {
-		if _, err := decodeOutput([]byte(out)); err == nil || !strings.Contains(err.Error(), want) {
+		if _, err := decodeOutput([]byte(out), nil); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", out, err, want)
 		}
 	}

@@ -9,9 +9,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	utiljson "k8s.io/apimachinery/pkg/util/json"
 
 	"github.com/syncloop/syncloop/rules"
+	"github.com/syncloop/syncloop/rules/expr"
 )
 
 // The rule's function (spec.function) speaks Metacontroller's
@@ -132,11 +132,12 @@ func (w *graphWalk) syncRequest(ctx context.Context, res *rules.Resource, finali
 }
 
 // decodeSyncResponse reads what the rule's function returns: Metacontroller's
-// sync hook response. A field it does not know fails the call — a
-// misspelt "children" must not read as none, which would prune them all.
-func decodeSyncResponse(data []byte) (*SyncResponse, error) {
+// sync hook response, once b is charged for it (decodeJSON). A field it
+// does not know fails the call — a misspelt "children" must not read as
+// none, which would prune them all.
+func decodeSyncResponse(data []byte, b *expr.Budget) (*SyncResponse, error) {
 	var out map[string]any
-	if err := utiljson.Unmarshal(data, &out); err != nil {
+	if err := decodeJSON(data, b, &out); err != nil {
 		return nil, err
 	}
 	resp := &SyncResponse{}
