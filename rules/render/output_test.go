@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 
@@ -118,6 +119,27 @@ func TestAnswersShareTheBudget(t *testing.T) {
 	err, _ := answered(t, r, map[string][]byte{"a": answer("a"), "b": answer("b")})
 	if !errors.Is(err, expr.ErrTooLarge) || !strings.Contains(err.Error(), "webhook http://127.0.0.1:1/b: its answer") {
 		t.Fatalf("two answers: %v, want the second refused as too large", err)
+	}
+}
+
+// TestResyncAfterFloor: a sync hook cannot have its trigger queued again
+// sooner than MinResyncAfter, however small a wait it asks for; 0 is
+// not again.
+func TestResyncAfterFloor(t *testing.T) {
+	r := syncRule(t, "http://127.0.0.1:1")
+	for asked, want := range map[string]time.Duration{
+		"1e-9": time.Second, "0.000001": time.Second, "0.5": time.Second, "5e-324": time.Second,
+		"0": 0, "1.5": 1500 * time.Millisecond, "86400": 24 * time.Hour,
+	} {
+		rec := Recorded{Responses: []RecordedResponse{{Rule: r.Name, Resource: rules.SyncResourceID, Trigger: rules.ObjectRef{Kind: "App", Name: "web"},
+			Response: []byte(`{"resyncAfterSeconds": ` + asked + `}`)}}}
+		rd, err := Rule(context.Background(), r, obj("example.com/v1", "App", "ns", "web", nil), testScopes, rec, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", asked, err)
+		}
+		if rd.ResyncAfter != want {
+			t.Errorf("resyncAfterSeconds %s: again after %s, want %s", asked, rd.ResyncAfter, want)
+		}
 	}
 }
 

@@ -174,7 +174,14 @@ func decodeSyncResponse(data []byte, b *expr.Budget) (*SyncResponse, error) {
 	return resp, nil
 }
 
-// seconds reads resyncAfterSeconds: 0 (not again) up to a day.
+// MinResyncAfter is the soonest a rule's function may ask for its trigger
+// again (resyncAfterSeconds): a shorter wait is raised to it, so that an
+// answer cannot keep a worker reconciling one trigger without pause.
+// Metacontroller takes the value as it comes.
+const MinResyncAfter = time.Second
+
+// seconds reads resyncAfterSeconds: 0 (not again) up to a day; more than
+// 0 is at least MinResyncAfter.
 func seconds(v any) (time.Duration, bool) {
 	var f float64
 	switch n := v.(type) {
@@ -187,10 +194,13 @@ func seconds(v any) (time.Duration, bool) {
 	default:
 		return 0, false
 	}
-	if math.IsNaN(f) || f < 0 || f > 86400 {
+	switch {
+	case math.IsNaN(f) || f < 0 || f > 86400:
 		return 0, false
+	case f == 0:
+		return 0, true
 	}
-	return time.Duration(f * float64(time.Second)), true
+	return max(time.Duration(f*float64(time.Second)), MinResyncAfter), true
 }
 
 // objectList reads a function's children: a list of objects, or null.
