@@ -6,10 +6,15 @@
 // A call is sandboxed and bounded: no filesystem, no network, a clock and
 // a random source that are fakes (deterministic: what a call returns
 // depends on its input and the module alone, so that render, test and plan
-// run a function offline exactly as run does), memory capped, and a
-// deadline past which the call is stopped. A module is compiled once per
-// content and runtime. The package knows nothing of rules or Kubernetes
-// objects: bytes in, bytes out.
+// run a function offline exactly as run does), memory capped, tables
+// bounded (tables.go), and a deadline past which the call is stopped. The
+// stack wazero runs a call's WebAssembly frames on is its own, outside the
+// memory cap and with no option to bound it: it doubles as it fills, and a
+// call that would take it past wazero's ceiling (50 MB, so at most some
+// 84 MB, 160 MiB allocated in all) traps with a stack overflow, failing
+// that call alone; at most two calls per CPU run at once. A module is
+// compiled once per content and runtime. The package knows nothing of
+// rules or Kubernetes objects: bytes in, bytes out.
 package function
 
 import (
@@ -93,8 +98,9 @@ type Module struct {
 }
 
 // Compile compiles wasm, once per content: a module compiled before is
-// returned again. It fails on a module that is not a WASI command (one
-// whose entry point is _start).
+// returned again. It fails on a module that is not a
+// WASI command (one whose entry point is _start), and on one whose tables
+// cannot be bounded (tables.go).
 func (r *Runtime) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 	digest := sha256.Sum256(wasm)
 	r.mu.Lock()
@@ -102,11 +108,23 @@ func (r *Runtime) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 	if m, ok := r.modules[digest]; ok {
 		return m, nil
 	}
-	compiled, err := r.rt.CompileModule(ctx, wasm)
+	bounded, err := boundTables(wasm)
+	if err != nil && !errors.Is(err, errUnreadable) {
+		return nil, fmt.Errorf("tables: %w", err)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("not a WebAssembly module wazero can compile: %w", err)
+		bounded = wasm // for the compiler to say what is wrong with it
+	}
+	compiled, cerr := r.rt.CompileModule(ctx, bounded)
+	switch {
+	case cerr != nil:
+		return nil, fmt.Errorf("not a WebAssembly module wazero can compile: %w", cerr)
+	case err != nil:
+		_ = compiled.Close(ctx)
+		return nil, fmt.Errorf("tables: %w", err)
 	}
 	if _, ok := compiled.ExportedFunctions()["_start"]; !ok {
+		_ = compiled.Close(ctx)
 		return nil, errors.New("not a WASI command: it exports no _start (build it as a program, e.g. GOOS=wasip1 GOARCH=wasm go build)")
 	}
 	m := &Module{r: r, compiled: compiled, Digest: digest}
