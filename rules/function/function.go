@@ -29,8 +29,11 @@ import (
 	"time"
 
 	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 	"github.com/tetratelabs/wazero/sys"
+
+	"github.com/syncloop/syncloop/internal/panics"
 )
 
 // Limits bound each call of a module. (What memory a module may have is
@@ -57,6 +60,8 @@ const maxStderr = 8 << 10
 type Runtime struct {
 	rt    wazero.Runtime
 	slots chan struct{}
+	// instantiate is rt.InstantiateModule (a test makes it panic).
+	instantiate func(context.Context, wazero.CompiledModule, wazero.ModuleConfig) (api.Module, error)
 
 	mu      sync.Mutex
 	modules map[[sha256.Size]byte]*Module
@@ -74,7 +79,8 @@ func NewRuntime(ctx context.Context, memory int64) (*Runtime, error) {
 		_ = rt.Close(ctx)
 		return nil, err
 	}
-	return &Runtime{rt: rt, slots: make(chan struct{}, 2*runtime.GOMAXPROCS(0)), modules: map[[sha256.Size]byte]*Module{}}, nil
+	return &Runtime{rt: rt, slots: make(chan struct{}, 2*runtime.GOMAXPROCS(0)), instantiate: rt.InstantiateModule,
+		modules: map[[sha256.Size]byte]*Module{}}, nil
 }
 
 // Close stops the instances that serve, idle, and releases the runtime
@@ -161,6 +167,11 @@ func (e *CallError) Unwrap() error { return e.Err }
 // Call runs the module once, from a fresh instance, with input on stdin,
 // within limits (its time from when its turn comes). An error is a
 // *CallError, or ctx's when ctx ended first.
+//
+// A module that writes more than limits.Output fails with that limit
+// however it ends (one that takes no notice of its failed writes and
+// exits non-zero, say); a panic in running it fails the call, as a
+// *CallError wrapping the *panics.Error.
 func (m *Module) Call(ctx context.Context, input []byte, limits Limits) (Result, error) {
 	select {
 	case m.r.slots <- struct{}{}:
@@ -174,25 +185,34 @@ func (m *Module) Call(ctx context.Context, input []byte, limits Limits) (Result,
 	stderr := &tail{max: maxStderr}
 	cfg := wazero.NewModuleConfig().WithName("").WithArgs("function").
 		WithStdin(bytes.NewReader(input)).WithStdout(stdout).WithStderr(stderr)
-	mod, err := m.r.rt.InstantiateModule(callCtx, m.compiled, cfg)
+	err := m.run(callCtx, cfg)
+	res := Result{Stdout: stdout.buf.Bytes(), Stderr: stderr.bytes()}
+	var exit *sys.ExitError
+	var pe *panics.Error
+	switch {
+	case ctx.Err() != nil:
+		return res, ctx.Err()
+	case stdout.over:
+		return res, &CallError{Why: fmt.Sprintf("wrote more than its output limit of %d bytes", limits.Output), Stderr: res.Stderr}
+	case err == nil, errors.As(err, &exit) && exit.ExitCode() == 0:
+		return res, nil
+	case errors.As(err, &exit) && exit.ExitCode() == sys.ExitCodeDeadlineExceeded:
+		return res, &CallError{Why: fmt.Sprintf("ran longer than its time limit of %s: stopped", limits.Timeout), Stderr: res.Stderr, Err: err}
+	case errors.As(err, &pe):
+		return res, &CallError{Why: err.Error(), Stderr: res.Stderr, Err: err}
+	}
+	return res, &CallError{Why: exitWhy(err), Stderr: res.Stderr, Err: err}
+}
+
+// run instantiates m with cfg, which runs it to its end, and closes the
+// instance; a panic in it is returned as a *panics.Error.
+func (m *Module) run(ctx context.Context, cfg wazero.ModuleConfig) (err error) {
+	defer panics.Recover(&err)
+	mod, err := m.r.instantiate(ctx, m.compiled, cfg)
 	if mod != nil {
 		_ = mod.Close(context.WithoutCancel(ctx))
 	}
-	res := Result{Stdout: stdout.buf.Bytes(), Stderr: stderr.bytes()}
-	var exit *sys.ExitError
-	switch {
-	case err == nil, errors.As(err, &exit) && exit.ExitCode() == 0:
-	case ctx.Err() != nil:
-		return res, ctx.Err()
-	case errors.As(err, &exit) && exit.ExitCode() == sys.ExitCodeDeadlineExceeded:
-		return res, &CallError{Why: fmt.Sprintf("ran longer than its time limit of %s: stopped", limits.Timeout), Stderr: res.Stderr, Err: err}
-	default:
-		return res, &CallError{Why: exitWhy(err), Stderr: res.Stderr, Err: err}
-	}
-	if stdout.over {
-		return res, &CallError{Why: fmt.Sprintf("wrote more than its output limit of %d bytes", limits.Output), Stderr: res.Stderr}
-	}
-	return res, nil
+	return err
 }
 
 // exitWhy says how a module that returned err ended: its exit code, or

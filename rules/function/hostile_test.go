@@ -8,6 +8,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/syncloop/syncloop/internal/panics"
 )
 
 // newRuntime is a runtime of DefaultMemory, closed with the test.
@@ -137,6 +142,52 @@ func TestRecursionFailsItsCall(t *testing.T) {
 		}
 		if grew := after.TotalAlloc - before.TotalAlloc; grew > 256<<20 {
 			t.Errorf("the call allocated %d MiB", grew>>20)
+		}
+	}
+}
+
+// TestOutputLimitNamed: a module that writes past its output limit fails
+// with that limit, however it ends — one that takes no notice of its
+// failed writes and exits 1 too — and no more than the limit is kept. (A
+// served call reads one line of at most the limit: TestServe.)
+func TestOutputLimitNamed(t *testing.T) {
+	m, err := newRuntime(t).Compile(t.Context(), spewModule(100)) // 6.25 MiB
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := m.Call(t.Context(), []byte("{}"), hangGuard)
+	if ce, ok := errors.AsType[*CallError](err); !ok || !strings.Contains(ce.Error(), "wrote more than its output limit of 1048576 bytes") {
+		t.Errorf("got %v, want the output limit", err)
+	}
+	if len(res.Stdout) > hangGuard.Output {
+		t.Errorf("kept %d bytes of output", len(res.Stdout))
+	}
+}
+
+// TestPanicContained: a panic while a module runs — in wazero, say, on
+// the call's goroutine or the one a served instance runs on — fails that
+// call, as a *CallError wrapping the *panics.Error (the engine counts it
+// and reports the trigger Failed), and gives its slot back: calls after
+// it run.
+func TestPanicContained(t *testing.T) {
+	m := compileProbe(t, DefaultMemory)
+	limits := Limits{Timeout: 30 * time.Second, Output: 1 << 16}
+	instantiate := m.r.instantiate
+	defer func() { m.r.instantiate = instantiate }()
+	for how, call := range map[string]func(context.Context, []byte, Limits) (Result, error){"fresh": m.Call, "served": m.Serve} {
+		m.r.instantiate = func(context.Context, wazero.CompiledModule, wazero.ModuleConfig) (api.Module, error) {
+			panic("wazero broke")
+		}
+		for range cap(m.r.slots) + 1 { // more than the slots: each is given back
+			_, err := call(t.Context(), []byte(`{"do":"echo","name":"x"}`), limits)
+			pe, ok := errors.AsType[*panics.Error](err)
+			if _, call := errors.AsType[*CallError](err); !ok || !call || pe.Value != "wazero broke" {
+				t.Fatalf("%s: got %v, want a CallError wrapping the panic", how, err)
+			}
+		}
+		m.r.instantiate = instantiate
+		if res, err := call(t.Context(), []byte(`{"do":"echo","name":"after"}`), limits); err != nil || !strings.Contains(string(res.Stdout), "after") {
+			t.Errorf("%s: a call after the panics: %v, %q", how, err, res.Stdout)
 		}
 	}
 }

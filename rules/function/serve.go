@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/tetratelabs/wazero"
+	"k8s.io/klog/v2"
+
+	"github.com/syncloop/syncloop/internal/panics"
 )
 
 // Serving: a module that opts in stays up between calls. Started with
@@ -111,11 +114,20 @@ func (m *Module) put(inst *instance) {
 	}
 }
 
-// reap closes the instances idle for longer than idleTTL.
+// reap closes the instances idle for longer than idleTTL. It runs on a
+// timer's goroutine, which no caller joins: a panic in it is logged and
+// the reaper disarmed (the next put arms it again), never the process'.
 func (m *Module) reap() {
 	p := &m.pool
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	defer func() {
+		if v := recover(); v != nil {
+			p.armed = false
+			pe := panics.New(v)
+			klog.Background().Error(pe, "Panic contained: idle function instances were not reaped", "where", "function", "stack", string(pe.Stack))
+		}
+	}()
 	keep := p.idle[:0]
 	for _, i := range p.idle {
 		if time.Since(i.used) >= idleTTL {
@@ -155,11 +167,7 @@ func (m *Module) start() (*instance, error) {
 		WithStdin(inR).WithStdout(outW).WithStderr(inst.stderr)
 	go func() {
 		defer close(inst.exited)
-		mod, err := m.r.rt.InstantiateModule(ctx, m.compiled, cfg)
-		if mod != nil {
-			_ = mod.Close(context.Background())
-		}
-		inst.err = err
+		inst.err = m.run(ctx, cfg) // a panic in it ends the instance, and fails its call
 		_ = outW.CloseWithError(errExited)
 		_ = inR.Close()
 	}()
@@ -176,12 +184,12 @@ func (i *instance) call(ctx context.Context, input []byte, limits Limits) ([]byt
 	}
 	done := make(chan answer, 1)
 	go func() {
-		if _, err := i.in.Write(append(input, '\n')); err != nil {
-			done <- answer{err: err}
-			return
+		var a answer
+		defer func() { done <- a }()
+		defer panics.Recover(&a.err)
+		if _, a.err = i.in.Write(append(input, '\n')); a.err == nil {
+			a.line, a.err = readLine(i.out, limits.Output)
 		}
-		line, err := readLine(i.out, limits.Output)
-		done <- answer{line, err}
 	}()
 	timer := time.NewTimer(limits.Timeout)
 	defer timer.Stop()
@@ -189,6 +197,9 @@ func (i *instance) call(ctx context.Context, input []byte, limits Limits) ([]byt
 	case a := <-done:
 		if errors.Is(a.err, errExited) || errors.Is(a.err, io.ErrClosedPipe) {
 			<-i.exited
+			if errors.As(i.err, new(*panics.Error)) {
+				return nil, fmt.Errorf("exited while serving: %w", i.err)
+			}
 			return nil, fmt.Errorf("exited while serving: %s", exitWhy(i.err))
 		}
 		return a.line, a.err
