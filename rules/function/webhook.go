@@ -59,14 +59,27 @@ func NewWebhook(rawURL string, caBundle []byte) (*Webhook, error) {
 		}
 		transport.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
-	return &Webhook{URL: u.String(), client: &http.Client{Transport: transport}}, nil
+	return &Webhook{URL: u.String(), client: &http.Client{Transport: transport, CheckRedirect: refuseRedirect}}, nil
+}
+
+// errRedirect is a hook that answered with a redirect.
+var errRedirect = errors.New("redirects are not followed: give the URL that answers")
+
+// refuseRedirect refuses every redirect: the request carries the
+// trigger, its children and what the lookups read, and a redirect would
+// send it where the rule does not say — to another host, or from https
+// with a pinned CA bundle to plain http — and take that server's answer
+// as the hook's. Metacontroller's Go client would follow it.
+func refuseRedirect(req *http.Request, _ []*http.Request) error {
+	return fmt.Errorf("answered %s with a redirect to %s: %w", req.Response.Status, req.URL.Redacted(), errRedirect)
 }
 
 // Call POSTs input and returns the response body as the result's Stdout.
 // A call that takes longer than limits.Timeout, cannot connect, answers
-// other than 2xx or sends more than limits.Output bytes is a *CallError
-// (the start of an error response's body in its Stderr); ctx's error when
-// ctx ended first.
+// other than 2xx (a redirect too: none is followed) or sends more than
+// limits.Output bytes is a *CallError (the start of an error response's
+// body in its Stderr); ctx's error when ctx ended first. No more than
+// limits.Output bytes of a body are read, none when its length says more.
 func (w *Webhook) Call(ctx context.Context, input []byte, limits Limits) (Result, error) {
 	callCtx, cancel := context.WithTimeout(ctx, limits.Timeout)
 	defer cancel()
@@ -85,17 +98,34 @@ func (w *Webhook) Call(ctx context.Context, input []byte, limits Limits) (Result
 	if limit <= 0 {
 		limit = maxResponse
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, int64(limit)+1))
-	if err != nil {
-		return Result{}, failed(ctx, callCtx, limits, err)
-	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		// Of an error's body only its start is kept: only that is read.
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxStderr))
 		return Result{}, &CallError{Why: fmt.Sprintf("answered %s", resp.Status), Stderr: firstBytes(body, maxStderr)}
 	}
-	if len(body) > limit {
-		return Result{}, &CallError{Why: fmt.Sprintf("sent more than the output limit of %d bytes", limit)}
+	tooMuch := &CallError{Why: fmt.Sprintf("sent more than the output limit of %d bytes", limit)}
+	if resp.ContentLength > int64(limit) {
+		return Result{}, tooMuch // said before it is sent: nothing read
+	}
+	body, err := readBody(resp, limit)
+	switch {
+	case err != nil:
+		return Result{}, failed(ctx, callCtx, limits, err)
+	case len(body) > limit:
+		return Result{}, tooMuch
 	}
 	return Result{Stdout: body}, nil
+}
+
+// readBody reads resp's body up to one byte past limit, into a buffer of
+// the length the response says when it says one within the limit.
+func readBody(resp *http.Response, limit int) ([]byte, error) {
+	var buf bytes.Buffer
+	if n := resp.ContentLength; n >= 0 && n <= int64(limit) {
+		buf.Grow(int(n) + bytes.MinRead) // what ReadFrom wants free to read on
+	}
+	_, err := buf.ReadFrom(io.LimitReader(resp.Body, int64(limit)+1))
+	return buf.Bytes(), err
 }
 
 // failed is the CallError of a request that got no whole answer.
@@ -109,6 +139,9 @@ func failed(ctx, callCtx context.Context, limits Limits, err error) error {
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		err = ue.Err // the URL is said where the error is reported
+	}
+	if errors.Is(err, errRedirect) {
+		return &CallError{Why: err.Error(), Err: err}
 	}
 	return &CallError{Why: "unreachable: " + err.Error(), Err: err}
 }
