@@ -18,9 +18,13 @@ import (
 // reads: no lookup of spec.lookups can have it.
 const RelatedLookupPrefix = "customize:"
 
-// maxMemo bounds the answers one customize function keeps: one per
-// trigger.
-const maxMemo = 100_000
+// maxMemo and maxMemoBytes bound the answers one customize function
+// keeps, one per trigger: an answer may be as long as a call's output
+// (function.DefaultLimits), and 100,000 of those would not fit anywhere.
+const (
+	maxMemo      = 100_000
+	maxMemoBytes = 64 << 20
+)
 
 // decodeCustomize decodes a rule function's customize function (n, at
 // field), with the kinds it may relate.
@@ -39,7 +43,7 @@ func (d *decoder) decodeCustomize(n *yaml.Node, field string, docPath []any, doc
 	if fn == nil || len(kinds) == 0 {
 		return nil
 	}
-	fn.Hook, fn.Memo = "customize", function.NewMemo(maxMemo)
+	fn.Hook, fn.Memo = "customize", function.NewMemo(maxMemo, maxMemoBytes)
 	for _, k := range kinds {
 		fn.Related = append(fn.Related, &Lookup{ID: RelatedLookupPrefix + k.Kind + "." + k.APIVersion, KindRef: k,
 			Related: true, Pos: fn.Pos, Field: field + ".kinds"})
