@@ -16,7 +16,7 @@ import (
 )
 
 // The modules rules call: read from beside the rule file, compiled once,
-// kept by digest.
+// kept by digest while a rule in force calls them.
 
 // functionStore compiles the modules rules call, once each, and keeps
 // them by digest, so that a rule's earlier revision (a rollout's previous
@@ -26,11 +26,71 @@ type functionStore struct {
 	mu       sync.Mutex
 	memory   int64
 	rt       *function.Runtime // made at the first module
-	byDigest map[string]*function.Module
+	byDigest map[string]*storedModule
+}
+
+// storedModule is a compiled module the store keeps.
+type storedModule struct {
+	m *function.Module
+	// unnamed: the last release found no rule in force calling it, and
+	// no load has returned it since.
+	unnamed bool
 }
 
 func newFunctionStore() *functionStore {
-	return &functionStore{memory: function.DefaultMemory, byDigest: map[string]*function.Module{}}
+	return &functionStore{memory: function.DefaultMemory, byDigest: map[string]*storedModule{}}
+}
+
+// ReleaseModules closes and forgets the compiled modules that no rule of
+// inForce calls — the functions of its resources, the rule's own and its
+// hooks — once two releases in a row have found them so and no load has
+// returned them in between: a module that a load compiled for a set not
+// yet in force is kept. It returns how many it closed. A rule that still
+// holds a closed module fails when it calls it; a load of its file
+// compiles it again. Call it from time to time with every rule in force:
+// the rule set's, and those the engine still runs (a rollout's previous
+// revision).
+func (l *Loader) ReleaseModules(ctx context.Context, inForce []*Rule) int {
+	named := map[*function.Module]bool{}
+	for _, r := range inForce {
+		for _, m := range r.modules() {
+			named[m] = true
+		}
+	}
+	s := l.functions
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	closed := 0
+	for digest, sm := range s.byDigest {
+		switch {
+		case named[sm.m]:
+			sm.unnamed = false
+		case !sm.unnamed:
+			sm.unnamed = true
+		default:
+			delete(s.byDigest, digest)
+			_ = sm.m.Close(ctx)
+			closed++
+		}
+	}
+	return closed
+}
+
+// modules are the compiled modules r's functions call.
+func (r *Rule) modules() []*function.Module {
+	var out []*function.Module
+	for _, res := range r.Resources {
+		fn := res.Function
+		if fn == nil {
+			continue
+		}
+		for _, f := range []*Function{fn, fn.Finalize, fn.Customize} {
+			if f != nil && f.Module != nil {
+				out = append(out, f.Module)
+			}
+		}
+	}
+	return out
 }
 
 // load returns the module file (in the rule file's directory) names,
@@ -41,8 +101,9 @@ func (s *functionStore) load(ruleFile, file, want string, fromRevision bool) (*f
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if fromRevision {
-		if m, ok := s.byDigest[want]; ok && want != "" {
-			return m, want, nil
+		if sm, ok := s.byDigest[want]; ok && want != "" {
+			sm.unnamed = false
+			return sm.m, want, nil
 		}
 		return nil, "", fmt.Errorf("module %s (sha256 %.12s) is not loaded in this process: the revision cannot run without it", file, want)
 	}
@@ -76,7 +137,7 @@ func (s *functionStore) load(ruleFile, file, want string, fromRevision bool) (*f
 	if want != "" && want != digest {
 		return nil, "", fmt.Errorf("%s has sha256 %s, not the %s the rule names", path, digest, want)
 	}
-	s.byDigest[digest] = m
+	s.byDigest[digest] = &storedModule{m: m}
 	return m, digest, nil
 }
 

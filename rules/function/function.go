@@ -26,6 +26,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tetratelabs/wazero"
@@ -101,10 +102,11 @@ type Module struct {
 	pool     pool // instances that serve (Serve)
 	// Digest is the sha256 of the module's bytes.
 	Digest [sha256.Size]byte
+	closed atomic.Bool
 }
 
-// Compile compiles wasm, once per content: a module compiled before is
-// returned again. It fails on a module that is not a
+// Compile compiles wasm, once per content: a module compiled before, and
+// not closed since, is returned again. It fails on a module that is not a
 // WASI command (one whose entry point is _start), and on one whose tables
 // cannot be bounded (tables.go).
 func (r *Runtime) Compile(ctx context.Context, wasm []byte) (*Module, error) {
@@ -136,6 +138,26 @@ func (r *Runtime) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 	m := &Module{r: r, compiled: compiled, Digest: digest}
 	r.modules[digest] = m
 	return m, nil
+}
+
+// errClosed is a call of a module closed since it was compiled.
+var errClosed = errors.New("the module was closed: no rule in force calls it")
+
+// Close stops m's idle instances and releases its compiled code; a
+// later Compile of the same bytes compiles them anew. Calls under way
+// finish; a call made after Close fails. Whoever holds m must no longer
+// call it: the rules loader closes the modules no rule in force names.
+func (m *Module) Close(ctx context.Context) error {
+	if m.closed.Swap(true) {
+		return nil
+	}
+	m.r.mu.Lock()
+	if m.r.modules[m.Digest] == m {
+		delete(m.r.modules, m.Digest)
+	}
+	m.r.mu.Unlock()
+	m.stopIdle()
+	return m.compiled.Close(ctx)
 }
 
 // Result is what a call wrote.
@@ -198,7 +220,7 @@ func (m *Module) Call(ctx context.Context, input []byte, limits Limits) (Result,
 		return res, nil
 	case errors.As(err, &exit) && exit.ExitCode() == sys.ExitCodeDeadlineExceeded:
 		return res, &CallError{Why: fmt.Sprintf("ran longer than its time limit of %s: stopped", limits.Timeout), Stderr: res.Stderr, Err: err}
-	case errors.As(err, &pe):
+	case errors.As(err, &pe), errors.Is(err, errClosed):
 		return res, &CallError{Why: err.Error(), Stderr: res.Stderr, Err: err}
 	}
 	return res, &CallError{Why: exitWhy(err), Stderr: res.Stderr, Err: err}
@@ -208,6 +230,9 @@ func (m *Module) Call(ctx context.Context, input []byte, limits Limits) (Result,
 // instance; a panic in it is returned as a *panics.Error.
 func (m *Module) run(ctx context.Context, cfg wazero.ModuleConfig) (err error) {
 	defer panics.Recover(&err)
+	if m.closed.Load() {
+		return errClosed
+	}
 	mod, err := m.r.instantiate(ctx, m.compiled, cfg)
 	if mod != nil {
 		_ = mod.Close(context.WithoutCancel(ctx))

@@ -191,3 +191,35 @@ func TestPanicContained(t *testing.T) {
 		}
 	}
 }
+
+// TestModuleClose: a closed module cannot be called, fresh or served,
+// and its idle instances are stopped; compiling its bytes again makes a
+// new module that runs.
+func TestModuleClose(t *testing.T) {
+	m := compileProbe(t, DefaultMemory)
+	limits := Limits{Timeout: 30 * time.Second, Output: 1 << 16}
+	if _, err := m.Serve(t.Context(), []byte(`{"do":"echo","name":"a"}`), limits); err != nil {
+		t.Fatal(err)
+	}
+	m.pool.mu.Lock()
+	idle := append([]*instance(nil), m.pool.idle...)
+	m.pool.mu.Unlock()
+	if err := m.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range idle {
+		<-i.exited // stopped: Close waits for it
+	}
+	for how, call := range map[string]func(context.Context, []byte, Limits) (Result, error){"fresh": m.Call, "served": m.Serve} {
+		if _, err := call(t.Context(), []byte(`{"do":"echo","name":"b"}`), limits); !errors.Is(err, errClosed) {
+			t.Errorf("%s after Close: %v, want it refused", how, err)
+		}
+	}
+	again, err := m.r.Compile(t.Context(), probe(t))
+	if err != nil || again == m {
+		t.Fatalf("compiled again: %v (the closed module again: %v)", err, again == m)
+	}
+	if res, err := again.Call(t.Context(), []byte(`{"do":"echo","name":"c"}`), limits); err != nil || !strings.Contains(string(res.Stdout), `"hello":"c"`) {
+		t.Errorf("the module compiled again: %v, %q", err, res.Stdout)
+	}
+}

@@ -58,6 +58,9 @@ func (m *Module) Serve(ctx context.Context, input []byte, limits Limits) (Result
 	if bytes.IndexByte(input, '\n') >= 0 {
 		return Result{}, errors.New("a served call's input must be one line (compact JSON)")
 	}
+	if m.closed.Load() {
+		return Result{}, &CallError{Why: errClosed.Error(), Err: errClosed}
+	}
 	select {
 	case m.r.slots <- struct{}{}:
 		defer func() { <-m.r.slots }()
@@ -106,6 +109,10 @@ func (m *Module) put(inst *instance) {
 	p := &m.pool
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if m.closed.Load() { // Close set it before it took the idle
+		inst.stop()
+		return
+	}
 	inst.used = time.Now()
 	p.idle = append(p.idle, inst)
 	if !p.armed {
@@ -197,7 +204,7 @@ func (i *instance) call(ctx context.Context, input []byte, limits Limits) ([]byt
 	case a := <-done:
 		if errors.Is(a.err, errExited) || errors.Is(a.err, io.ErrClosedPipe) {
 			<-i.exited
-			if errors.As(i.err, new(*panics.Error)) {
+			if errors.As(i.err, new(*panics.Error)) || errors.Is(i.err, errClosed) {
 				return nil, fmt.Errorf("exited while serving: %w", i.err)
 			}
 			return nil, fmt.Errorf("exited while serving: %s", exitWhy(i.err))
