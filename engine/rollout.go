@@ -322,6 +322,23 @@ func (l *ruleLoop) rolloutStarting() bool {
 // what Rollouts returned before the engine stopped.
 func (e *Engine) PlanRollouts() []rollout.Status { return e.planned.rollouts }
 
+// InForce returns the rules the engine runs: each loop's, and the
+// revision a rollout moves from until the rollout completes — its
+// triggers are reconciled by it meanwhile, and again after a rollback.
+// (A removed rule's teardown calls none of its functions.)
+func (e *Engine) InForce() []*rules.Rule {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]*rules.Rule, 0, len(e.loops))
+	for _, l := range e.loops {
+		out = append(out, l.rule)
+		if ro := l.ro.Load(); ro != nil && ro.co.Record().State != rollout.Complete {
+			out = append(out, ro.from.rule)
+		}
+	}
+	return out
+}
+
 // Rollouts returns the rollouts of the rules in force, by rule.
 func (e *Engine) Rollouts() []rollout.Status {
 	e.mu.Lock()

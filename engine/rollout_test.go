@@ -330,11 +330,17 @@ func TestRolloutSteps(t *testing.T) {
 //
 // API server: server-side apply moving children back between revisions.
 func TestRolloutRollback(t *testing.T) {
-	h, store, _ := startRollouts(t, 40)
-	h.updates <- h.loadRules(rolloutRule("v2", true, "step: 4, progressDeadline: 2s, onFailure: Rollback", ""))
+	h, store, v1 := startRollouts(t, 40)
+	v2 := h.loadRules(rolloutRule("v2", true, "step: 4, progressDeadline: 2s, onFailure: Rollback", ""))
+	h.updates <- v2
 	h.eventually("the rollout rolled back", func() bool { return store.get("roll").State == rollout.RolledBack })
 	if rec := store.get("roll"); rec.Step != 1 || rec.Moved != 4 {
 		t.Fatalf("rolled back: %+v", rec)
+	}
+	// Both revisions are in force: the triggers are back on v1 (the
+	// modules their functions call are kept).
+	if got, want := inForce(h), []string{v1.Get("roll").Hash, v2.Get("roll").Hash}; !slices.Equal(got, sorted(want)) {
+		t.Errorf("rules in force %v, want v1's and v2's %v", got, sorted(want))
 	}
 	h.eventually("every child back at v1", func() bool { n, _ := h.childVersions("v1"); return n["v1"] == 40 })
 	if said := store.said("RolloutRolledBack"); len(said) != 1 || !strings.Contains(said[0], "4 triggers go back") {
@@ -367,10 +373,29 @@ func TestRolloutPruneBudget(t *testing.T) {
 	if n, _ := h.childVersions("v1"); n["v1"] != 90 {
 		t.Fatalf("pruned past the budget: %v", n)
 	}
-	h.updates <- h.loadRules(rolloutRule("v1", false, "maxPrunes: 100%", off))
+	if got := inForce(h); len(got) != 2 {
+		t.Errorf("halted mid-rollout, rules in force %v: want both revisions", got)
+	}
+	last := h.loadRules(rolloutRule("v1", false, "maxPrunes: 100%", off))
+	h.updates <- last
 	h.eventually("every child pruned", func() bool { n, _ := h.childVersions("v1"); return n["v1"] == 0 })
 	h.eventually("the rollout complete", func() bool { return store.get("roll").State == rollout.Complete })
+	if got := inForce(h); !slices.Equal(got, []string{last.Get("roll").Hash}) {
+		t.Errorf("the rollout complete, rules in force %v: want only the newest, %s", got, last.Get("roll").Hash)
+	}
 }
+
+// inForce are the hashes of the rules h's engine runs (Engine.InForce),
+// sorted.
+func inForce(h *harness) []string {
+	var out []string
+	for _, r := range h.engine.InForce() {
+		out = append(out, r.Hash)
+	}
+	return sorted(out)
+}
+
+func sorted(s []string) []string { s = slices.Clone(s); slices.Sort(s); return s }
 
 // TestRolloutImmediate: strategy Immediate moves every trigger at once.
 //

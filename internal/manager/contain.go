@@ -11,6 +11,7 @@ const (
 	panicLoad      = "load"      // a rule file's parse (rules.Loader.ReportPanics)
 	panicCRDs      = "crds"      // keeping the CRD of a kind a rule defines
 	panicRevisions = "revisions" // recording a rule's revision
+	panicModules   = "modules"   // releasing the compiled modules no rule calls
 )
 
 // containRule runs fn, the keeping of one rule's CRD or revision, and

@@ -330,6 +330,7 @@ func (p *process) start(ctx context.Context) error {
 	runInventory(ctx, p.fleet)
 	set := p.rules.load(ctx)
 	watched := p.rules.watch(ctx)
+	released := p.rules.releaseModules(ctx, p.engine.InForce)
 	logger.Info("Starting", "rules", set.Len(), "host", p.clients.Config.Host, "installation", p.opts.Installation)
 	err := p.opts.Mode.run(ctx, &runner{
 		engine: func(ctx context.Context) {
@@ -347,6 +348,7 @@ func (p *process) start(ctx context.Context) error {
 		reg:    p.reg,
 	})
 	<-watched
+	<-released
 	if err != nil {
 		return err
 	}

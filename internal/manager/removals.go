@@ -38,7 +38,11 @@ func recordOf[T any](cr appsv1.ControllerRevision, key string) *T {
 // revision that no longer compiles (its kinds gone) is passed over, with
 // a log line; one with nothing to do is remembered, not compiled again.
 func (k *revisionKeeper) Removed(ctx context.Context, set *rules.Set) ([]*rules.Rule, error) {
-	if k.compile == nil {
+	compile := k.compile
+	if k.compileRemoved != nil {
+		compile = k.compileRemoved
+	}
+	if compile == nil {
 		return nil, nil
 	}
 	all, err := k.store.List(ctx, k.selector())
@@ -66,7 +70,7 @@ func (k *revisionKeeper) Removed(ctx context.Context, set *rules.Set) ([]*rules.
 		if ns, _, tenant := strings.Cut(name, "."); tenant {
 			stub.Tenant = ns // a tenant rule is named <namespace>.<name>
 		}
-		r, err := k.compile(stub, cr.Name, cr.Data.Raw)
+		r, err := compile(stub, cr.Name, cr.Data.Raw)
 		if err != nil {
 			klog.FromContext(ctx).Info("A removed rule's last revision no longer compiles: nothing is done on its removal", "rule", name, "revision", cr.Name, "err", err)
 			k.nothingToRemove[cr.Name] = true

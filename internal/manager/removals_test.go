@@ -2,6 +2,8 @@ package manager
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -99,4 +101,51 @@ func keeperFixture(t *testing.T, cfg *rest.Config, prefix string) (*Clients, *co
 		t.Fatal(err)
 	}
 	return c, ns, l
+}
+
+// TestRemovedWithoutItsModule: a removed rule whose function's module
+// this process no longer has — released once no rule in force called
+// it, or never loaded since a restart — is still a removal to do: its
+// removal calls no function. (Compiled as a revision to run, it would
+// not compile, and its children would be left for good.)
+func TestRemovedWithoutItsModule(t *testing.T) {
+	ctx := t.Context()
+	c, ns, l := keeperFixture(t, testenv.Get(t).Config(), "removals-")
+	dir := t.TempDir()
+	unreachable := []byte{0, 'a', 's', 'm', 1, 0, 0, 0, 0x01, 0x04, 0x01, 0x60, 0x00, 0x00, 0x03, 0x02, 0x01, 0x00,
+		0x07, 0x0a, 0x01, 0x06, '_', 's', 't', 'a', 'r', 't', 0x00, 0x00, 0x0a, 0x05, 0x01, 0x03, 0x00, 0x00, 0x0b}
+	if err := os.WriteFile(filepath.Join(dir, "fn.wasm"), unreachable, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := l.Parse(filepath.Join(dir, "rules.yaml"), []byte(`apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: calls}
+spec:
+  watch: {apiVersion: v1, kind: Namespace}
+  removalPolicy: Delete
+  resources:
+    - {id: fn, kinds: [{apiVersion: v1, kind: ConfigMap}], function: {wasm: fn.wasm}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := rules.NewSet(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := newRevisionKeeper(c, ns.Name, "")
+	k.compile, k.compileRemoved = compileRevision(l.ForRevisions()), compileRevision(l.ForInspection())
+	if k.keep(ctx, set, nil) {
+		t.Fatal("recording the revision failed")
+	}
+	for range 2 { // the rule removed: no rule in force calls its module
+		l.ReleaseModules(ctx, nil)
+	}
+	if _, err := k.compile(&rules.Rule{Name: "calls"}, "r", set.Get("calls").Source); err == nil {
+		t.Fatal("the module was not released")
+	}
+	removed, err := k.Removed(ctx, &rules.Set{})
+	if err != nil || len(removed) != 1 || removed[0].Name != "calls" {
+		t.Fatalf("removed %v, %v: want the rule's removal to do", removed, err)
+	}
 }

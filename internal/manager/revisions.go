@@ -41,7 +41,12 @@ type revisionKeeper struct {
 	// from); recorder emits the rollouts' Events (nil: none).
 	compile  func(r *rules.Rule, name string, source []byte) (*rules.Rule, error)
 	recorder record.EventRecorder
-	mu       sync.Mutex
+	// compileRemoved, when set, compiles a removed rule's last revision
+	// instead: its removal calls no function, so it compiles whether or
+	// not this process has its modules (rules.Loader.ForInspection).
+	compileRemoved func(r *rules.Rule, name string, source []byte) (*rules.Rule, error)
+
+	mu sync.Mutex
 	// seen are each rule's revisions as the last keep listed them, before
 	// it recorded the version put in force: where a rollout resumes from.
 	seen map[string][]appsv1.ControllerRevision

@@ -25,6 +25,7 @@ import (
 // a standby keeps current for when it starts leading.
 type ruleFiles struct {
 	src       *reload.Source
+	loader    *rules.Loader // src's: its compiled modules are released (modules.go)
 	watcher   *reload.Watcher
 	clients   *Clients
 	metrics   *metrics.Metrics
@@ -104,8 +105,9 @@ func newRuleFiles(logger klog.Logger, o Options, c *Clients, m *metrics.Metrics)
 	revisions := newRevisionKeeper(c, o.SyncloopNamespace, o.Installation)
 	src.UseLastGood(revisions.lastGood(loader))
 	revisions.compile = compileRevision(loader.ForRevisions())
+	revisions.compileRemoved = compileRevision(loader.ForInspection())
 	revisions.panicked = m.Panicked
-	f := &ruleFiles{src: src, watcher: reload.NewWatcher(src, 0), clients: c, metrics: m,
+	f := &ruleFiles{src: src, loader: loader, watcher: reload.NewWatcher(src, 0), clients: c, metrics: m,
 		files: &fileErrors{}, current: &currentSet{}, updates: make(chan *rules.Set, 1), crds: crds,
 		revisions: revisions}
 	if o.Identities.Tenants {
@@ -319,4 +321,48 @@ func (f *ruleFiles) watch(ctx context.Context) <-chan struct{} {
 		}
 	}()
 	return done
+}
+
+// moduleRelease is how often the compiled modules no rule in force calls
+// are released: one is closed by the second release that finds it so
+// (rules.Loader.ReleaseModules), one to two periods after its rule
+// changed or its rollout completed.
+const moduleRelease = time.Minute
+
+// releaseModules releases, every moduleRelease until ctx ends, the
+// compiled modules that neither the set in force nor running (the rules
+// the engine runs, a rollout's previous revision among them) calls. The
+// channel is closed once it has stopped.
+func (f *ruleFiles) releaseModules(ctx context.Context, running func() []*rules.Rule) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(moduleRelease)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			f.releaseOnce(ctx, running)
+		}
+	}()
+	return done
+}
+
+// releaseOnce is one release of the modules no rule in force calls; a
+// panic in it is contained and counted, and the next release tries again.
+func (f *ruleFiles) releaseOnce(ctx context.Context, running func() []*rules.Rule) {
+	logger := klog.FromContext(ctx)
+	_ = containRule(logger, f.metrics.Panicked, "", panicModules, func() error {
+		inForce := running()
+		if set := f.current.get(); set != nil {
+			inForce = append(inForce, set.Rules()...)
+		}
+		if n := f.loader.ReleaseModules(ctx, inForce); n > 0 {
+			logger.V(2).Info("Released the compiled modules no rule in force calls", "modules", n)
+		}
+		return nil
+	})
 }
