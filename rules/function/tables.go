@@ -38,11 +38,13 @@ var errUnreadable = errors.New("its sections cannot be read")
 // boundTables returns wasm with the maxima of its tables bounded, as
 // above, or why it cannot be. Bytes that are not a module are returned as
 // they are, for the compiler to refuse; errUnreadable is a module whose
-// sections do not read as the binary format lays them out.
+// sections do not read as the binary format lays them out. Every section
+// is read, so that no table section hides behind another.
 func boundTables(wasm []byte) ([]byte, error) {
 	if len(wasm) < 8 || !bytes.Equal(wasm[:4], []byte("\x00asm")) {
 		return wasm, nil
 	}
+	out, tables := append([]byte(nil), wasm[:8]...), false
 	for i := 8; i < len(wasm); {
 		id := wasm[i]
 		size, n := binary.Uvarint(wasm[i+1:])
@@ -52,6 +54,7 @@ func boundTables(wasm []byte) ([]byte, error) {
 		}
 		end := start + int(size)
 		if id != tableSection {
+			out = append(out, wasm[i:end]...)
 			i = end
 			continue
 		}
@@ -59,14 +62,15 @@ func boundTables(wasm []byte) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		out := make([]byte, 0, len(wasm)+len(body)-int(size)+binary.MaxVarintLen32)
-		out = append(out, wasm[:i]...)
 		out = append(out, tableSection)
 		out = binary.AppendUvarint(out, uint64(len(body)))
 		out = append(out, body...)
-		return append(out, wasm[end:]...), nil
+		i, tables = end, true
 	}
-	return wasm, nil
+	if !tables {
+		return wasm, nil
+	}
+	return out, nil
 }
 
 // boundTableSection is the table section sec with each table's maximum
