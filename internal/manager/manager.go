@@ -311,9 +311,9 @@ func (p *process) closeServers() {
 
 // start runs the process until ctx ends, starting its pieces in order:
 // Events and the servers; the CRD watch, which the first load of the rule
-// files waits on (schemas of CRDs just created); the rule files' watcher;
-// then the mode, which runs the engine. Each stops after those started
-// after it.
+// files waits on (schemas of CRDs just created); the rule files' watcher,
+// and the release of the modules no rule in force calls; then the mode,
+// which runs the engine. Each stops after those started after it.
 func (p *process) start(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	p.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: p.clients.Core.CoreV1().Events("")})
