@@ -100,6 +100,9 @@ func (r *reviewTimes) Reviewed(_ string, d time.Duration) {
 	r.mu.Unlock()
 }
 
+// Refused is not timed: nothing is converted.
+func (r *reviewTimes) Refused(string) {}
+
 func (r *reviewTimes) reset() { r.mu.Lock(); r.times, r.objects = nil, 0; r.mu.Unlock() }
 
 // quantiles are the p50 and p99 of ds, in ms.

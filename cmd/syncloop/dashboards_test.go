@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/syncloop/syncloop/internal/metrics"
+	"github.com/syncloop/syncloop/internal/webhook"
 )
 
 // TestChartDashboardsAndAlerts renders the chart with the Grafana dashboard
@@ -179,7 +180,7 @@ func registeredMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	rec := &describer{names: map[string]bool{}}
 	metrics.New(rec, func() int { return 0 }, func() []metrics.RuleReady { return nil })
-	metrics.NewConversions(rec)
+	metrics.NewConversions(rec, webhook.Refusals)
 	metrics.NewRollouts(rec, func() []metrics.Rollout { return nil })
 	metrics.NewShard(rec, func() map[string]int { return nil }, func() map[string]int { return nil })
 	metrics.NewFleet(rec, func() int { return 0 }, func() int { return 0 }, func() map[string]bool { return nil })

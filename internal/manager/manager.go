@@ -26,6 +26,7 @@ import (
 	"github.com/syncloop/syncloop/engine"
 	"github.com/syncloop/syncloop/internal/fleet"
 	"github.com/syncloop/syncloop/internal/metrics"
+	"github.com/syncloop/syncloop/internal/webhook"
 	"github.com/syncloop/syncloop/rules"
 )
 
@@ -202,7 +203,7 @@ func newProcess(ctx context.Context, o Options) (*process, error) {
 		return nil, err
 	}
 	p.rules.announcer = &announcer{configMap: cm, core: p.clients.Core, recorder: recorder}
-	conv := metrics.NewConversions(p.reg)
+	conv := metrics.NewConversions(p.reg, webhook.Refusals)
 	p.rules.conversions = newConversions(o, p.clients, conv, serves(o.Serve.Webhook))
 	p.rules.crds.caBundle, p.rules.crds.injectCA = p.rules.conversions.caBundle(), o.CRDs.CertManager
 	if o.DryRun == nil {

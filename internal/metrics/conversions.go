@@ -10,22 +10,27 @@ import (
 type Conversions struct {
 	total   *prometheus.CounterVec
 	latency *prometheus.HistogramVec
+	refused *prometheus.CounterVec
 	expires prometheus.Gauge
 	// migrated and migrating are the storage migrations'.
 	migrated  *prometheus.CounterVec
 	migrating *prometheus.GaugeVec
 }
 
-// NewConversions registers the conversion webhook's metrics on reg.
-func NewConversions(reg prometheus.Registerer) *Conversions {
+// NewConversions registers the conversion webhook's metrics on reg; the
+// refusals counted are reasons (each at 0 from the start).
+func NewConversions(reg prometheus.Registerer, reasons []string) *Conversions {
 	c := &Conversions{
 		total: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "syncloop_conversions_total", Help: "Objects the conversion webhook converted for the API server, by kind, from and to version, and result (converted or failed).",
+			Name: "syncloop_conversions_total", Help: "Objects the conversion webhook converted for the API server, by kind, from and to version, and result (converted or failed); a kind syncloop does not convert, or a version not the kind's, is \"other\".",
 		}, []string{"kind", "from", "to", "result"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "syncloop_conversion_duration_seconds", Help: "How long the conversion webhook took to answer one ConversionReview (all its objects), by kind.",
+			Name: "syncloop_conversion_duration_seconds", Help: "How long the conversion webhook took to answer one ConversionReview (all its objects), by kind (\"other\": a kind syncloop does not convert).",
 			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16),
 		}, []string{"kind"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "syncloop_conversion_reviews_refused_total", Help: "ConversionReviews the conversion webhook answered without converting them, by reason: too-large (the body, or what decoding an object would hold), busy (429: too many in flight; the API server sends it again), malformed (not a ConversionReview).",
+		}, []string{"reason"}),
 		expires: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "syncloop_webhook_certificate_expiry_timestamp_seconds", Help: "When the conversion webhook's serving certificate expires (syncloop renews it a third of its life before).",
 		}),
@@ -36,7 +41,10 @@ func NewConversions(reg prometheus.Registerer) *Conversions {
 	c.migrating = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "syncloop_storage_migration_running", Help: "1 while the objects of a CRD are being moved to its storage version.",
 	}, []string{"crd"})
-	reg.MustRegister(c.total, c.latency, c.expires, c.migrated, c.migrating)
+	for _, r := range reasons {
+		c.refused.WithLabelValues(r)
+	}
+	reg.MustRegister(c.total, c.latency, c.refused, c.expires, c.migrated, c.migrating)
 	return c
 }
 
@@ -49,6 +57,9 @@ func (c *Conversions) Converted(kind, from, to, result string) {
 func (c *Conversions) Reviewed(kind string, d time.Duration) {
 	c.latency.WithLabelValues(kind).Observe(d.Seconds())
 }
+
+// Refused counts one review refused unread (webhook.Metrics).
+func (c *Conversions) Refused(reason string) { c.refused.WithLabelValues(reason).Inc() }
 
 // CertificateExpires records when the serving certificate expires.
 func (c *Conversions) CertificateExpires(t time.Time) { c.expires.Set(float64(t.Unix())) }

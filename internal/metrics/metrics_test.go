@@ -117,3 +117,20 @@ syncloop_informers 5
 		t.Error(err)
 	}
 }
+
+// TestConversionRefusals: every reason a review is refused for is a
+// series at 0 from the start, for an alert to rate; a refusal counts.
+func TestConversionRefusals(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := NewConversions(reg, []string{"too-large", "busy"})
+	c.Refused("busy")
+	want := `
+# HELP syncloop_conversion_reviews_refused_total ConversionReviews the conversion webhook answered without converting them, by reason: too-large (the body, or what decoding an object would hold), busy (429: too many in flight; the API server sends it again), malformed (not a ConversionReview).
+# TYPE syncloop_conversion_reviews_refused_total counter
+syncloop_conversion_reviews_refused_total{reason="busy"} 1
+syncloop_conversion_reviews_refused_total{reason="too-large"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "syncloop_conversion_reviews_refused_total"); err != nil {
+		t.Error(err)
+	}
+}

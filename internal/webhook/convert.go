@@ -1,18 +1,13 @@
 package webhook
 
 import (
-	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
-	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/klog/v2"
 
@@ -20,29 +15,58 @@ import (
 )
 
 // Metrics counts conversions: each object's result (converted or
-// failed), and each review's latency.
+// failed), each review's latency, and the reviews refused unread. The
+// labels are bounded whoever sends the review: a kind is one syncloop
+// converts and a version one of its versions, or else OtherLabel.
 type Metrics interface {
 	Converted(kind, from, to, result string)
 	Reviewed(kind string, d time.Duration)
+	// Refused counts a review answered without being converted, for
+	// one of Refusals.
+	Refused(reason string)
 }
+
+// OtherLabel stands, in the metrics, for every kind syncloop does not
+// convert and every version that is not one of the kind's.
+const OtherLabel = "other"
+
+// Why a review is refused unread (Metrics.Refused).
+const (
+	// RefusedTooLarge: its body is larger than maxReviewBytes (413), or
+	// decoding an object of it would cost more than all reviews may
+	// (a failed review).
+	RefusedTooLarge = "too-large"
+	// RefusedBusy: the reviews in flight leave no room for it (429 and
+	// Retry-After, which the API server's client waits and sends again).
+	RefusedBusy = "busy"
+	// RefusedMalformed: not a ConversionReview (400).
+	RefusedMalformed = "malformed"
+)
+
+// Refusals are the reasons Metrics.Refused is called with.
+var Refusals = []string{RefusedTooLarge, RefusedBusy, RefusedMalformed}
 
 // Converter answers the API server's ConversionReviews (apiextensions.k8s.io/v1)
 // with the conversions of the kinds rules define. A kind whose rule is
 // removed, or stops loading, keeps the last conversion it had: its
 // objects must stay readable.
+//
+// Whoever reaches it, what it holds is bounded: a review's body by
+// maxReviewBytes, the reviews in flight by maxReviews and, together, by
+// reviewMemory of what they are charged (bodyCharge, then the decode of
+// their largest object) before it is spent.
 type Converter struct {
 	mu    sync.RWMutex
 	kinds map[schema.GroupKind]*rules.API
+	gate  *gate
 	// Metrics, when set, counts conversions.
 	Metrics Metrics
 }
 
-// maxReview bounds the body of a review read (the API server sends at
-// most a list's page of objects, bounded by its own request limit).
-const maxReview = 64 << 20
-
 // NewConverter converts nothing until Use.
-func NewConverter() *Converter { return &Converter{kinds: map[schema.GroupKind]*rules.API{}} }
+func NewConverter() *Converter {
+	return &Converter{kinds: map[schema.GroupKind]*rules.API{}, gate: &gate{maxReviews: maxReviews, budget: reviewMemory}}
+}
 
 // Use converts the kinds of set's rules from now on as set's rules say;
 // other kinds keep the conversion they had.
@@ -82,97 +106,76 @@ func (c *Converter) api(gk schema.GroupKind) *rules.API {
 	return c.kinds[gk]
 }
 
-// ServeHTTP answers one ConversionReview.
+// ServeHTTP answers one ConversionReview. A body larger than
+// maxReviewBytes is refused unread (413 Request Entity Too Large); a
+// review that does not fit among those in flight is refused at once
+// (429 Too Many Requests, Retry-After: 1 — the API server's client
+// waits and sends it again, within its 30 s for the call).
 func (c *Converter) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if req.Method != http.MethodPost {
 		http.Error(w, "POST a ConversionReview", http.StatusMethodNotAllowed)
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(req.Body, maxReview))
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+	if req.ContentLength > maxReviewBytes {
+		c.refuse(w, RefusedTooLarge, http.StatusRequestEntityTooLarge, fmt.Sprintf("a ConversionReview is at most %d bytes, not %d", maxReviewBytes, req.ContentLength))
 		return
 	}
-	var review apiextv1.ConversionReview
-	if err := json.Unmarshal(body, &review); err != nil || review.Request == nil {
-		http.Error(w, fmt.Sprintf("not a ConversionReview: %v", err), http.StatusBadRequest)
+	size := req.ContentLength
+	if size < 0 {
+		size = maxReviewBytes
+	}
+	t, ok := c.gate.enter(bodyCharge(size))
+	if !ok {
+		c.busy(w)
 		return
 	}
-	review.Response = c.Review(req.Context(), review.Request)
-	review.Request = nil
-	w.Header().Set("Content-Type", "application/json")
-	if err := json.NewEncoder(w).Encode(&review); err != nil {
+	defer t.leave()
+	r, err := readReview(w, req, size)
+	switch {
+	case errors.As(err, new(*http.MaxBytesError)):
+		c.refuse(w, RefusedTooLarge, http.StatusRequestEntityTooLarge, fmt.Sprintf("a ConversionReview is at most %d bytes", maxReviewBytes))
+		return
+	case err != nil:
+		c.refuse(w, RefusedMalformed, http.StatusBadRequest, err.Error())
+		return
+	}
+	a := c.review(req.Context(), r.Request, t)
+	if a.busy {
+		c.busy(w)
+		return
+	}
+	if err := a.write(w); err != nil {
 		klog.FromContext(req.Context()).Error(err, "Writing a ConversionReview")
 	}
 }
 
-// Review converts the objects of one request; a failure of any fails
-// the whole, as the API server expects.
-func (c *Converter) Review(ctx context.Context, req *apiextv1.ConversionRequest) *apiextv1.ConversionResponse {
-	start := time.Now()
-	resp := &apiextv1.ConversionResponse{UID: req.UID, Result: metav1.Status{Status: metav1.StatusSuccess}}
-	kind := ""
-	defer func() {
-		if c.Metrics != nil && kind != "" {
-			c.Metrics.Reviewed(kind, time.Since(start))
-		}
-	}()
-	to, err := schema.ParseGroupVersion(req.DesiredAPIVersion)
+// readReview reads a review's body of size bytes (its Content-Length),
+// or of at most maxReviewBytes when its length is not said (size is
+// then that), and decodes its envelope: what is returned holds the
+// objects, not the body.
+func readReview(w http.ResponseWriter, req *http.Request, size int64) (*envelope, error) {
+	var body []byte
+	var err error
+	if req.ContentLength < 0 {
+		body, err = io.ReadAll(http.MaxBytesReader(w, req.Body, size))
+	} else {
+		body = make([]byte, size)
+		_, err = io.ReadFull(req.Body, body)
+	}
 	if err != nil {
-		return failed(resp, fmt.Errorf("desiredAPIVersion %q: %w", req.DesiredAPIVersion, err))
+		return nil, fmt.Errorf("reading the ConversionReview: %w", err)
 	}
-	for _, raw := range req.Objects {
-		var obj map[string]any
-		if err := json.Unmarshal(raw.Raw, &obj); err != nil {
-			return failed(resp, fmt.Errorf("an object does not decode: %w", err))
-		}
-		apiVersion, _ := obj["apiVersion"].(string)
-		k, _ := obj["kind"].(string)
-		kind = k
-		from, _ := schema.ParseGroupVersion(apiVersion)
-		out, err := c.convert(ctx, obj, from, to, k)
-		if c.Metrics != nil {
-			c.Metrics.Converted(k, from.Version, to.Version, result(err))
-		}
-		if err != nil {
-			return failed(resp, err)
-		}
-		data, err := json.Marshal(out)
-		if err != nil {
-			return failed(resp, err)
-		}
-		resp.ConvertedObjects = append(resp.ConvertedObjects, runtime.RawExtension{Raw: data})
-	}
-	return resp
+	return decodeEnvelope(body)
 }
 
-// convert converts one object, a panic contained as its error.
-func (c *Converter) convert(ctx context.Context, obj map[string]any, from, to schema.GroupVersion, kind string) (out map[string]any, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("converting %s: panic: %v", kind, p)
-			klog.FromContext(ctx).Error(err, "Conversion panicked")
-		}
-	}()
-	if from.Group != to.Group {
-		return nil, fmt.Errorf("%s/%s cannot become a %s object", from, kind, to)
-	}
-	a := c.api(schema.GroupKind{Group: from.Group, Kind: kind})
-	if a == nil {
-		return nil, fmt.Errorf("syncloop converts no %s.%s: no rule defines it in versions", kind, from.Group)
-	}
-	return a.Convert(ctx, obj, to.Version)
+func (c *Converter) busy(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", "1")
+	c.refuse(w, RefusedBusy, http.StatusTooManyRequests, "too many conversions in flight: retry")
 }
 
-func result(err error) string {
-	if err != nil {
-		return "failed"
+func (c *Converter) refuse(w http.ResponseWriter, reason string, code int, msg string) {
+	if c.Metrics != nil {
+		c.Metrics.Refused(reason)
 	}
-	return "converted"
-}
-
-func failed(resp *apiextv1.ConversionResponse, err error) *apiextv1.ConversionResponse {
-	resp.ConvertedObjects = nil
-	resp.Result = metav1.Status{Status: metav1.StatusFailure, Message: strings.TrimSpace(err.Error())}
-	return resp
+	http.Error(w, msg, code)
 }

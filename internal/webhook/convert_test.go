@@ -27,8 +27,9 @@ func (c *counted) Converted(_, _, _, result string) {
 	}
 }
 func (c *counted) Reviewed(string, time.Duration) {}
+func (c *counted) Refused(string)                 {}
 
-func versionsSet(t *testing.T) *rules.Set {
+func versionsSet(t testing.TB) *rules.Set {
 	t.Helper()
 	l, err := rules.NewLoader(expr.Options{CostLimit: expr.DefaultCostLimit})
 	if err != nil {
