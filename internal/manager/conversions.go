@@ -140,7 +140,7 @@ func (cv *conversions) listen(addr string) (*server, error) {
 		}
 		cv.converter.ServeHTTP(w, r)
 	}))
-	srv, err := listen(addr, "conversion webhook", mux)
+	srv, err := listen(addr, "conversion webhook", mux, webhookLimits)
 	if err != nil {
 		return nil, err
 	}

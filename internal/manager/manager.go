@@ -3,15 +3,11 @@ package manager
 import (
 	"cmp"
 	"context"
-	"errors"
-	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/pprof"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -264,7 +260,7 @@ func (p *process) listen() error {
 	if serves(o.Serve.Metrics) {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(p.reg, promhttp.HandlerOpts{Registry: p.reg}))
-		srv, err := listen(o.Serve.Metrics, "metrics", mux)
+		srv, err := listen(o.Serve.Metrics, "metrics", mux, metricsLimits)
 		if err != nil {
 			return err
 		}
@@ -272,7 +268,7 @@ func (p *process) listen() error {
 	}
 	if serves(o.Serve.Probes) {
 		srv, err := listen(o.Serve.Probes, "health probes", probes(p.engine, p.rules.files, p.rules.crds, p.rules.revisions, p.rules.conversions, o.Mode,
-			func() []string { return clusterLines(p.fleet) }))
+			func() []string { return clusterLines(p.fleet) }), probeLimits)
 		if err != nil {
 			p.closeServers()
 			return err
@@ -294,7 +290,7 @@ func (p *process) listen() error {
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		srv, err := listen(o.Serve.Pprof, "profiler", mux)
+		srv, err := listen(o.Serve.Pprof, "profiler", mux, pprofLimits)
 		if err != nil {
 			p.closeServers()
 			return err
@@ -372,68 +368,6 @@ type currentSet struct {
 func (c *currentSet) put(s *rules.Set) { c.mu.Lock(); c.set = s; c.mu.Unlock() }
 
 func (c *currentSet) get() *rules.Set { c.mu.Lock(); defer c.mu.Unlock(); return c.set }
-
-// server is an HTTP server on a listener of its own.
-type server struct {
-	what string
-	ln   net.Listener
-	srv  *http.Server
-	// draining, when not nil, makes closing graceful: it is set first, and
-	// the handler then ends each connection with its answer.
-	draining *atomic.Bool
-}
-
-// serves reports whether addr turns its server on.
-func serves(addr string) bool { return addr != "" && addr != "0" }
-
-// listen listens on addr for h; nothing is served until serve.
-func listen(addr, what string, h http.Handler) (*server, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	return &server{what: what, ln: ln, srv: &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}}, nil
-}
-
-// serve serves until the server is closed.
-func (s *server) serve(ctx context.Context) {
-	go func() {
-		if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			klog.FromContext(ctx).Error(err, "Server failed", "server", s.what)
-		}
-	}()
-}
-
-// Close stops serving; a server never served closes its listener.
-func (s *server) Close() {
-	if s.draining != nil {
-		// The conversion webhook, whose callers (the API server) do not
-		// retry a conversion that broke: first every answer says
-		// Connection: close — over HTTP/2 a GOAWAY, after which the
-		// client sends the requests not begun elsewhere — so that a
-		// client's connections end cleanly rather than under a request
-		// it writes; new connections are still served while the
-		// endpoint leaves the Service; then requests under way finish.
-		s.draining.Store(true)
-		time.Sleep(serverLinger)
-		ctx, cancel := context.WithTimeout(context.Background(), serverDrain)
-		defer cancel()
-		if s.srv.Shutdown(ctx) == nil {
-			return
-		}
-	}
-	s.srv.Close()
-	s.ln.Close()
-}
-
-// serverDrain bounds how long a graceful server waits for its requests
-// under way when syncloop stops; serverLinger is how long it serves
-// without keep-alives before (kube-proxy stops sending new connections
-// to a terminating endpoint within it).
-const (
-	serverDrain  = 10 * time.Second
-	serverLinger = 2 * time.Second
-)
 
 // usesGroup reports whether a rule of set reads or writes a kind of group.
 func usesGroup(set *rules.Set, group string) bool {
