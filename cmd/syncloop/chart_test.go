@@ -226,6 +226,18 @@ func TestChartTemplate(t *testing.T) {
 		if rules := fmt.Sprint(viaCM.get(t, "Role", "rel-syncloop-webhook").Object["rules"]); !strings.Contains(rules, "verbs:[get list watch]]") {
 			t.Errorf("with cert-manager, syncloop may write its Secret: %s", rules)
 		}
+		// A client CA: off by default; on, mounted as a directory from the
+		// ConfigMap named and passed to --webhook-client-ca.
+		if args := fmt.Sprint(r.get(t, "Deployment", "rel-syncloop").Object["spec"]); strings.Contains(args, "webhook-client-ca") {
+			t.Error("a client CA required by default")
+		}
+		withCA := fmt.Sprint(template(t, "--set", "webhook.clientCA.configMap=apiserver-ca").get(t, "Deployment", "rel-syncloop").Object["spec"])
+		for _, want := range []string{"--webhook-client-ca=/etc/syncloop/webhook-client-ca/ca.crt", "mountPath:/etc/syncloop/webhook-client-ca",
+			"configMap:map[name:apiserver-ca] name:webhook-client-ca"} {
+			if !strings.Contains(withCA, want) {
+				t.Errorf("with webhook.clientCA.configMap, the Deployment lacks %s: %s", want, withCA)
+			}
+		}
 	})
 
 	t.Run("CRDs of the kinds rules define", func(t *testing.T) {

@@ -168,6 +168,7 @@ func (f *runFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.serve.Probes, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (0 turns them off)")
 	cmd.Flags().Float64Var(&f.cf.migrationQPS, "storage-migration-qps", manager.DefaultMigrationQPS, "objects per second a storage migration rewrites, when a kind a rule defines changes its storage version")
 	cmd.Flags().StringVar(&f.rf.webhook.certManager, "webhook-cert-manager", "", "NAMESPACE/NAME of the cert-manager Certificate that issues the conversion webhook's certificate into its Secret (the chart's webhook.certManager): syncloop then only reads the Secret, and the CRDs trust the Certificate's CA through cert-manager's CA injector")
+	cmd.Flags().StringVar(&f.rf.webhook.clientCA, "webhook-client-ca", "", "PEM file of the CAs whose client certificate the conversion webhook requires of its callers (the chart's webhook.clientCA), read again when it changes; off by default — kube-apiserver presents none to CRD conversion webhooks as of Kubernetes 1.37: see docs/cli.md")
 	cmd.Flags().StringVar(&f.serve.Webhook, "webhook-bind-address", "0", "address of the conversion webhook (/convert, TLS) of the kinds rules define in several versions, e.g. :9443 (the chart sets it: every replica serves it); 0: off, the CRDs then convert through a webhook served elsewhere")
 	cmd.Flags().StringVar(&f.serve.Pprof, "pprof-bind-address", "", "address of /debug/pprof/, Go's profiler (empty or 0: off)")
 	cmd.Flags().DurationVar(&f.drainPeriod, "drain-timeout", 30*time.Second, "on shutdown, how long in-flight reconciles may take before their requests are cancelled")
@@ -232,6 +233,9 @@ func (f *runFlags) options(cmd *cobra.Command) (manager.Options, error) {
 			return manager.Options{}, fmt.Errorf("--webhook-cert-manager %q: NAMESPACE/NAME of a cert-manager Certificate", c)
 		}
 	}
+	if c := f.rf.webhook.clientCA; c != "" && (f.serve.Webhook == "" || f.serve.Webhook == "0") {
+		return manager.Options{}, fmt.Errorf("--webhook-client-ca %q: the webhook is not served here (--webhook-bind-address)", c)
+	}
 	return manager.Options{
 		Config:       cfg,
 		Rules:        f.rf.paths,
@@ -244,7 +248,7 @@ func (f *runFlags) options(cmd *cobra.Command) (manager.Options, error) {
 		DryRun:       dryRun,
 		Mode:         mode,
 		CRDs: manager.CRDs{NoManage: !f.cf.manageCRDs, Webhook: webhook, MigrationQPS: f.cf.migrationQPS,
-			CertManager: f.rf.webhook.certManager},
+			CertManager: f.rf.webhook.certManager, ClientCA: f.rf.webhook.clientCA},
 		// syncloop's own objects live with its Leases.
 		SyncloopNamespace: leaseNS,
 		RulesConfigMap:    f.rulesConfigMap,

@@ -16,8 +16,9 @@ import (
 // the kinds rules define in several versions.
 type webhookFlags struct {
 	url, service string
-	// certManager is run's --webhook-cert-manager.
-	certManager string
+	// certManager is run's --webhook-cert-manager, clientCA its
+	// --webhook-client-ca.
+	certManager, clientCA string
 }
 
 func (f *webhookFlags) register(cmd *cobra.Command) {

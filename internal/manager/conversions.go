@@ -26,6 +26,9 @@ import (
 type conversions struct {
 	converter *webhook.Converter
 	certs     *webhook.Certs // nil: the webhook is not served here
+	// clientCAs, when set, are the CAs whose client certificate the
+	// webhook requires of its callers.
+	clientCAs *webhook.ClientCAs
 	once      sync.Once
 	// installation is this installation's name: its CRDs are recovered.
 	installation string
@@ -42,11 +45,18 @@ func secretName(installation string) string {
 	return "syncloop-" + installation + "-webhook-tls"
 }
 
-// newConversions builds the converter, and the certificate keeper when
-// the webhook is served (serve).
-func newConversions(o Options, c *Clients, reg *metrics.Conversions, serve bool) *conversions {
+// newConversions builds the converter, and the certificate keeper and
+// the client CAs when the webhook is served (serve).
+func newConversions(o Options, c *Clients, reg *metrics.Conversions, serve bool) (*conversions, error) {
 	cv := &conversions{converter: webhook.NewConverter(), installation: o.Installation, issuer: o.CRDs.CertManager}
 	cv.converter.Metrics = reg
+	if serve && o.CRDs.ClientCA != "" {
+		cas, err := webhook.LoadClientCAs(o.CRDs.ClientCA)
+		if err != nil {
+			return nil, err
+		}
+		cv.clientCAs = cas
+	}
 	if serve {
 		cv.certs = webhook.NewCerts(c.Core, o.SyncloopNamespace, cmp.Or(o.CRDs.Secret, secretName(o.Installation)), webhookHosts(o.CRDs.Webhook, o.SyncloopNamespace))
 		cv.certs.OnExpiry(reg.CertificateExpires)
@@ -54,7 +64,7 @@ func newConversions(o Options, c *Clients, reg *metrics.Conversions, serve bool)
 			cv.certs.IssuedBy(cv.issuer)
 		}
 	}
-	return cv
+	return cv, nil
 }
 
 // webhookHosts are the names the API server reaches the webhook by: the
@@ -144,11 +154,10 @@ func (cv *conversions) listen(addr string) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	// HTTP/2 first: a stop then says which requests were not begun, which
+	// ServerTLS offers HTTP/2 first: a stop then says which requests were not begun, which
 	// the client retries (HTTP/1.1 cannot, and the API server does not
 	// retry a conversion call that broke).
-	srv.ln = tls.NewListener(srv.ln, &tls.Config{GetCertificate: cv.certs.GetCertificate, MinVersion: tls.VersionTLS12,
-		NextProtos: []string{"h2", "http/1.1"}})
+	srv.ln = tls.NewListener(srv.ln, webhook.ServerTLS(cv.certs.GetCertificate, cv.clientCAs))
 	srv.draining = draining
 	return srv, nil
 }

@@ -114,6 +114,9 @@ type CRDs struct {
 	// issues the webhook's certificate into Secret, whose CA its injector
 	// keeps in the CRDs; "": syncloop's own CA and certificate.
 	CertManager string
+	// ClientCA is a PEM file of the CAs whose client certificate the
+	// webhook requires of its callers (webhook.ServerTLS); "": none.
+	ClientCA string
 	// MigrationQPS paces storage migrations: objects rewritten per second
 	// (default DefaultMigrationQPS).
 	MigrationQPS float64
@@ -200,7 +203,10 @@ func newProcess(ctx context.Context, o Options) (*process, error) {
 	}
 	p.rules.announcer = &announcer{configMap: cm, core: p.clients.Core, recorder: recorder}
 	conv := metrics.NewConversions(p.reg, webhook.Refusals)
-	p.rules.conversions = newConversions(o, p.clients, conv, serves(o.Serve.Webhook))
+	if p.rules.conversions, err = newConversions(o, p.clients, conv, serves(o.Serve.Webhook)); err != nil {
+		p.events.Shutdown()
+		return nil, err
+	}
 	p.rules.crds.caBundle, p.rules.crds.injectCA = p.rules.conversions.caBundle(), o.CRDs.CertManager
 	if o.DryRun == nil {
 		p.rules.crds.migrations = &migrations{client: p.clients.Dynamic, crds: p.rules.crds.crds, qps: cmp.Or(o.CRDs.MigrationQPS, DefaultMigrationQPS),
