@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/syncloop/syncloop/internal/metrics"
+	"github.com/syncloop/syncloop/internal/webhook"
 )
 
 // TestDocsCommandLine: the command list of docs/cli.md names every
@@ -169,6 +170,7 @@ func TestDocsMetrics(t *testing.T) {
 	metrics.NewShard(reg, func() map[string]int { return nil }, func() map[string]int { return nil })
 	metrics.NewRollouts(reg, func() []metrics.Rollout { return nil })
 	metrics.NewFleet(reg, func() int { return 0 }, func() int { return 0 }, func() map[string]bool { return nil })
+	metrics.NewConversions(reg, webhook.Refusals)
 	// The Go runtime and process collectors are named as such.
 	own := slices.DeleteFunc(reg.names, func(n string) bool { return strings.HasPrefix(n, "go_") || strings.HasPrefix(n, "process_") })
 	registered := slices.Compact(slices.Sorted(slices.Values(own)))
