@@ -480,6 +480,36 @@ current-context: x
 	}
 }
 
+// TestRunWebhookClientCA: --webhook-client-ca is refused unless the
+// webhook is served here, and reaches the manager when it is.
+func TestRunWebhookClientCA(t *testing.T) {
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args    []string
+		wantErr bool
+	}{{[]string{"--webhook-client-ca", "ca.crt"}, true}, {[]string{"--webhook-client-ca", "ca.crt", "--webhook-bind-address", ":9443"}, false}} {
+		var f runFlags
+		cmd := &cobra.Command{Use: "run"}
+		f.register(cmd)
+		if err := cmd.ParseFlags(append([]string{"-f", "rules.yaml", "--kubeconfig", kubeconfig}, tc.args...)); err != nil {
+			t.Fatal(err)
+		}
+		o, err := f.options(cmd)
+		if (err != nil) != tc.wantErr || (err == nil && o.CRDs.ClientCA != "ca.crt") {
+			t.Errorf("run %v: %v, client CA %q; want an error %v", tc.args, err, o.CRDs.ClientCA, tc.wantErr)
+		}
+	}
+}
+
 // TestValidateVersions: validate says, for a kind of several versions,
 // which is stored, which is the hub, which the rule reads and which are
 // deprecated.

@@ -133,3 +133,12 @@ func TestServerLimits(t *testing.T) {
 		t.Errorf("listen made a server of %v/%v/%v/%v/%d, want %+v", srv.ReadHeaderTimeout, srv.ReadTimeout, srv.WriteTimeout, srv.IdleTimeout, srv.MaxHeaderBytes, webhookLimits)
 	}
 }
+
+// TestConversionsClientCA: a client CA file that cannot be read stops
+// the start, rather than a webhook that trusts no one or everyone.
+func TestConversionsClientCA(t *testing.T) {
+	o := Options{CRDs: CRDs{ClientCA: t.TempDir() + "/none.crt"}}
+	if _, err := newConversions(o, nil, nil, true); err == nil || !strings.Contains(err.Error(), "client CAs") {
+		t.Errorf("a missing client CA file: %v", err)
+	}
+}
