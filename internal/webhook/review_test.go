@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,8 +20,10 @@ import (
 	"github.com/syncloop/syncloop/rules"
 )
 
-// series records the label values the webhook's metrics are given.
+// series records the label values the webhook's metrics are given, from
+// reviews served at once too.
 type series struct {
+	mu        sync.Mutex
 	converted map[[4]string]int
 	reviewed  map[string]int
 	refused   map[string]int
@@ -31,10 +34,22 @@ func newSeries() *series {
 }
 
 func (s *series) Converted(kind, from, to, result string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.converted[[4]string{kind, from, to, result}]++
 }
-func (s *series) Reviewed(kind string, _ time.Duration) { s.reviewed[kind]++ }
-func (s *series) Refused(reason string)                 { s.refused[reason]++ }
+
+func (s *series) Reviewed(kind string, _ time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reviewed[kind]++
+}
+
+func (s *series) Refused(reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refused[reason]++
+}
 
 // reviewBody is a ConversionReview of objs to version to, as the API
 // server sends it.
