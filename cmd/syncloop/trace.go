@@ -12,9 +12,9 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/util/duration"
-	"sigs.k8s.io/yaml"
 
 	"github.com/syncloop/syncloop/internal/manager"
+	"github.com/syncloop/syncloop/internal/printable"
 )
 
 func newTraceCommand() *cobra.Command {
@@ -89,7 +89,7 @@ func writeTrace(w io.Writer, rep *manager.TraceReport, format string, now time.T
 		enc.SetIndent("", "  ")
 		return enc.Encode(rep)
 	case "yaml":
-		data, err := yaml.Marshal(rep)
+		data, err := printable.YAML(rep)
 		if err != nil {
 			return err
 		}
@@ -111,7 +111,12 @@ type traceTable struct {
 // maxStatus is how much of a message a text row shows.
 const maxStatus = 100
 
+// row adds a row of the tree. Each cell is one line of one column,
+// whatever the cluster or the rule put in its values: every cell is
+// made printable (a value's newline, tab or escape sequence is shown
+// escaped, never acted on).
 func (t *traceTable) row(name, synced, ready, status string, obj *manager.TraceObject, updated time.Time) {
+	status = printable.Text(status)
 	if !t.wide && len([]rune(status)) > maxStatus {
 		status = string([]rune(status)[:maxStatus-1]) + "…"
 	}
@@ -128,6 +133,9 @@ func (t *traceTable) row(name, synced, ready, status string, obj *manager.TraceO
 			uid = obj.UID
 		}
 		r = append(r, age, upd, uid)
+	}
+	for i := range r {
+		r[i] = printable.Text(r[i])
 	}
 	t.rows = append(t.rows, r)
 }
@@ -218,7 +226,7 @@ func (t *traceTable) flush(w io.Writer, rep *manager.TraceReport) error {
 			if t.wide && !c.Since.IsZero() {
 				line += fmt.Sprintf(" (%s ago)", duration.HumanDuration(t.now.Sub(c.Since)))
 			}
-			fmt.Fprintln(w, line)
+			fmt.Fprintln(w, printable.Text(line))
 		}
 	}
 	if len(rep.Events) > 0 {
@@ -231,7 +239,7 @@ func (t *traceTable) flush(w io.Writer, rep *manager.TraceReport) error {
 			if t.wide {
 				line = fmt.Sprintf("  %s ago", duration.HumanDuration(t.now.Sub(e.Last))) + line
 			}
-			fmt.Fprintln(w, line)
+			fmt.Fprintln(w, printable.Text(line))
 		}
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/syncloop/syncloop/internal/manager"
+	"github.com/syncloop/syncloop/internal/printable"
 )
 
 // traceInterval is how often trace --watch traces again: a handful of
@@ -39,8 +40,7 @@ func watchTrace(cmd *cobra.Command, cl *manager.Clients, o manager.TraceOptions,
 		var text bytes.Buffer
 		now := time.Now()
 		if scr.width > 0 {
-			fmt.Fprintf(&text, "Every %s, until ready: %s/%s%s, at %s\n\n", traceInterval, rep.Trigger.Kind, rep.Trigger.Name,
-				nsSuffix(rep.Trigger.Namespace), now.Format(time.TimeOnly))
+			fmt.Fprintf(&text, "%s\n\n", watchHeading(rep, now))
 		}
 		if err := writeTrace(&text, rep, output, now); err != nil {
 			return err
@@ -59,4 +59,11 @@ func watchTrace(cmd *cobra.Command, cl *manager.Clients, o manager.TraceOptions,
 		case <-time.After(traceInterval):
 		}
 	}
+}
+
+// watchHeading is the line above each report trace --watch draws on a
+// terminal; the trigger's names are the cluster's, made printable.
+func watchHeading(rep *manager.TraceReport, now time.Time) string {
+	return fmt.Sprintf("Every %s, until ready: %s, at %s", traceInterval,
+		printable.Text(rep.Trigger.Kind+"/"+rep.Trigger.Name+nsSuffix(rep.Trigger.Namespace)), now.Format(time.TimeOnly))
 }

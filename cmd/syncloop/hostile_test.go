@@ -1,0 +1,160 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/syncloop/syncloop/internal/manager"
+)
+
+// hostile is what an attacker who can write a name, an annotation, an
+// Event, a condition or a rule's string puts there to act on the terminal
+// of whoever prints it, or to make the report say what is not so: clear
+// the screen and move to its top, set the window title, hide what
+// follows, return over the line, forge a line and a column, reverse what
+// is read, a C1 CSI. It is valid UTF-8, as everything the API server
+// serves is.
+const hostile = "h\x1b[2J\x1b[1;1H\x1b]0;pwned\x07\x1b[8m\rReady=True\n\tFORGED all ready\u202etxt.exe\u2066\u009b2J\x7f"
+
+// fillStrings sets every string reachable from v (a pointer) — fields,
+// slice and array elements, map values — to value and a number of its
+// own, and gives every nil slice one element and every nil pointer a
+// value to fill: a printer is given hostile text in every place it could
+// print from, those added later too.
+func fillStrings(t *testing.T, v any, value string) {
+	t.Helper()
+	n := 0
+	var fill func(reflect.Value)
+	fill = func(v reflect.Value) {
+		switch v.Kind() {
+		case reflect.String:
+			if v.CanSet() {
+				n++
+				v.SetString(fmt.Sprintf("%s#%d", value, n))
+			}
+		case reflect.Pointer:
+			if v.IsNil() && v.CanSet() {
+				v.Set(reflect.New(v.Type().Elem()))
+			}
+			if !v.IsNil() {
+				fill(v.Elem())
+			}
+		case reflect.Struct:
+			if v.Type() == reflect.TypeFor[time.Time]() {
+				return
+			}
+			for i := range v.NumField() {
+				if v.Type().Field(i).IsExported() {
+					fill(v.Field(i))
+				}
+			}
+		case reflect.Slice:
+			if v.IsNil() && v.CanSet() {
+				v.Set(reflect.MakeSlice(v.Type(), 1, 1))
+			}
+			for i := range v.Len() {
+				fill(v.Index(i))
+			}
+		case reflect.Map:
+			if v.Type().Elem().Kind() == reflect.String && v.CanSet() {
+				if v.IsNil() {
+					v.Set(reflect.MakeMap(v.Type()))
+				}
+				n++
+				v.SetMapIndex(reflect.ValueOf(fmt.Sprintf("k%d", n)).Convert(v.Type().Key()), reflect.ValueOf(fmt.Sprintf("%s#%d", value, n)))
+			}
+		}
+	}
+	fill(reflect.ValueOf(v))
+	if n < 3 {
+		t.Fatalf("filled %d strings of %T: the test fills nothing", n, v)
+	}
+}
+
+// assertPrintable fails t when out, the text a printer wrote for a
+// person, holds a byte a terminal would act on — a control character but
+// the newlines between lines, DEL, a C1 control, a bidirectional override
+// or isolate, a byte that is not UTF-8 — or a line that hostile forged.
+func assertPrintable(t *testing.T, what, out string) {
+	t.Helper()
+	for i, line := range strings.Split(out, "\n") {
+		if !utf8.ValidString(line) {
+			t.Errorf("%s: line %d holds bytes that are not UTF-8: %q", what, i+1, line)
+		}
+		for _, r := range line {
+			if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069) {
+				t.Errorf("%s: line %d holds %U raw: %q", what, i+1, r, line)
+				break
+			}
+		}
+		if strings.HasPrefix(strings.TrimLeft(line, " │├└─"), "FORGED") {
+			t.Errorf("%s: a value forged line %d: %q", what, i+1, line)
+		}
+	}
+}
+
+// assertShown fails t when out does not show hostile escaped, as Text
+// writes it.
+func assertShown(t *testing.T, what, out string) {
+	t.Helper()
+	if !strings.Contains(out, `h\x1b[2J\x1b[1;1H\x1b]0;pwned\a\x1b[8m\rReady=True\n\tFORGED all ready\u202etxt.exe\u2066\u009b2J\x7f`) {
+		t.Errorf("%s: the hostile values are not shown escaped:\n%s", what, out)
+	}
+}
+
+// TestTraceTextHostile: whatever the cluster and the rules put in a
+// trace — the trigger's and children's names, lookups, states, drift,
+// conflicts, errors, conditions, Events — trace's text and wide output
+// show it escaped, each value on its own line and in its own column,
+// while -o json and -o yaml hold every value exactly.
+func TestTraceTextHostile(t *testing.T) {
+	rep := &manager.TraceReport{}
+	fillStrings(t, rep, hostile)
+	rep.Rules[0].Resources[0].State = manager.TraceNotReady
+	for _, format := range []string{"text", "wide"} {
+		var out strings.Builder
+		if err := writeTrace(&out, rep, format, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		assertPrintable(t, "trace -o "+format, out.String())
+		assertShown(t, "trace -o "+format, out.String())
+		if rows := strings.Count(out.String(), "\n"); rows != 14 {
+			t.Errorf("trace -o %s wrote %d lines, want 14 (a header, 7 rows, conditions and events): values forged lines\n%s", format, rows, out.String())
+		}
+	}
+	var tty strings.Builder
+	rep.Ready = false
+	(&screen{w: &tty, width: 80}).show(watchHeading(rep, time.Now())+"\n", "1")
+	assertPrintable(t, "trace --watch heading", strings.TrimSuffix(tty.String(), "\n"))
+	assertShown(t, "trace --watch heading", tty.String())
+
+	var out strings.Builder
+	if err := writeTrace(&out, rep, "json", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	var back manager.TraceReport
+	if err := json.Unmarshal([]byte(out.String()), &back); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(&back, rep) {
+		t.Errorf("trace -o json does not hold the values exactly:\n%s", out.String())
+	}
+	out.Reset()
+	if err := writeTrace(&out, rep, "yaml", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	back = manager.TraceReport{}
+	if err := yaml.Unmarshal([]byte(out.String()), &back); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(&back, rep) {
+		t.Errorf("trace -o yaml does not hold the values exactly:\n%s", out.String())
+	}
+}
