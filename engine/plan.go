@@ -14,8 +14,8 @@ import (
 
 	"github.com/pmezard/go-difflib/difflib"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/yaml"
 
+	"github.com/syncloop/syncloop/internal/printable"
 	"github.com/syncloop/syncloop/rules"
 )
 
@@ -134,18 +134,18 @@ func (p *PlanPrinter) print(a Action) {
 	if a.Cluster != "" {
 		object += " in cluster " + a.Cluster
 	}
-	fmt.Fprintf(p.w, "%s %-7s %s  (rule %s", sym, a.Action, object, a.Rule)
+	head := fmt.Sprintf("%s %-7s %s  (rule %s", sym, a.Action, object, a.Rule)
 	if a.Action != ActionStatus && a.Trigger != (rules.ObjectRef{}) {
-		fmt.Fprintf(p.w, ", trigger %s", a.Trigger)
+		head += fmt.Sprintf(", trigger %s", a.Trigger)
 	}
-	fmt.Fprintln(p.w, ")")
+	// Names, reasons and diffs hold what the cluster and the rules hold:
+	// printed escaped, the diff and the reason indented under their head.
+	fmt.Fprintln(p.w, printable.Text(head)+")")
 	if a.Reason != "" {
-		fmt.Fprintf(p.w, "    %s\n", a.Reason)
+		fmt.Fprintf(p.w, "    %s\n", printable.Block(a.Reason, "    "))
 	}
 	if a.Diff != "" {
-		for _, l := range strings.Split(strings.TrimRight(a.Diff, "\n"), "\n") {
-			fmt.Fprintf(p.w, "    %s\n", l)
-		}
+		fmt.Fprintf(p.w, "    %s\n", printable.Block(strings.TrimRight(a.Diff, "\n"), "    "))
 	}
 }
 
@@ -162,7 +162,7 @@ func (p *PlanPrinter) Rollout(rule, reason, message string) {
 		fmt.Fprintf(p.w, "%s\n", data)
 		return
 	}
-	fmt.Fprintf(p.w, "Rollout of rule %s: %s: %s\n", rule, reason, message)
+	fmt.Fprintln(p.w, printable.Text(fmt.Sprintf("Rollout of rule %s: %s: %s", rule, reason, message)))
 }
 
 // Failed implements Planner: the error goes to errW.
@@ -177,7 +177,7 @@ func (p *PlanPrinter) Failed(rule, trigger string, err error) {
 		p.failed[key] = true
 	}
 	p.errors++
-	fmt.Fprintf(p.errW, "error: rule %s, trigger %s: %v\n", rule, trigger, err)
+	fmt.Fprintln(p.errW, printable.Block(fmt.Sprintf("error: rule %s, trigger %s: %v", rule, trigger, err), "  "))
 }
 
 // Summary prints "Plan: N to create, N to update, N to delete, N status
@@ -287,7 +287,7 @@ func forDiff(gk string, v any) string {
 		}
 		v = Redact(gk, m)
 	}
-	out, err := yaml.Marshal(v)
+	out, err := printable.YAML(v) // a value yaml.Marshal refuses would hide the change
 	if err != nil {
 		return fmt.Sprintf("(cannot show: %v)\n", err)
 	}

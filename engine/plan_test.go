@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -232,5 +233,70 @@ func TestDryRunPersistsNothing(t *testing.T) {
 	}
 	if n := len(h.events("Applied")) + len(h.events("Failed")); n != 0 {
 		t.Errorf("a dry run emitted %d Events", n)
+	}
+}
+
+// rawControl matches what a terminal acts on or that reorders text, bar
+// the newline between lines: C0 and C1 controls, DEL, bidirectional
+// overrides and isolates.
+var rawControl = regexp.MustCompile("[\x00-\x09\x0b-\x1f\x7f\u0080-\u009f\u202a-\u202e\u2066-\u2069]")
+
+// TestPlanPrinterHostile: an action whose every string — rule, trigger
+// and object names, cluster, resource, reason, diff — holds escape
+// sequences, returns, forged lines and bidi overrides prints in the text
+// plan escaped, each value on its line under its head; its failures and
+// rollout transitions too. The JSON plan holds every value exactly.
+func TestPlanPrinterHostile(t *testing.T) {
+	const hostile = "h\x1b[2J\x1b]0;pwned\x07\r\nPlan: 0 to create, 0 to update\u202e\u2066\u009b\x7f"
+	ref := rules.ObjectRef{APIVersion: hostile, Kind: hostile, Namespace: hostile, Name: hostile}
+	a := Action{Action: ActionWait, Rule: hostile, Trigger: ref, Object: ref, Cluster: hostile, Diff: "--- live\n+++ desired\n-a: " + hostile + "\n",
+		Resource: hostile, Reason: hostile}
+	var text, errs bytes.Buffer
+	p := NewPlanPrinter(&text, &errs, false, true)
+	p.Plan(a)
+	p.Rollout(hostile, hostile, hostile)
+	p.Failed(hostile, hostile, errors.New(hostile))
+	for what, out := range map[string]string{"plan": text.String(), "its errors": errs.String()} {
+		if m := rawControl.FindString(out); m != "" {
+			t.Errorf("the %s print %q raw:\n%s", what, m, out)
+		}
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, "Plan:") {
+				t.Errorf("a value forged a line of the %s: %q", what, l)
+			}
+		}
+	}
+	if !strings.Contains(text.String(), `h\x1b[2J`) {
+		t.Errorf("the values are not shown escaped:\n%s", text.String())
+	}
+
+	var js bytes.Buffer
+	p = NewPlanPrinter(&js, io.Discard, true, true)
+	p.Plan(a)
+	var back Action
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil || back != a {
+		t.Errorf("the JSON plan does not hold the action exactly (%v):\n%s", err, js.String())
+	}
+}
+
+// TestDiffHostileValues: a value that sigs.k8s.io/yaml refuses (DEL, a
+// C1 control) or changes (NEL), in a field the rule manages, neither
+// hides the change of another field from the diff nor changes itself: a
+// field whose only change is such a rune is shown changing.
+func TestDiffHostileValues(t *testing.T) {
+	for _, r := range []string{"\x7f", "\u009b", "\u0085", "\ufeff"} {
+		live := map[string]any{"data": map[string]any{"note": "from an annotation " + r, "image": "app:1"}}
+		desired := map[string]any{"data": map[string]any{"note": "from an annotation " + r, "image": "app:2"}}
+		d := Diff("ConfigMap.", live, desired)
+		if !strings.Contains(d, "-  image: app:1") || !strings.Contains(d, "+  image: app:2") {
+			t.Errorf("%q in another field hides the change of image:\n%q", r, d)
+		}
+		if strings.Contains(d, "-  note") || strings.Contains(d, "+  note") {
+			t.Errorf("%q: note, unchanged, is shown changing:\n%q", r, d)
+		}
+		changed := map[string]any{"data": map[string]any{"note": "from an annotation", "image": "app:1"}}
+		if d := Diff("ConfigMap.", live, changed); !strings.Contains(d, "-  note:") || !strings.Contains(d, "+  note: from an annotation\n") {
+			t.Errorf("%q taken out of note is not in the diff:\n%q", r, d)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/syncloop/syncloop/internal/manager"
+	"github.com/syncloop/syncloop/internal/printable"
 )
 
 func newPlanCommand() *cobra.Command {
@@ -58,7 +59,7 @@ or why it would halt.`,
 			actions, failures, err := manager.Plan(cmd.Context(), cl, set, o)
 			status.clear()
 			if err != nil {
-				fmt.Fprintln(cmd.ErrOrStderr(), "error:", err)
+				fmt.Fprintln(cmd.ErrOrStderr(), printable.Block("error: "+err.Error(), "  "))
 				return exitCode(1)
 			}
 			switch {

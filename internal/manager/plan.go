@@ -10,6 +10,7 @@ import (
 
 	"github.com/syncloop/syncloop/engine"
 	"github.com/syncloop/syncloop/engine/rollout"
+	"github.com/syncloop/syncloop/internal/printable"
 	"github.com/syncloop/syncloop/rules"
 )
 
@@ -66,7 +67,7 @@ func Plan(ctx context.Context, c *Clients, set *rules.Set, o PlanOptions) (actio
 		k := newRevisionKeeper(c, o.SyncloopNamespace, o.Installation)
 		k.compile = compileRevision(o.Revisions)
 		if _, err := k.list(ctx); err != nil {
-			fmt.Fprintf(o.Stderr, "warning: cannot read the rules' revisions in namespace %s (%v): changed rules are planned as if every trigger moved at once\n", o.SyncloopNamespace, err)
+			fmt.Fprintln(o.Stderr, printable.Block(fmt.Sprintf("warning: cannot read the rules' revisions in namespace %s (%v): changed rules are planned as if every trigger moved at once", o.SyncloopNamespace, err), "  "))
 		} else {
 			eo.Rollouts = k
 		}
@@ -131,18 +132,21 @@ func printRollout(o PlanOptions, r rollout.Status) {
 		fmt.Fprintf(o.Stdout, "%s\n", data)
 		return
 	}
+	var line string
 	switch {
 	case r.State == rollout.Progressing && r.ByCluster:
-		fmt.Fprintf(o.Stdout, "Rollout of rule %s to revision %s by cluster: step %d of %d, every trigger on it in %s (planned below); %d steps follow, each once the clusters before are healthy.\n",
+		line = fmt.Sprintf("Rollout of rule %s to revision %s by cluster: step %d of %d, every trigger on it in %s (planned below); %d steps follow, each once the clusters before are healthy.",
 			r.Rule, shortHash(r.To), r.Step, r.Steps, reachedClusters(r.Reached), r.Steps-r.Step)
 	case r.State == rollout.Progressing:
-		fmt.Fprintf(o.Stdout, "Rollout of rule %s to revision %s: step %d of %d, %d of %d triggers on it (planned below); %d steps follow, each once the one before is healthy.\n",
+		line = fmt.Sprintf("Rollout of rule %s to revision %s: step %d of %d, %d of %d triggers on it (planned below); %d steps follow, each once the one before is healthy.",
 			r.Rule, shortHash(r.To), r.Step, r.Steps, r.Moved, r.Total, r.Steps-r.Step)
 	default:
-		fmt.Fprintf(o.Stdout, "Rollout of rule %s to revision %s: %s at step %d of %d, %d of %d triggers on it", r.Rule, shortHash(r.To), r.State, r.Step, r.Steps, r.Moved, r.Total)
+		line = fmt.Sprintf("Rollout of rule %s to revision %s: %s at step %d of %d, %d of %d triggers on it", r.Rule, shortHash(r.To), r.State, r.Step, r.Steps, r.Moved, r.Total)
 		if r.Message != "" {
-			fmt.Fprintf(o.Stdout, ": %s", r.Message)
+			line += ": " + r.Message
 		}
-		fmt.Fprintln(o.Stdout, ".")
+		line += "."
 	}
+	// The clusters' names and the message are the cluster's.
+	fmt.Fprintln(o.Stdout, printable.Text(line))
 }

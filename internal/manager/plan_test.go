@@ -2,6 +2,7 @@ package manager
 
 import (
 	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -39,5 +40,35 @@ func TestRolloutLines(t *testing.T) {
 	printRollout(PlanOptions{Stdout: &out}, byTrigger)
 	if !strings.Contains(out.String(), ": step 1 of 3, 4 of 4 triggers on it (planned below); 2 steps follow, each once the one before is healthy.") {
 		t.Errorf("plan line by trigger: %s", out.String())
+	}
+}
+
+// TestRolloutLinesHostile: the names of the clusters a rollout reached
+// (a kubeconfig Secret's label) and a halted rollout's message (what a
+// trigger's failure said) print in a plan escaped, on the rollout's one
+// line; JSON holds them exactly.
+func TestRolloutLinesHostile(t *testing.T) {
+	const hostile = "x\x1b[2J\x1b]0;pwned\x07\r\nPlan: 0 to create\u202e\u009b"
+	for _, r := range []rollout.Status{
+		{Rule: "staged", ByCluster: true, Reached: []string{hostile}, Record: rollout.Record{State: rollout.Progressing, Step: 1, Steps: 3, To: hostile}},
+		{Rule: "staged", Record: rollout.Record{State: rollout.Halted, Step: 1, Steps: 3, To: hostile, Message: hostile}},
+	} {
+		var out bytes.Buffer
+		printRollout(PlanOptions{Stdout: &out}, r)
+		line := strings.TrimSuffix(out.String(), "\n")
+		if strings.ContainsAny(line, "\x1b\r\n\u202e\u009b") || !strings.Contains(line, `x\x1b[2J\x1b]0;pwned\a\r\nPlan: 0 to create\u202e\u009b`) {
+			t.Errorf("plan's rollout line is not one line of escaped values: %q", out.String())
+		}
+		out.Reset()
+		printRollout(PlanOptions{Stdout: &out, JSON: true}, r)
+		var back struct {
+			Rollout struct {
+				Clusters []string `json:"clusters"`
+				Message  string   `json:"message"`
+			} `json:"rollout"`
+		}
+		if err := json.Unmarshal(out.Bytes(), &back); err != nil || back.Rollout.Message != r.Message || r.ByCluster && back.Rollout.Clusters[0] != hostile {
+			t.Errorf("plan's JSON rollout does not hold the values exactly (%v): %s", err, out.String())
+		}
 	}
 }
