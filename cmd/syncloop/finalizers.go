@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/syncloop/syncloop/internal/manager"
+	"github.com/syncloop/syncloop/internal/printable"
 )
 
 func newFinalizersCommand() *cobra.Command {
@@ -70,16 +72,7 @@ the installation, and whether each is being deleted (waiting for it).`,
 				enc.SetIndent("", "  ")
 				return enc.Encode(map[string]any{"held": held})
 			}
-			if len(held) == 0 {
-				fmt.Fprintln(cmd.OutOrStdout(), "no object holds a teardown finalizer of syncloop")
-				return nil
-			}
-			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-			fmt.Fprintln(w, "RESOURCE\tOBJECT\tFINALIZERS\tDELETING")
-			for _, h := range held {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%v\n", h.Resource.GroupResource(), h.Object(), strings.Join(h.Finalizers, ","), h.Deleting)
-			}
-			return w.Flush()
+			return printHeld(cmd.OutOrStdout(), held)
 		},
 	}
 	f.register(cmd)
@@ -117,7 +110,7 @@ triggers again.`,
 				verb = "would remove"
 			}
 			n, unlisted, err := manager.ReleaseHeld(ctx, cl, f.opts, func(h manager.Held) {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s %s from %s %s\n", verb, strings.Join(h.Finalizers, ","), h.Resource.GroupResource(), h.Object())
+				fmt.Fprintln(cmd.OutOrStdout(), printable.Text(fmt.Sprintf("%s %s from %s %s", verb, strings.Join(h.Finalizers, ","), h.Resource.GroupResource(), h.Object())))
 			})
 			sayUnlisted(cmd, unlisted)
 			fmt.Fprintf(cmd.OutOrStdout(), "%d objects released\n", n)
@@ -134,6 +127,22 @@ triggers again.`,
 // those may still hold a finalizer.
 func sayUnlisted(cmd *cobra.Command, unlisted []string) {
 	if len(unlisted) > 0 {
-		fmt.Fprintf(cmd.ErrOrStderr(), "not allowed to list (skipped): %s\n", strings.Join(unlisted, ", "))
+		fmt.Fprintln(cmd.ErrOrStderr(), printable.Text("not allowed to list (skipped): "+strings.Join(unlisted, ", ")))
 	}
+}
+
+// printHeld prints the objects held as a table; the cluster's kinds,
+// names and finalizers are made printable, each in its column.
+func printHeld(out io.Writer, held []manager.Held) error {
+	if len(held) == 0 {
+		fmt.Fprintln(out, "no object holds a teardown finalizer of syncloop")
+		return nil
+	}
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "RESOURCE\tOBJECT\tFINALIZERS\tDELETING")
+	for _, h := range held {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%v\n", printable.Text(h.Resource.GroupResource().String()), printable.Text(h.Object()),
+			printable.Text(strings.Join(h.Finalizers, ",")), h.Deleting)
+	}
+	return w.Flush()
 }

@@ -158,3 +158,52 @@ func TestTraceTextHostile(t *testing.T) {
 		t.Errorf("trace -o yaml does not hold the values exactly:\n%s", out.String())
 	}
 }
+// TestRolloutStatusHostile: a revision whose labels and annotations (its
+// rule, name, hash, rollout and removal records) and a storage migration
+// whose CRD's names hold escape sequences print in rollout status's text
+// escaped, each value in its column, each record on its two lines; -o
+// json holds them exactly.
+func TestRolloutStatusHostile(t *testing.T) {
+	revs := []manager.Revision{{}}
+	fillStrings(t, &revs, hostile)
+	revs[0].Newest = true
+	var out strings.Builder
+	if err := printRevisions(&out, revs); err != nil {
+		t.Fatal(err)
+	}
+	migrations := []manager.Migration{{}}
+	fillStrings(t, &migrations, hostile)
+	printMigrations(&out, migrations)
+	assertPrintable(t, "rollout status", out.String())
+	assertShown(t, "rollout status", out.String())
+	// The table's head and row, the rollout's and the removal's two lines,
+	// the migration's one.
+	if lines := strings.Count(out.String(), "\n"); lines != 7 {
+		t.Errorf("rollout status wrote %d lines, want 7: values forged lines\n%s", lines, out.String())
+	}
+	data, err := json.Marshal(map[string]any{"revisions": revs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back struct{ Revisions []manager.Revision }
+	if err := json.Unmarshal(data, &back); err != nil || back.Revisions[0].Rollout.Message != revs[0].Rollout.Message || back.Revisions[0].Name != revs[0].Name {
+		t.Errorf("rollout status -o json does not hold the values exactly (%v)", err)
+	}
+}
+
+// TestFinalizersListHostile: objects whose kinds (a CRD's names), names
+// and finalizers hold escape sequences print in finalizers list escaped,
+// one row each.
+func TestFinalizersListHostile(t *testing.T) {
+	held := []manager.Held{{}, {}}
+	fillStrings(t, &held, hostile)
+	var out strings.Builder
+	if err := printHeld(&out, held); err != nil {
+		t.Fatal(err)
+	}
+	assertPrintable(t, "finalizers list", out.String())
+	assertShown(t, "finalizers list", out.String())
+	if lines := strings.Count(out.String(), "\n"); lines != 3 {
+		t.Errorf("finalizers list wrote %d lines, want 3 (head, two rows): values forged lines\n%s", lines, out.String())
+	}
+}

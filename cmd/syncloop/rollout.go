@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/syncloop/syncloop/internal/manager"
+	"github.com/syncloop/syncloop/internal/printable"
 )
 
 func newRolloutCommand() *cobra.Command {
@@ -68,14 +69,11 @@ the storage version objects move to, and how many have moved.`,
 				return enc.Encode(map[string]any{"namespace": namespace, "revisions": revs, "migrations": migrations})
 			}
 			if len(revs) == 0 {
-				fmt.Fprintf(cmd.OutOrStdout(), "no revisions in namespace %s\n", namespace)
+				fmt.Fprintln(cmd.OutOrStdout(), printable.Text("no revisions in namespace "+namespace))
 			} else if err := printRevisions(cmd.OutOrStdout(), revs); err != nil {
 				return err
 			}
-			for _, m := range migrations {
-				fmt.Fprintf(cmd.OutOrStdout(), "storage migration %s (rule %s): to %s, %d objects rewritten; objects may be stored in %s\n",
-					m.CRD, m.Rule, m.To, m.Rewritten, strings.Join(m.Stored, ", "))
-			}
+			printMigrations(cmd.OutOrStdout(), migrations)
 			return nil
 		},
 	}
@@ -112,7 +110,10 @@ func printRevisions(out io.Writer, revs []manager.Revision) error {
 			state = "Removed"
 			rollouts = append(rollouts, r.RemovalSummary())
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s ago\t%s\n", r.Rule, num, r.Name, hash, time.Since(r.Created).Round(time.Second), state)
+		// Names, hashes and states are the revisions' labels and
+		// annotations: each cell printable, so it stays in its column.
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s ago\t%s\n", printable.Text(r.Rule), num, printable.Text(r.Name), printable.Text(hash),
+			time.Since(r.Created).Round(time.Second), printable.Text(state))
 	}
 	if err := w.Flush(); err != nil {
 		return err
@@ -121,4 +122,13 @@ func printRevisions(out io.Writer, revs []manager.Revision) error {
 		fmt.Fprintln(out, line)
 	}
 	return nil
+}
+
+// printMigrations prints a line per storage migration: the CRD's names
+// and versions, made printable.
+func printMigrations(out io.Writer, migrations []manager.Migration) {
+	for _, m := range migrations {
+		fmt.Fprintln(out, printable.Text(fmt.Sprintf("storage migration %s (rule %s): to %s, %d objects rewritten; objects may be stored in %s",
+			m.CRD, m.Rule, m.To, m.Rewritten, strings.Join(m.Stored, ", "))))
+	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/syncloop/syncloop/engine"
 	"github.com/syncloop/syncloop/engine/rollout"
+	"github.com/syncloop/syncloop/internal/printable"
 	"github.com/syncloop/syncloop/rules/reload"
 )
 
@@ -47,58 +48,58 @@ func probes(eng *engine.Engine, files *fileErrors, crds *crdKeeper, revisions *r
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		st := mode.status()
-		var b strings.Builder
+		// One line each, of what the cluster, the rules and their files
+		// say: made printable, so that no value acts on the terminal of
+		// whoever reads it, or passes for another line.
+		var lines []string
+		add := func(format string, args ...any) { lines = append(lines, fmt.Sprintf(format, args...)) }
 		if st.line != "" {
-			fmt.Fprintln(&b, st.line)
+			add("%s", st.line)
 		}
 		ready := true
 		if !st.standby {
 			states := eng.States()
 			sort.Slice(states, func(i, j int) bool { return states[i].Rule < states[j].Rule })
 			for _, s := range states {
-				fmt.Fprintf(&b, "rule %s: %s", s.Rule, s.State)
+				line := fmt.Sprintf("rule %s: %s", s.Rule, s.State)
 				if s.Identity != "" {
-					fmt.Fprintf(&b, " as %s", s.Identity)
+					line += " as " + s.Identity
 				}
 				if s.Detail != "" {
-					fmt.Fprintf(&b, ": %s", s.Detail)
+					line += ": " + s.Detail
 				}
-				b.WriteByte('\n')
+				add("%s", line)
 			}
 			ready = st.ready && eng.Ready()
 			// A rollout halted is a rule change waiting for the user,
 			// not a replica unfit to serve.
 			for _, r := range eng.Rollouts() {
-				fmt.Fprintf(&b, "rollout %s: %s\n", r.Rule, rolloutLine(r))
+				add("rollout %s: %s", r.Rule, rolloutLine(r))
 			}
 			if clusters != nil {
-				for _, line := range clusters() {
-					fmt.Fprintln(&b, line)
-				}
+				lines = append(lines, clusters()...)
 			}
 		}
 		for _, e := range files.get() {
-			fmt.Fprintf(&b, "file %s: %v\n", e.Path, e)
+			add("file %s: %v", e.Path, e)
 		}
 		// A revision not recorded is history missing, not a rule stopped.
-		for _, f := range revisions.failed() {
-			fmt.Fprintln(&b, f)
-		}
-		for _, line := range crds.migrations.status() {
-			fmt.Fprintln(&b, line)
-		}
+		lines = append(lines, revisions.failed()...)
+		lines = append(lines, crds.migrations.status()...)
 		if line, ok := conv.status(); line != "" {
-			fmt.Fprintln(&b, line)
+			add("%s", line)
 			ready = ready && ok
 		}
 		if failed := crds.failed(); len(failed) > 0 {
 			ready = false
-			for _, f := range failed {
-				fmt.Fprintln(&b, f)
-			}
+			lines = append(lines, failed...)
 		}
 		if !ready {
 			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		var b strings.Builder
+		for _, l := range lines {
+			b.WriteString(printable.Text(l) + "\n")
 		}
 		fmt.Fprint(w, b.String())
 	})

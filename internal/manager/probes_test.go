@@ -97,3 +97,39 @@ type statusMode struct {
 }
 
 func (m *statusMode) status() modeStatus { return m.st }
+
+// TestProbesHostile: a rule file's error holding escape sequences, a
+// return and a forged line (a file a tenant wrote, a value it quotes),
+// and a cluster line holding a bidi override, show in /readyz escaped,
+// each on its own line.
+func TestProbesHostile(t *testing.T) {
+	eng := engine.New(engine.Options{})
+	set, err := rules.NewSet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng.Enforce(t.Context(), set)
+	files := &fileErrors{}
+	files.report(klog.Background(), []reload.FileError{{Path: "/rules/\x1b]0;pwned\x07.yaml", Err: errors.New("bad\x1b[2J\rrule x: running\nrule y: running"), LastGood: true}})
+	clusters := func() []string { return []string{"cluster \u202eevil: answers\u009b"} }
+	probe := httptest.NewServer(probes(eng, files, &crdKeeper{}, &revisionKeeper{}, nil, Single{}, clusters))
+	defer probe.Close()
+	resp, err := http.Get(probe.URL + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	body := string(b)
+	for _, r := range body {
+		if r < 0x20 && r != '\n' || r == 0x7f || r >= 0x80 && r < 0xa0 || r >= 0x202a && r <= 0x202e {
+			t.Errorf("/readyz holds %U raw:\n%q", r, body)
+		}
+	}
+	if lines := strings.Count(body, "\n"); lines != 2 || strings.Contains(body, "\nrule y") {
+		t.Errorf("/readyz has %d lines, want 2 (the file, the cluster): a value forged lines\n%s", lines, body)
+	}
+	if !strings.Contains(body, `file /rules/\x1b]0;pwned\a.yaml: bad\x1b[2J\rrule x: running\nrule y: running`) || !strings.Contains(body, `cluster \u202eevil: answers\u009b`) {
+		t.Errorf("/readyz does not show the values escaped:\n%s", body)
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/syncloop/syncloop/dynamic"
 	"github.com/syncloop/syncloop/engine"
 	"github.com/syncloop/syncloop/engine/rollout"
+	"github.com/syncloop/syncloop/internal/printable"
 	"github.com/syncloop/syncloop/rules"
 )
 
@@ -364,7 +365,8 @@ type Revision struct {
 	Removal *engine.RemovalRecord `json:"removal,omitempty"`
 }
 
-// RolloutSummary says where the rollout to r stands; "" when it had none.
+// RolloutSummary says where the rollout to r stands, in lines made
+// printable; "" when it had none.
 func (r Revision) RolloutSummary() string {
 	ro := r.Rollout
 	if ro == nil {
@@ -378,23 +380,25 @@ func (r Revision) RolloutSummary() string {
 	if !ro.Started.IsZero() {
 		line += fmt.Sprintf(", started %s ago", time.Since(ro.Started).Round(time.Second))
 	}
+	// Its record is an annotation of the revision: each line printable.
+	line = printable.Text(line)
 	if ro.Message != "" {
-		line += fmt.Sprintf("\n  %s: %s", ro.Reason, ro.Message)
+		line += "\n  " + printable.Text(ro.Reason+": "+ro.Message)
 	}
 	return line
 }
 
-// RemovalSummary says what removing r's rule did; "" when it was not
-// removed.
+// RemovalSummary says what removing r's rule did, in lines made
+// printable; "" when it was not removed.
 func (r Revision) RemovalSummary() string {
 	rm, rule := r.Removal, r.Rule
 	if rm == nil {
 		return ""
 	}
-	line := fmt.Sprintf("removal of %s: %s %s ago: %d of %d children deleted, the finalizer taken off %d triggers",
-		rule, rm.State, time.Since(rm.At).Round(time.Second), rm.Deleted, rm.Children, rm.Released)
+	line := printable.Text(fmt.Sprintf("removal of %s: %s %s ago: %d of %d children deleted, the finalizer taken off %d triggers",
+		rule, rm.State, time.Since(rm.At).Round(time.Second), rm.Deleted, rm.Children, rm.Released))
 	if rm.Message != "" {
-		line += "\n  " + rm.Message
+		line += "\n  " + printable.Text(rm.Message)
 	}
 	return line
 }
