@@ -4,7 +4,8 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
-	"sigs.k8s.io/yaml"
+
+	"github.com/syncloop/syncloop/internal/printable"
 )
 
 func newCRDsCommand() *cobra.Command {
@@ -28,7 +29,7 @@ GitOps (run --manage-crds=false). Rules that define no kind print nothing.`,
 				if crd == nil {
 					continue
 				}
-				data, err := yaml.Marshal(crd.Object)
+				data, err := printable.YAML(crd.Object)
 				if err != nil {
 					return err
 				}
@@ -36,7 +37,8 @@ GitOps (run --manage-crds=false). Rules that define no kind print nothing.`,
 					fmt.Fprintln(cmd.OutOrStdout(), "---")
 				}
 				first = false
-				fmt.Fprintf(cmd.OutOrStdout(), "# The kind rule %s defines (%s)\n%s", r.Name, r.API.Pos, data)
+				// The comment's file name is the user's: one line, whatever it holds.
+				fmt.Fprintf(cmd.OutOrStdout(), "%s\n%s", printable.Text(fmt.Sprintf("# The kind rule %s defines (%s)", r.Name, r.API.Pos)), data)
 			}
 			return nil
 		},

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -158,6 +159,7 @@ func TestTraceTextHostile(t *testing.T) {
 		t.Errorf("trace -o yaml does not hold the values exactly:\n%s", out.String())
 	}
 }
+
 // TestRolloutStatusHostile: a revision whose labels and annotations (its
 // rule, name, hash, rollout and removal records) and a storage migration
 // whose CRD's names hold escape sequences print in rollout status's text
@@ -205,5 +207,66 @@ func TestFinalizersListHostile(t *testing.T) {
 	assertShown(t, "finalizers list", out.String())
 	if lines := strings.Count(out.String(), "\n"); lines != 3 {
 		t.Errorf("finalizers list wrote %d lines, want 3 (head, two rows): values forged lines\n%s", lines, out.String())
+	}
+}
+
+// TestTestOutputHostile: a Test file whose test's name and expected
+// values hold escape sequences, returns, forged PASS lines and bidi
+// controls prints its FAIL and the values that differ escaped: no
+// line of the file's passes for a PASS.
+func TestTestOutputHostile(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "rules.yaml", `apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: note}
+spec:
+  watch: {apiVersion: v1, kind: Namespace}
+  resources:
+    - id: cm
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: note, namespace: "${object.metadata.name}"}
+        data: {note: "${object.metadata.annotations.note}"}
+`)
+	writeFile(t, dir, "objects.yaml", `apiVersion: v1
+kind: Namespace
+metadata: {name: shop, annotations: {note: "\e[2J\e]0;pwned\a\rPASS all\u202e\x9b"}}
+`)
+	test := writeFile(t, dir, "test.yaml", "apiVersion: syncloop.dev/v1alpha1\nkind: Test\nmetadata: {name: \"\\e[8mhidden\\nPASS forged: it\"}\n"+
+		"rules: [rules.yaml]\nobjects: [objects.yaml]\nexpect:\n- rule: note\n  trigger: {kind: Namespace, name: shop}\n"+
+		"  children:\n  - {apiVersion: v1, kind: ConfigMap, metadata: {name: note, namespace: shop}, data: {note: \"\\e[3J\\nPASS x\\u2066\"}}\n")
+	code, out, errOut := syncloop(t, "test", test)
+	if code != 1 {
+		t.Fatalf("test exited %d, want 1 (a failure):\n%s%s", code, out, errOut)
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "PASS") {
+			t.Errorf("a value forged a PASS line: %q", l)
+		}
+	}
+	assertPrintable(t, "test", out)
+	if !strings.Contains(out, `\x1b[8mhidden\nPASS forged: it`) || !strings.Contains(out, `\u001b[3J\nPASS x\u2066`) ||
+		!strings.Contains(out, `PASS all\u202e\u009b`) {
+		t.Errorf("test does not show the file's values escaped:\n%s", out)
+	}
+}
+
+// TestErrorHostile: an error that quotes what it was given — a file name
+// holding escape sequences and a forged line — prints escaped, its lines
+// indented under "Error:".
+func TestErrorHostile(t *testing.T) {
+	code, out, errOut := syncloop(t, "validate", "-f", filepath.Join(t.TempDir(), "\x1b]0;pwned\x07\nError: none.yaml"))
+	if code == 0 {
+		t.Fatalf("validate of a file that is not there exited 0: %s", out)
+	}
+	for _, l := range strings.Split(strings.TrimSuffix(errOut, "\n"), "\n")[1:] {
+		if !strings.HasPrefix(l, "  ") {
+			t.Errorf("a line of the error is not under it: %q", l)
+		}
+	}
+	assertPrintable(t, "an error", errOut)
+	if !strings.Contains(errOut, `\x1b]0;pwned\a`+"\n  Error: none.yaml") {
+		t.Errorf("the error does not show the file's name escaped:\n%s", errOut)
 	}
 }

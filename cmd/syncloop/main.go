@@ -17,6 +17,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
+
+	"github.com/syncloop/syncloop/internal/printable"
 )
 
 func main() {
@@ -43,7 +45,8 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	case errors.As(err, &ec):
 		return int(ec) // the command has reported what went wrong
 	default:
-		fmt.Fprintln(root.ErrOrStderr(), "Error:", err)
+		// An error quotes names and messages of the cluster and files.
+		fmt.Fprintln(root.ErrOrStderr(), printable.Block("Error: "+err.Error(), "  "))
 		return 1
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/syncloop/syncloop/internal/printable"
 	"github.com/syncloop/syncloop/rules"
 	"github.com/syncloop/syncloop/rules/offline"
 	"github.com/syncloop/syncloop/rules/render"
@@ -55,8 +56,8 @@ any rendering fails.`,
 			}
 			for _, r := range set.Rules() {
 				if ne := res.NotEvaluated[r.Name]; len(ne) > 0 {
-					fmt.Fprintf(cmd.ErrOrStderr(), "rule %q: field selector %s not evaluated offline: objects matched without it\n",
-						r.Name, strings.Join(ne, ","))
+					fmt.Fprintln(cmd.ErrOrStderr(), printable.Text(fmt.Sprintf("rule %q: field selector %s not evaluated offline: objects matched without it",
+						r.Name, strings.Join(ne, ","))))
 				}
 			}
 			if output == "json" {
@@ -70,7 +71,7 @@ any rendering fails.`,
 			if res.Failed() {
 				for _, r := range res.Results {
 					if r.Error != "" {
-						fmt.Fprintln(cmd.ErrOrStderr(), r.Error)
+						fmt.Fprintln(cmd.ErrOrStderr(), printable.Block(r.Error, "  "))
 					}
 				}
 				return exitCode(1)

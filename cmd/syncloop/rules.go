@@ -10,6 +10,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/syncloop/syncloop/internal/manager"
+	"github.com/syncloop/syncloop/internal/printable"
 	"github.com/syncloop/syncloop/rules"
 	"github.com/syncloop/syncloop/rules/expr"
 )
@@ -94,27 +95,30 @@ func (f *ruleFlags) load(stderr io.Writer, cl *manager.Clients, crds ...*unstruc
 	}
 	for _, f := range set.Files() {
 		for _, w := range f.Warnings {
-			fmt.Fprintln(stderr, w)
+			fmt.Fprintln(stderr, printable.Block(w.Error(), "  "))
 		}
 		if klog.V(2).Enabled() {
 			for _, n := range f.Notes {
-				fmt.Fprintln(stderr, n)
+				fmt.Fprintln(stderr, printable.Block(n.Error(), "  "))
 			}
 		}
 	}
 	return set, nil
 }
 
-// printLoadError prints each error of an ErrorList on its own line.
+// printLoadError prints each error of an ErrorList on its own line (the
+// lines of one error's detail indented under it). What an error quotes
+// of a file is made printable: a file cannot act on the terminal, or
+// pass a line of its own for an error's.
 func printLoadError(w io.Writer, err error) {
 	var list rules.ErrorList
 	if errors.As(err, &list) {
 		for _, e := range list {
-			fmt.Fprintln(w, e)
+			fmt.Fprintln(w, printable.Block(e.Error(), "  "))
 		}
 		return
 	}
-	fmt.Fprintln(w, err)
+	fmt.Fprintln(w, printable.Block(err.Error(), "  "))
 }
 
 // newLoader is the loader of the flags: installation, identities,

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/syncloop/syncloop/internal/printable"
 	"github.com/syncloop/syncloop/rules"
 	"github.com/syncloop/syncloop/rules/expr"
 	"github.com/syncloop/syncloop/rules/offline"
@@ -35,7 +36,7 @@ passes, 1 when one fails, 2 when a file does not load.`,
 			out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
 			files, err := rules.FindFiles(args...)
 			if err != nil {
-				fmt.Fprintln(errOut, err)
+				printLoadError(errOut, err)
 				return exitCode(2)
 			}
 			var n testTally
@@ -74,7 +75,7 @@ type testTally struct{ fileErrors, failed, passed, ran int }
 func (n *testTally) runFile(ctx context.Context, out, errOut io.Writer, path string, opts expr.Options, tenant string) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		fmt.Fprintln(errOut, err)
+		printLoadError(errOut, err)
 		n.fileErrors++
 		return
 	}
@@ -84,23 +85,26 @@ func (n *testTally) runFile(ctx context.Context, out, errOut io.Writer, path str
 		n.fileErrors++
 		return
 	}
+	// The file's name, the tests' names and the values a failure shows
+	// are the file's: made printable, a failure's lines indented under
+	// its test, so that no value passes for a PASS or a FAIL.
 	for _, t := range tests {
 		n.ran++
 		failures, err := offline.RunTest(ctx, opts, t, tenant)
 		switch {
 		case err != nil:
-			fmt.Fprintf(out, "FAIL %s: %s\n", path, t.Name)
-			fmt.Fprintf(out, "    %s: the test's files do not load:\n", t.Pos)
+			fmt.Fprintln(out, printable.Text(fmt.Sprintf("FAIL %s: %s", path, t.Name)))
+			fmt.Fprintln(out, printable.Text(fmt.Sprintf("    %s: the test's files do not load:", t.Pos)))
 			printLoadError(indent{out}, err)
 			n.fileErrors++
 		case len(failures) > 0:
-			fmt.Fprintf(out, "FAIL %s: %s\n", path, t.Name)
+			fmt.Fprintln(out, printable.Text(fmt.Sprintf("FAIL %s: %s", path, t.Name)))
 			for _, f := range failures {
-				fmt.Fprintf(out, "    %s\n", f)
+				fmt.Fprintf(out, "    %s\n", printable.Block(f, "      "))
 			}
 			n.failed++
 		default:
-			fmt.Fprintf(out, "PASS %s: %s\n", path, t.Name)
+			fmt.Fprintln(out, printable.Text(fmt.Sprintf("PASS %s: %s", path, t.Name)))
 			n.passed++
 		}
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/syncloop/syncloop/internal/printable"
 	"github.com/syncloop/syncloop/rules"
 )
 
@@ -35,7 +36,7 @@ CustomResourceDefinitions) are skipped.`,
 			fmt.Fprintln(cmd.OutOrStdout())
 			for _, r := range set.Rules() {
 				if r.API != nil && r.API.Converts() {
-					fmt.Fprintf(cmd.OutOrStdout(), "rule %s: %s\n", r.Name, versionsLine(r.API))
+					fmt.Fprintln(cmd.OutOrStdout(), printable.Text(fmt.Sprintf("rule %s: %s", r.Name, versionsLine(r.API))))
 				}
 			}
 			return nil

@@ -124,3 +124,45 @@ func TestText(t *testing.T) {
 		t.Errorf("sanitize = %q", got)
 	}
 }
+
+// TestWriteHostile: what a rule's expressions quote — a string holding
+// escape sequences, a bell, a bidi override, a C1 control — is drawn
+// escaped in Mermaid and dot: the graph printed to a terminal cannot act
+// on it, and each label stays one line of its format.
+func TestWriteHostile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rule.yaml")
+	rule := `apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: hostile}
+spec:
+  watch: {apiVersion: v1, kind: Namespace}
+  when: "object.metadata.name != '\e[2J\e]0;pwned\a\u202e\x9b'"
+  resources:
+    - id: cm
+      when: "object.metadata.name != '\e[8m'"
+      readyWhen: ["self.metadata.name != '\u2066\x7f'"]
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: y}}
+`
+	if err := os.WriteFile(path, []byte(rule), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g := []*Graph{Of(load(t, path).Rules()[0], "")}
+	for name, write := range map[string]func(*bytes.Buffer, []*Graph) error{
+		"mermaid": func(b *bytes.Buffer, g []*Graph) error { return Mermaid(b, g) },
+		"dot":     func(b *bytes.Buffer, g []*Graph) error { return Dot(b, g) },
+	} {
+		var b bytes.Buffer
+		if err := write(&b, g); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range b.String() {
+			if r < 0x20 && r != '\n' || r == 0x7f || r >= 0x80 && r < 0xa0 || r >= 0x202a && r <= 0x202e || r >= 0x2066 && r <= 0x2069 {
+				t.Errorf("%s holds %U raw:\n%s", name, r, b.String())
+				break
+			}
+		}
+		if !bytes.Contains(b.Bytes(), []byte(`x1b[2J`)) || !bytes.Contains(b.Bytes(), []byte(`u202e`)) {
+			t.Errorf("%s does not show the expressions' strings escaped:\n%s", name, b.String())
+		}
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/syncloop/syncloop/internal/printable"
 )
 
 // Mermaid writes graphs as one Mermaid flowchart, each rule in a
@@ -87,7 +89,9 @@ func mermaidShape(n Node) string {
 	return "[" + text + "]"
 }
 
-// mermaidText is lines as a quoted Mermaid label: entity codes for what
+// mermaidText is lines as a quoted Mermaid label: what the rule wrote
+// made printable (an expression's string may hold escape sequences that
+// a terminal showing the graph would act on), entity codes for what
 // Mermaid would read as syntax, <br/> between lines.
 func mermaidText(lines ...string) string {
 	esc := make([]string, len(lines))
@@ -96,7 +100,7 @@ func mermaidText(lines ...string) string {
 		if bold {
 			l = strings.TrimSuffix(strings.TrimPrefix(l, "<b>"), "</b>")
 		}
-		l = strings.NewReplacer(`"`, "#quot;", "<", "#lt;", ">", "#gt;", "|", "#124;", "#", "#35;").Replace(l)
+		l = strings.NewReplacer(`"`, "#quot;", "<", "#lt;", ">", "#gt;", "|", "#124;", "#", "#35;").Replace(printable.Text(l))
 		if bold {
 			l = "<b>" + l + "</b>"
 		}
@@ -115,7 +119,7 @@ func Dot(w io.Writer, graphs []*Graph) error {
 	fmt.Fprintln(b, `  node [fontname="Helvetica", fontsize=11];`)
 	fmt.Fprintln(b, `  edge [fontname="Helvetica", fontsize=9];`)
 	writeNodes(b, graphs, "  }", func(g *Graph) {
-		fmt.Fprintf(b, "  subgraph %s {\n    label=%s;\n", dotID("cluster_"+g.Rule), dotQuote("rule "+g.Rule))
+		fmt.Fprintf(b, "  subgraph %s {\n    label=%s;\n", dotID("cluster_"+g.Rule), dotLabel("rule "+g.Rule))
 	}, func(indent string, n Node) {
 		fmt.Fprintf(b, "%s%s [%s];\n", indent, n.ID, dotAttrs(n))
 	})
@@ -123,7 +127,7 @@ func Dot(w io.Writer, graphs []*Graph) error {
 		for _, e := range g.Edges {
 			var attrs []string
 			if e.Via != "" {
-				attrs = append(attrs, "label="+dotQuote(e.Via))
+				attrs = append(attrs, "label="+dotLabel(e.Via))
 			}
 			if e.Waits {
 				attrs = append(attrs, "style=bold")
@@ -141,7 +145,7 @@ func Dot(w io.Writer, graphs []*Graph) error {
 
 func dotAttrs(n Node) string {
 	shape := map[Shape]string{Trigger: "ellipse", Lookup: "parallelogram", Child: "box", Patch: "hexagon", Status: "cds"}[n.Shape]
-	attrs := []string{"shape=" + shape, "label=" + dotQuote(strings.Join(append([]string{n.Title}, n.Lines...), "\n"))}
+	attrs := []string{"shape=" + shape, "label=" + dotLabel(append([]string{n.Title}, n.Lines...)...)}
 	var styles []string
 	if n.Conditional {
 		styles = append(styles, "dashed")
@@ -156,6 +160,16 @@ func dotAttrs(n Node) string {
 		attrs = append(attrs, "peripheries=2")
 	}
 	return strings.Join(attrs, ", ")
+}
+
+// dotLabel is lines as a dot label: each made printable, as in
+// mermaidText, one under the other.
+func dotLabel(lines ...string) string {
+	esc := make([]string, len(lines))
+	for i, l := range lines {
+		esc[i] = printable.Text(l)
+	}
+	return dotQuote(strings.Join(esc, "\n"))
 }
 
 // dotQuote is s as a dot string.

@@ -8,8 +8,8 @@ import (
 	"io"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/yaml"
 
+	"github.com/syncloop/syncloop/internal/printable"
 	"github.com/syncloop/syncloop/rules"
 	"github.com/syncloop/syncloop/rules/render"
 )
@@ -177,17 +177,17 @@ func (o *Report) WriteYAML(w io.Writer) error {
 	for _, r := range o.Results {
 		switch {
 		case r.Error != "":
-			fmt.Fprintf(&b, "# rule: %s, trigger: %s: error: %s\n", r.Rule, r.Trigger, oneLine(r.Error))
+			fmt.Fprintln(&b, printable.Text(fmt.Sprintf("# rule: %s, trigger: %s: error: %s", r.Rule, r.Trigger, oneLine(r.Error))))
 			continue
 		case r.Skipped:
-			fmt.Fprintf(&b, "# rule: %s, trigger: %s: skipped (when is false)\n", r.Rule, r.Trigger)
+			fmt.Fprintln(&b, printable.Text(fmt.Sprintf("# rule: %s, trigger: %s: skipped (when is false)", r.Rule, r.Trigger)))
 			continue
 		}
 		for _, n := range r.Notes {
-			fmt.Fprintf(&b, "# rule: %s, trigger: %s: note: %s\n", r.Rule, r.Trigger, oneLine(n))
+			fmt.Fprintln(&b, printable.Text(fmt.Sprintf("# rule: %s, trigger: %s: note: %s", r.Rule, r.Trigger, oneLine(n))))
 		}
 		for _, c := range r.Conflicts {
-			fmt.Fprintf(&b, "# rule: %s, trigger: %s: conflict: %s\n", r.Rule, r.Trigger, oneLine(c.Message))
+			fmt.Fprintln(&b, printable.Text(fmt.Sprintf("# rule: %s, trigger: %s: conflict: %s", r.Rule, r.Trigger, oneLine(c.Message))))
 		}
 		for _, c := range r.Children {
 			if err := writeDoc(&b, fmt.Sprintf("# rule: %s, trigger: %s", r.Rule, r.Trigger), c); err != nil {
@@ -221,13 +221,16 @@ func (o *Report) WriteYAML(w io.Writer) error {
 	return err
 }
 
+// writeDoc writes v as a YAML document, every string exact (a value
+// yaml.Marshal refuses, DEL or a C1 control, fails no render), after
+// comment: one line, whatever the names in it hold.
 func writeDoc(b *bytes.Buffer, comment string, v any) error {
-	y, err := yaml.Marshal(v)
+	y, err := printable.YAML(v)
 	if err != nil {
 		return err
 	}
 	b.WriteString("---\n")
-	b.WriteString(comment)
+	b.WriteString(printable.Text(comment))
 	b.WriteByte('\n')
 	b.Write(y)
 	return nil
