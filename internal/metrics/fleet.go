@@ -1,18 +1,25 @@
 package metrics
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Fleet are the cluster inventory's metrics (internal/fleet).
 type Fleet struct {
 	invalid *prometheus.CounterVec
+	// clusters bounds invalid's cluster: a name is a kubeconfig Secret's
+	// label, which whoever may write Secrets there makes up.
+	clusters *bounded
 }
 
 // NewFleet registers the cluster inventory's metrics on reg: clusters
 // counts the clusters of the inventory, unreachable those that do not
 // answer now, answering says of each cluster whether it does.
 func NewFleet(reg prometheus.Registerer, clusters, unreachable func() int, answering func() map[string]bool) *Fleet {
-	f := &Fleet{invalid: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "syncloop_cluster_kubeconfig_errors_total", Help: "Kubeconfig Secrets of the cluster inventory that made no client, or whose API server is an older Secret's cluster already (a Warning Event BadKubeconfig on the Secret says why), by cluster: the cluster is left out until the Secret is fixed.",
+	f := &Fleet{clusters: newBounded(MaxClusters), invalid: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "syncloop_cluster_kubeconfig_errors_total", Help: fmt.Sprintf("Kubeconfig Secrets of the cluster inventory that made no client, or whose API server is an older Secret's cluster already (a Warning Event BadKubeconfig on the Secret says why), by cluster (past %d clusters, %s): the cluster is left out until the Secret is fixed.", MaxClusters, Other),
 	}, []string{"cluster"})}
 	reg.MustRegister(f.invalid,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -45,5 +52,8 @@ func (c clusterUp) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// KubeconfigInvalid implements fleet.Metrics.
-func (f *Fleet) KubeconfigInvalid(cluster string) { f.invalid.WithLabelValues(cluster).Inc() }
+// KubeconfigInvalid implements fleet.Metrics; the cluster is bounded:
+// MaxClusters.
+func (f *Fleet) KubeconfigInvalid(cluster string) {
+	f.invalid.WithLabelValues(f.clusters.value("", cluster)).Inc()
+}

@@ -10,6 +10,7 @@ package metrics
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,6 +39,13 @@ type Metrics struct {
 	tooMany   prometheus.Counter
 	throttled *prometheus.CounterVec
 	limit     prometheus.Gauge
+
+	bounds labelBounds
+}
+
+// labelBounds bound the labels whose values other parties name.
+type labelBounds struct {
+	managers, resources, reasons, hosts *bounded
 }
 
 // functionMetrics are the calls of functions.
@@ -62,6 +70,12 @@ type queueMetrics struct {
 // each rule in force and whether it runs — for syncloop_rule_ready.
 func New(reg prometheus.Registerer, informers func() int, rules func() []RuleReady) *Metrics {
 	m := &Metrics{
+		bounds: labelBounds{
+			managers:  newBounded(MaxManagers, wellKnownManagers...),
+			resources: newBounded(MaxResources),
+			reasons:   newBounded(MaxReasons, "Forbidden", "Expired", "Unreachable"),
+			hosts:     newBounded(MaxHosts),
+		},
 		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "syncloop_reconcile_total", Help: "Reconciles by rule and result (success, error).",
 		}, []string{"rule", "result"}),
@@ -85,10 +99,10 @@ func New(reg prometheus.Registerer, informers func() int, rules func() []RuleRea
 			Name: "syncloop_panics_total", Help: "Panics contained, by rule and where (reconcile, handler, loop, rollout, load, crds, revisions): each failed its unit of work alone (a Failed Event, a file error, a halted rollout; the stack is in the log), never the process.",
 		}, []string{"rule", "where"}),
 		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "syncloop_drift_repairs_total", Help: "Repairs of children whose fields another field manager had changed, by rule and that manager (unknown when it could not be told). A child repaired 5 times in a minute is a fight: it is left alone for a cooling period (Contended).",
+			Name: "syncloop_drift_repairs_total", Help: fmt.Sprintf("Repairs of children whose fields another field manager had changed, by rule and that manager (unknown when it could not be told; past the well-known ones and %d others per rule, %s). A child repaired 5 times in a minute is a fight: it is left alone for a cooling period (Contended).", MaxManagers, Other),
 		}, []string{"rule", "manager"}),
 		watchErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "syncloop_watch_errors_total", Help: "Failed lists and watches of an informer by resource and reason (Forbidden: missing RBAC; Expired: etcd compacted, relisting; Unreachable: no answer). Each is retried with backoff.",
+			Name: "syncloop_watch_errors_total", Help: fmt.Sprintf("Failed lists and watches of an informer by resource and reason (Forbidden: missing RBAC; Expired: etcd compacted, relisting; Unreachable: no answer; past %d resources and %d other reasons, %s). Each is retried with backoff.", MaxResources, MaxReasons, Other),
 		}, []string{"resource", "reason"}),
 		queue: newQueueMetrics(),
 		functions: functionMetrics{
@@ -101,7 +115,7 @@ func New(reg prometheus.Registerer, informers func() int, rules func() []RuleRea
 			}, []string{"rule", "resource", "transport"}),
 		},
 		restRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "rest_client_requests_total", Help: "API requests by status code, method and host.",
+			Name: "rest_client_requests_total", Help: fmt.Sprintf("API requests by status code, method and host (past %d hosts, %s).", MaxHosts, Other),
 		}, []string{"code", "method", "host"}),
 		tooMany: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "syncloop_api_too_many_requests_total", Help: "API requests the server refused with 429 Too Many Requests (API Priority and Fairness); each is retried after its Retry-After.",
@@ -194,9 +208,11 @@ func (m *Metrics) ReconcileDone(rule, result string, took time.Duration) {
 // Write implements engine.Metrics.
 func (m *Metrics) Write(rule, action string) { m.writes.WithLabelValues(rule, action).Inc() }
 
-// WatchError implements engine.Metrics.
+// WatchError implements engine.Metrics. The resource and the reason
+// (a remote API server's to give) are bounded: MaxResources,
+// MaxReasons.
 func (m *Metrics) WatchError(resource, reason string) {
-	m.watchErrs.WithLabelValues(resource, reason).Inc()
+	m.watchErrs.WithLabelValues(m.bounds.resources.value("", resource), m.bounds.reasons.value("", reason)).Inc()
 }
 
 // Panicked implements engine.Metrics; the manager counts the panics it
@@ -204,8 +220,11 @@ func (m *Metrics) WatchError(resource, reason string) {
 // too, with rule "" where no rule is known.
 func (m *Metrics) Panicked(rule, where string) { m.panics.WithLabelValues(rule, where).Inc() }
 
-// DriftRepaired implements engine.Metrics.
-func (m *Metrics) DriftRepaired(rule, manager string) { m.repairs.WithLabelValues(rule, manager).Inc() }
+// DriftRepaired implements engine.Metrics. The manager is bounded: the
+// well-known ones, and MaxManagers others per rule.
+func (m *Metrics) DriftRepaired(rule, manager string) {
+	m.repairs.WithLabelValues(rule, m.bounds.managers.value(rule, manager)).Inc()
+}
 
 // FunctionCalled implements engine.Metrics.
 func (m *Metrics) FunctionCalled(rule, resource, transport, result string, took time.Duration) {
@@ -221,6 +240,7 @@ func (m *Metrics) RuleRemoved(rule string) {
 	}{m.reconciles, m.duration, m.writes, m.panics, m.repairs, m.functions.calls, m.functions.duration} {
 		v.DeletePartialMatch(prometheus.Labels{"rule": rule})
 	}
+	m.bounds.managers.forget(rule)
 	for _, v := range []interface {
 		DeletePartialMatch(prometheus.Labels) int
 	}{m.functions.calls, m.functions.duration,
@@ -260,12 +280,19 @@ func (m *Metrics) Reloaded(failed bool) {
 // RESTClient returns the hook that counts client-go's API requests in
 // rest_client_requests_total. client-go takes it process-wide, once:
 // clientmetrics.Register(clientmetrics.RegisterOpts{RequestResult: m.RESTClient()}).
-func (m *Metrics) RESTClient() clientmetrics.ResultMetric { return restResult{m.restRequests} }
+// The host (a kubeconfig Secret's server, for a cluster of the fleet) is
+// bounded: MaxHosts.
+func (m *Metrics) RESTClient() clientmetrics.ResultMetric {
+	return restResult{m.restRequests, m.bounds.hosts}
+}
 
-type restResult struct{ c *prometheus.CounterVec }
+type restResult struct {
+	c     *prometheus.CounterVec
+	hosts *bounded
+}
 
 func (r restResult) Increment(_ context.Context, code, method, host string) {
-	r.c.WithLabelValues(code, method, host).Inc()
+	r.c.WithLabelValues(code, method, r.hosts.value("", host)).Inc()
 }
 
 // Workqueue returns client-go's workqueue metrics provider; queues are

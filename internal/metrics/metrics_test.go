@@ -37,7 +37,7 @@ func TestMetrics(t *testing.T) {
 	defer q.ShutDown()
 
 	want := `
-# HELP rest_client_requests_total API requests by status code, method and host.
+# HELP rest_client_requests_total API requests by status code, method and host (past 100 hosts, other).
 # TYPE rest_client_requests_total counter
 rest_client_requests_total{code="200",host="127.0.0.1:6443",method="PATCH"} 1
 # HELP syncloop_apply_total Children and statuses by rule and action (create, update, adopt, unchanged, delete, status, wait, conflict).
@@ -62,7 +62,7 @@ syncloop_rules_loaded 4
 # TYPE syncloop_rules_reload_total counter
 syncloop_rules_reload_total{result="error"} 1
 syncloop_rules_reload_total{result="success"} 2
-# HELP syncloop_watch_errors_total Failed lists and watches of an informer by resource and reason (Forbidden: missing RBAC; Expired: etcd compacted, relisting; Unreachable: no answer). Each is retried with backoff.
+# HELP syncloop_watch_errors_total Failed lists and watches of an informer by resource and reason (Forbidden: missing RBAC; Expired: etcd compacted, relisting; Unreachable: no answer; past 200 resources and 10 other reasons, other). Each is retried with backoff.
 # TYPE syncloop_watch_errors_total counter
 syncloop_watch_errors_total{reason="Forbidden",resource="secrets"} 2
 # HELP workqueue_adds_total Adds handled by the workqueue.
