@@ -578,6 +578,7 @@ func (c *counts) WatchError(string, string)                                    {
 func (c *counts) RuleRemoved(string)                                           {}
 func (c *counts) Panicked(string, string)                                      {}
 func (c *counts) DriftRepaired(string, string)                                 {}
+func (c *counts) Watching(string)                                              {}
 func (c *counts) FunctionCalled(string, string, string, string, time.Duration) {}
 func (c *counts) Write(_, action string) {
 	if action == "create" || action == "update" {

@@ -70,6 +70,10 @@ type Registry struct {
 	client   dynamic.Interface
 	indexers cache.Indexers
 
+	// OnWatchStart, when set before the first Subscribe, is called with
+	// the key of each informer before it starts: before it may fail.
+	OnWatchStart func(key WatchKey)
+
 	// OnWatchError, when set before the first Subscribe, is called with
 	// every failed list or watch of an informer (its reflector then retries
 	// with backoff, as client-go's do).
@@ -212,6 +216,9 @@ func (r *Registry) start(ctx context.Context, e *entry) (*informerRun, error) {
 	ictx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	ictx = klog.NewContext(ictx, klog.FromContext(ctx).WithValues("watch", key.String()))
 	run := &informerRun{informer: inf, cancel: cancel, done: make(chan struct{})}
+	if r.OnWatchStart != nil {
+		r.OnWatchStart(key)
+	}
 	if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, _ *cache.Reflector, err error) {
 		e.lastErr.Store(&err)
 		logWatchError(ctx, r.Identity, err)

@@ -68,7 +68,7 @@ func (a *applier) createOnce(ctx context.Context, child render.Child) (map[strin
 		switch {
 		case existing != nil && childOf(rc.rule.Name, a.owner, existing):
 			a.made[entry] = true
-			rc.metrics.Write(rc.rule.Name, "unchanged")
+			rc.metrics.Write(rc.rule.Name, WriteUnchanged)
 			return wholeOf(existing).Object, nil
 		case existing == nil && a.remembered[entry]:
 			a.made[entry] = true

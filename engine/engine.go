@@ -50,7 +50,35 @@ type Metrics interface {
 	// (rules.SyncResourceID: the rule's function) by transport (wasm,
 	// webhook) and result (success, error), and how long it took.
 	FunctionCalled(rule, resource, transport, result string, took time.Duration)
+	// Watching is told that an informer of resource ("resource.group")
+	// starts, before it lists: WatchError may count it from then on.
+	Watching(resource string)
 }
+
+// What Metrics is told that is known in advance: a metrics
+// implementation makes their series at 0 before the first is counted,
+// so that an alert on their increase sees it.
+var (
+	// ReconcileResults are ReconcileDone's results.
+	ReconcileResults = []string{ResultSuccess, ResultError}
+	// WriteActions are Write's actions.
+	WriteActions = []string{ActionCreate, ActionUpdate, ActionAdopt, WriteUnchanged, ActionDelete, ActionStatus, ActionWait, ActionConflict}
+	// PanicWheres are where Panicked says a panic of a rule was contained.
+	PanicWheres = []string{PanicReconcile, PanicHandler, PanicLoop, PanicRollout}
+	// WatchReasons are the reasons WatchError says most (errorReason):
+	// missing RBAC, etcd compacted, no answer.
+	WatchReasons = []string{string(metav1.StatusReasonForbidden), string(metav1.StatusReasonExpired), ReasonUnreachable}
+)
+
+// The results of a reconcile or a function call, and the action of a
+// child left as it is, as Metrics is told them.
+const (
+	ResultSuccess  = "success"
+	ResultError    = "error"
+	WriteUnchanged = "unchanged"
+	// ReasonUnreachable is WatchError's reason when no answer came.
+	ReasonUnreachable = "Unreachable"
+)
 
 type noMetrics struct{}
 
@@ -61,6 +89,7 @@ func (noMetrics) RuleRemoved(string)                                           {
 func (noMetrics) Panicked(string, string)                                      {}
 func (noMetrics) DriftRepaired(string, string)                                 {}
 func (noMetrics) FunctionCalled(string, string, string, string, time.Duration) {}
+func (noMetrics) Watching(string)                                              {}
 
 // Options configure an Engine.
 type Options struct {
@@ -186,6 +215,7 @@ func New(o Options) *Engine {
 		func(reg *dynamic.Registry) {
 			reg.KeepManagedFields = rules.IsPatchManager
 			reg.Keep = e.keep
+			reg.OnWatchStart = func(key dynamic.WatchKey) { e.metrics.Watching(key.GVR.GroupResource().String()) }
 			reg.OnWatchError = func(key dynamic.WatchKey, err error) {
 				e.metrics.WatchError(key.GVR.GroupResource().String(), errorReason(err))
 			}
@@ -482,5 +512,5 @@ func errorReason(err error) string {
 	if errors.As(err, &status) {
 		return fmt.Sprintf("HTTP%d", status.Status().Code)
 	}
-	return "Unreachable"
+	return ReasonUnreachable
 }

@@ -89,7 +89,7 @@ func (rc *reconciler) applyPatch(ctx context.Context, ch *changes, trigger *unst
 	cached := wholeOf(cachedObj)
 	manager := patchManager(rc.rule, key)
 	if patchUpToDate(cached, obj, manager) {
-		rc.metrics.Write(rc.rule.Name, "unchanged")
+		rc.metrics.Write(rc.rule.Name, WriteUnchanged)
 		return cached.Object, nil
 	}
 	w := &write{kind: writePatch, mapping: pw.mapping, obj: obj, manager: manager, force: rc.rule.ForceConflicts,

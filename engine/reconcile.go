@@ -272,9 +272,9 @@ var (
 // FunctionCalled implements render.CallObserver: a finalize or customize
 // function's calls are counted as resource <id>/finalize, <id>/customize.
 func (a *applier) FunctionCalled(res *rules.Resource, fn *rules.Function, took time.Duration, err error) {
-	result := "success"
+	result := ResultSuccess
 	if err != nil {
-		result = "error"
+		result = ResultError
 	}
 	a.rc.metrics.FunctionCalled(a.rc.rule.Name, fn.CallID(res), fn.Transport(), result, took)
 }
@@ -447,7 +447,7 @@ func (rc *reconciler) applyChild(ctx context.Context, ch *changes, trigger *unst
 			}
 			if !adopt && rc.upToDate(ref, existing, obj, hash) {
 				rc.writes.conflict(key, ref, false)
-				rc.metrics.Write(rc.rule.Name, "unchanged")
+				rc.metrics.Write(rc.rule.Name, WriteUnchanged)
 				if !rc.rule.ReadsLive(child.Resource) {
 					return obj.Object, nil // what it applied: the same fields
 				}

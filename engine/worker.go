@@ -67,9 +67,9 @@ func (l *ruleLoop) work(ctx context.Context, key cache.ObjectName, cancel contex
 	}
 	start := time.Now()
 	err = l.reconcilerFor(key).reconcile(ctx, key)
-	result := "success"
+	result := ResultSuccess
 	if err != nil {
-		result = "error"
+		result = ResultError
 	}
 	l.e.metrics.ReconcileDone(l.rule.Name, result, time.Since(start))
 	l.reconciles.Add(1)

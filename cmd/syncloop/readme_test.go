@@ -166,7 +166,7 @@ func TestDocsMetrics(t *testing.T) {
 		}
 	}
 	reg := &describing{}
-	metrics.New(reg, func() int { return 0 }, func() []metrics.RuleReady { return nil })
+	metrics.New(reg, func() int { return 0 }, func() []metrics.RuleReady { return nil }, metrics.Known{})
 	metrics.NewShard(reg, func() map[string]int { return nil }, func() map[string]int { return nil })
 	metrics.NewRollouts(reg, func() []metrics.Rollout { return nil })
 	metrics.NewFleet(reg, func() int { return 0 }, func() int { return 0 }, func() map[string]bool { return nil })

@@ -26,6 +26,13 @@ import (
 
 var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
+// The results of an apply of a CRD (syncloop_crd_apply_total's result).
+const (
+	crdCreated = "created"
+	crdUpdated = "updated"
+	crdFailed  = "failed"
+)
+
 // crdReadTimeout bounds a rule load's read of a CRD.
 const crdReadTimeout = 30 * time.Second
 
@@ -125,7 +132,7 @@ func (k *crdKeeper) keep(ctx context.Context, set *rules.Set) (failed bool) {
 		}
 	}
 	fail := func(r *rules.Rule, what string, err error) {
-		count(r.Name, "failed")
+		count(r.Name, crdFailed)
 		logger.Error(err, what, "rule", r.Name, "crd", r.API.CRDName())
 		failures = append(failures, fmt.Sprintf("crd %s (rule %s): %s: %v", r.API.CRDName(), r.Name, strings.ToLower(what[:1])+what[1:], err))
 		failed = true
@@ -167,7 +174,7 @@ func (k *crdKeeper) keepOne(ctx context.Context, r *rules.Rule, deadline time.Ti
 			return "Applying the CustomResourceDefinition", err
 		}
 		klog.FromContext(ctx).Info("CustomResourceDefinition applied", "rule", r.Name, "crd", want.GetName(), "created", served == nil)
-		count(r.Name, map[bool]string{true: "created", false: "updated"}[served == nil])
+		count(r.Name, map[bool]string{true: crdCreated, false: crdUpdated}[served == nil])
 	}
 	if err := k.established(ctx, current, time.Until(deadline)); err != nil {
 		return "Waiting for the CustomResourceDefinition to be established", err

@@ -166,6 +166,19 @@ func Run(ctx context.Context, o Options) error {
 	return p.start(klog.NewContext(ctx, klog.FromContext(ctx)))
 }
 
+// known are the label values syncloop's metrics make series of at 0 in
+// advance: the engine's, and the manager's own.
+func known() metrics.Known {
+	return metrics.Known{
+		Results:       engine.ReconcileResults,
+		Writes:        engine.WriteActions,
+		Panics:        append(slices.Clone(engine.PanicWheres), panicCRDs, panicRevisions),
+		CRDResults:    []string{crdCreated, crdUpdated, crdFailed},
+		UnruledPanics: []string{panicLoad},
+		WatchReasons:  engine.WatchReasons,
+	}
+}
+
 // newProcess builds every piece of a running syncloop — clients, metrics,
 // the rule files and their loader, Events, the mode, the engine, the
 // servers' listeners — and starts none: an error here means nothing ran.
@@ -187,7 +200,7 @@ func newProcess(ctx context.Context, o Options) (*process, error) {
 			out = append(out, metrics.RuleReady{Rule: s.Rule, Identity: s.Identity, Ready: s.State == engine.StateRunning})
 		}
 		return out
-	})
+	}, known())
 	if p.clients, err = NewClients(o.Config, p.metrics); err != nil {
 		return nil, err
 	}

@@ -71,6 +71,17 @@ func (f *ruleFiles) inForce(ctx context.Context, set *rules.Set) {
 	}
 }
 
+// count counts a load of the rule files, with errs, that made set; each
+// rule's series are made at 0 before its CRD, its revision or its loop
+// can count anything.
+func (f *ruleFiles) count(set *rules.Set, errs []reload.FileError) {
+	f.metrics.Reloaded(len(errs) > 0)
+	f.metrics.RulesLoaded(set.Len())
+	for _, r := range set.Rules() {
+		f.metrics.RuleLoaded(r.Name, r.API != nil)
+	}
+}
+
 // broken are the files among errs, true for those whose last good version
 // is in force.
 func broken(errs []reload.FileError) map[string]bool {
@@ -236,8 +247,7 @@ func (f *ruleFiles) load(ctx context.Context) *rules.Set {
 	}
 	f.files.report(logger, loaded.Errors)
 	logWarnings(logger, loaded.Set)
-	f.metrics.RulesLoaded(loaded.Set.Len())
-	f.metrics.Reloaded(len(loaded.Errors) > 0)
+	f.count(loaded.Set, loaded.Errors)
 	f.conversions.use(ctx, loaded.Set)
 	f.conversions.recover(ctx, f.crds.crds)
 	f.inForce(ctx, loaded.Set)
@@ -304,8 +314,7 @@ func (f *ruleFiles) watch(ctx context.Context) <-chan struct{} {
 		err := f.watcher.Run(ctx, func(st reload.Status) {
 			f.files.report(logger, st.Errors)
 			logWarnings(logger, st.Set)
-			f.metrics.Reloaded(len(st.Errors) > 0)
-			f.metrics.RulesLoaded(st.Set.Len())
+			f.count(st.Set, st.Errors)
 			logger.Info("Rule files reloaded", "rules", st.Set.Len(), "fileErrors", len(st.Errors))
 			f.conversions.use(ctx, st.Set)
 			f.inForce(ctx, st.Set)

@@ -39,7 +39,7 @@ func series(t *testing.T, reg *prometheus.Registry, name string) (labels []map[s
 // bound of its own. A removed rule's managers are forgotten with it.
 func TestDriftManagersBounded(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
-	m := New(reg, func() int { return 0 }, func() []RuleReady { return nil })
+	m := New(reg, func() int { return 0 }, func() []RuleReady { return nil }, Known{})
 	const n = 10000
 	for i := range n {
 		m.DriftRepaired("tenant", fmt.Sprintf("attacker-%d", i))
@@ -79,7 +79,7 @@ func TestDriftManagersBounded(t *testing.T) {
 // in advance are named whatever came before.
 func TestOthersLabelsBounded(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
-	m := New(reg, func() int { return 0 }, func() []RuleReady { return nil })
+	m := New(reg, func() int { return 0 }, func() []RuleReady { return nil }, Known{WatchReasons: []string{"Forbidden"}})
 	f := NewFleet(reg, func() int { return 0 }, func() int { return 0 }, func() map[string]bool { return nil })
 	const n = 10000
 	rest := m.RESTClient()

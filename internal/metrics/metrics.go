@@ -40,6 +40,7 @@ type Metrics struct {
 	throttled *prometheus.CounterVec
 	limit     prometheus.Gauge
 
+	known  Known
 	bounds labelBounds
 }
 
@@ -68,12 +69,14 @@ type queueMetrics struct {
 // New registers syncloop's metrics, and Go and process collectors, on reg.
 // informers is read at every scrape for syncloop_informers, and rules —
 // each rule in force and whether it runs — for syncloop_rule_ready.
-func New(reg prometheus.Registerer, informers func() int, rules func() []RuleReady) *Metrics {
+// known are the label values whose series are made at 0 in advance.
+func New(reg prometheus.Registerer, informers func() int, rules func() []RuleReady, known Known) *Metrics {
 	m := &Metrics{
+		known: known,
 		bounds: labelBounds{
 			managers:  newBounded(MaxManagers, wellKnownManagers...),
 			resources: newBounded(MaxResources),
-			reasons:   newBounded(MaxReasons, "Forbidden", "Expired", "Unreachable"),
+			reasons:   newBounded(MaxReasons, known.WatchReasons...),
 			hosts:     newBounded(MaxHosts),
 		},
 		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -139,6 +142,12 @@ func New(reg prometheus.Registerer, informers func() int, rules func() []RuleRea
 	)
 	for _, reason := range []string{"retry-after", "limit"} {
 		m.throttled.WithLabelValues(reason)
+	}
+	for _, result := range []string{"success", "error"} {
+		m.reloads.WithLabelValues(result)
+	}
+	for _, where := range known.UnruledPanics {
+		m.panics.WithLabelValues("", where)
 	}
 	return m
 }
@@ -215,6 +224,15 @@ func (m *Metrics) WatchError(resource, reason string) {
 	m.watchErrs.WithLabelValues(m.bounds.resources.value("", resource), m.bounds.reasons.value("", reason)).Inc()
 }
 
+// Watching implements engine.Metrics: resource's watch error series, one
+// per reason known in advance, are made at 0.
+func (m *Metrics) Watching(resource string) {
+	resource = m.bounds.resources.value("", resource)
+	for _, reason := range m.known.WatchReasons {
+		m.watchErrs.WithLabelValues(resource, reason)
+	}
+}
+
 // Panicked implements engine.Metrics; the manager counts the panics it
 // contains (a rule file's load, the CRDs and revisions kept) through it
 // too, with rule "" where no rule is known.
@@ -237,7 +255,7 @@ func (m *Metrics) FunctionCalled(rule, resource, transport, result string, took 
 func (m *Metrics) RuleRemoved(rule string) {
 	for _, v := range []interface {
 		DeletePartialMatch(prometheus.Labels) int
-	}{m.reconciles, m.duration, m.writes, m.panics, m.repairs, m.functions.calls, m.functions.duration} {
+	}{m.reconciles, m.duration, m.writes, m.panics, m.repairs, m.crds, m.functions.calls, m.functions.duration} {
 		v.DeletePartialMatch(prometheus.Labels{"rule": rule})
 	}
 	m.bounds.managers.forget(rule)

@@ -2,6 +2,8 @@ package metrics
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +17,7 @@ func TestMetrics(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	informers := 3
 	ready := []RuleReady{{Rule: "tenant", Ready: true}, {Rule: "secrets", Identity: "team-a/reader"}}
-	m := New(reg, func() int { return informers }, func() []RuleReady { return ready })
+	m := New(reg, func() int { return informers }, func() []RuleReady { return ready }, Known{})
 	m.WatchError("secrets", "Forbidden")
 	m.WatchError("secrets", "Forbidden")
 	m.ReconcileDone("tenant", "success", 20*time.Millisecond)
@@ -132,5 +134,63 @@ syncloop_conversion_reviews_refused_total{reason="too-large"} 0
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "syncloop_conversion_reviews_refused_total"); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestKnownSeriesAtZero: once a rule has loaded and its informers start,
+// every series the chart's alerts and dashboards take the increase of —
+// its panics by where, reconciles by result, writes by action (conflict
+// among them), its CRD's applies, the watch errors of its resources by
+// reason, reloads by result, the panics of a file's load — is there at 0,
+// so that the first of each is an increase; the rule's go with it.
+func TestKnownSeriesAtZero(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	known := Known{Results: []string{"success", "error"}, Writes: []string{"create", "conflict"}, Panics: []string{"reconcile", "crds"},
+		CRDResults: []string{"created", "failed"}, UnruledPanics: []string{"load"}, WatchReasons: []string{"Forbidden", "Unreachable"}}
+	m := New(reg, func() int { return 0 }, func() []RuleReady { return nil }, known)
+	m.RuleLoaded("shop", true)
+	m.RuleLoaded("plain", false)
+	m.Watching("secrets")
+	want := map[string][]string{
+		"syncloop_panics_total":       {`rule="",where="load"`, `rule="shop",where="reconcile"`, `rule="shop",where="crds"`, `rule="plain",where="reconcile"`},
+		"syncloop_reconcile_total":    {`result="success",rule="shop"`, `result="error",rule="shop"`, `result="error",rule="plain"`},
+		"syncloop_apply_total":        {`action="conflict",rule="shop"`, `action="create",rule="plain"`},
+		"syncloop_crd_apply_total":    {`result="created",rule="shop"`, `result="failed",rule="shop"`},
+		"syncloop_watch_errors_total": {`reason="Forbidden",resource="secrets"`, `reason="Unreachable",resource="secrets"`},
+		"syncloop_rules_reload_total": {`result="error"`, `result="success"`},
+	}
+	for family, keys := range want {
+		got, sum := series(t, reg, family)
+		have := map[string]bool{}
+		for _, l := range got {
+			var parts []string
+			for _, k := range slices.Sorted(maps.Keys(l)) {
+				parts = append(parts, k+`="`+l[k]+`"`)
+			}
+			have[strings.Join(parts, ",")] = true
+		}
+		for _, k := range keys {
+			if !have[strings.Join(slices.Sorted(slices.Values(strings.Split(k, ","))), ",")] {
+				t.Errorf("%s{%s} is not there at 0: %v", family, k, have)
+			}
+		}
+		if sum != 0 {
+			t.Errorf("%s sums to %v before anything was counted", family, sum)
+		}
+	}
+	if n := testutil.CollectAndCount(reg, "syncloop_crd_apply_total"); n != 2 {
+		t.Errorf("%d syncloop_crd_apply_total series, want shop's 2: a rule that defines no kind has none", n)
+	}
+	if n := testutil.CollectAndCount(reg, "syncloop_reconcile_duration_seconds"); n != 2 {
+		t.Errorf("%d reconcile duration series, want one per rule", n)
+	}
+	m.RuleRemoved("shop")
+	for _, family := range []string{"syncloop_panics_total", "syncloop_crd_apply_total", "syncloop_reconcile_total"} {
+		got, _ := series(t, reg, family)
+		for _, l := range got {
+			if l["rule"] == "shop" {
+				t.Errorf("%s keeps a series of the removed rule: %v", family, l)
+			}
+		}
 	}
 }
