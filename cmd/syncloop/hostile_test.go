@@ -10,6 +10,10 @@ import (
 	"time"
 	"unicode/utf8"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
 
 	"github.com/syncloop/syncloop/internal/manager"
@@ -268,5 +272,87 @@ func TestErrorHostile(t *testing.T) {
 	assertPrintable(t, "an error", errOut)
 	if !strings.Contains(errOut, `\x1b]0;pwned\a`+"\n  Error: none.yaml") {
 		t.Errorf("the error does not show the file's name escaped:\n%s", errOut)
+	}
+}
+
+// TestTraceHostileCluster: what anyone who may write an Event, a
+// trigger's annotations or its status puts there — escape sequences, a
+// return, a forged line, bidi overrides, a C1 control — reaches trace
+// from a real API server, through an Event's reason and message, a
+// condition's reason and message, and a lookup whose name the rule
+// renders from an annotation: trace's text shows each escaped on its own
+// line, and -o json and -o yaml hold each exactly.
+//
+// API server: Events and status conditions hold any text.
+func TestTraceHostileCluster(t *testing.T) {
+	env, cs, dc := clients(t)
+	ctx := t.Context()
+	if _, err := env.InstallCRDs(ctx, filepath.Join("testdata", "widgets-crd.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	ns := newNamespace(t, cs, "trace-hostile")
+	widgets := dc.Resource(schema.GroupVersionResource{Group: "test.syncloop.dev", Version: "v1", Resource: "widgets"}).Namespace(ns)
+	w, err := widgets.Create(ctx, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "test.syncloop.dev/v1", "kind": "Widget",
+		"metadata": map[string]any{"name": "w", "annotations": map[string]any{"note": hostile}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Object["status"] = map[string]any{"conditions": []any{map[string]any{"type": "Ready", "status": "False", "reason": "Bad\x1b[2J", "message": hostile,
+		"lastTransitionTime": "2026-01-02T03:04:05Z"}}}
+	if w, err = widgets.UpdateStatus(ctx, w, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Events(ns).Create(ctx, &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "spoof"}, Type: "Warning", Reason: "Spoof\x1b]0;pwned\x07", Message: hostile,
+		InvolvedObject: corev1.ObjectReference{APIVersion: "test.syncloop.dev/v1", Kind: "Widget", Namespace: ns, Name: "w", UID: w.GetUID()},
+		LastTimestamp:  metav1.Now()}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	file := writeFile(t, t.TempDir(), "rule.yaml", `apiVersion: syncloop.dev/v1alpha1
+kind: Rule
+metadata: {name: hostile}
+spec:
+  watch: {apiVersion: test.syncloop.dev/v1, kind: Widget}
+  lookups:
+    - id: noted
+      apiVersion: v1
+      kind: ConfigMap
+      name: "${object.metadata.annotations.note}"
+  resources:
+    - id: cm
+      template:
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: "${object.metadata.name}-note"}
+        data: {note: "${object.metadata.annotations.note}"}
+`)
+	args := []string{"trace", "widget.test.syncloop.dev", "w", "-n", ns, "-f", file, "--kubeconfig", env.Kubeconfig()}
+	code, out, errOut := syncloop(t, args...)
+	if code != 3 {
+		t.Fatalf("trace exited %d, want 3 (not ready):\n%s%s", code, out, errOut)
+	}
+	assertPrintable(t, "trace", out)
+	assertPrintable(t, "trace's stderr", errOut)
+	for _, want := range []string{`Spoof\x1b]0;pwned\a: h\x1b[2J`, `Ready=False Bad\x1b[2J: h\x1b[2J`, `lookup noted: ConfigMap`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("trace lacks %q:\n%s", want, out)
+		}
+	}
+	assertShown(t, "trace", out)
+
+	for _, format := range []string{"json", "yaml"} {
+		code, out, errOut = syncloop(t, append(args, "-o", format)...)
+		var rep manager.TraceReport
+		decode := yaml.Unmarshal // which reads JSON too, but not with DEL or a C1 control raw in it, as encoding/json writes them
+		if format == "json" {
+			decode = func(data []byte, v any, _ ...yaml.JSONOpt) error { return json.Unmarshal(data, v) }
+		}
+		if err := decode([]byte(out), &rep); code != 3 || err != nil {
+			t.Fatalf("trace -o %s exited %d (%v):\n%s%s", format, code, err, out, errOut)
+		}
+		if len(rep.Events) != 1 || rep.Events[0].Message != hostile || rep.Events[0].Reason != "Spoof\x1b]0;pwned\x07" ||
+			len(rep.Conditions) != 1 || rep.Conditions[0].Message != hostile || rep.Conditions[0].Reason != "Bad\x1b[2J" ||
+			len(rep.Rules) != 1 || len(rep.Rules[0].Lookups) != 1 || !strings.Contains(rep.Rules[0].Lookups[0].Query, hostile) {
+			t.Errorf("trace -o %s does not hold the cluster's values exactly: %+v", format, rep)
+		}
 	}
 }
