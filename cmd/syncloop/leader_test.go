@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -69,12 +70,25 @@ func startReplica(t *testing.T, env *testenv.Env, rulesPath, ns, identity string
 // reconciles is the replica's syncloop_reconcile_total, summed.
 func (r *replica) reconciles() int {
 	n := 0
-	for _, l := range strings.Split(httpGet("http://"+r.metrics+"/metrics"), "\n") {
-		if strings.HasPrefix(l, "syncloop_reconcile_total{") {
-			n++
-		}
+	for _, l := range counted(httpGet("http://"+r.metrics+"/metrics"), "syncloop_reconcile_total{") {
+		_, v, _ := strings.Cut(l, "} ")
+		c, _ := strconv.Atoi(v)
+		n += c
 	}
 	return n
+}
+
+// counted are the lines of the series of a /metrics body that start
+// with prefix and have counted something: a rule's series are there at
+// 0 from the start.
+func counted(body, prefix string) []string {
+	var out []string
+	for _, l := range strings.Split(body, "\n") {
+		if strings.HasPrefix(l, prefix) && !strings.HasSuffix(l, "} 0") {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 func TestLeaderElection(t *testing.T) {
@@ -134,10 +148,10 @@ func TestLeaderElection(t *testing.T) {
 	trigger("one")
 	poll("the leader to reconcile", func() bool { return child("one-copy") && a.reconciles() > 0 })
 	if n := b.reconciles(); n != 0 {
-		t.Errorf("the standby reconciled (%d series of syncloop_reconcile_total)", n)
+		t.Errorf("the standby reconciled (syncloop_reconcile_total: %d)", n)
 	}
 	crdApplies := func(r *replica) string {
-		return grepLines(httpGet("http://"+r.metrics+"/metrics"), "syncloop_crd_apply_total{")
+		return strings.Join(counted(httpGet("http://"+r.metrics+"/metrics"), "syncloop_crd_apply_total{"), "\n")
 	}
 	if got := crdApplies(a); !strings.Contains(got, `result="created"`) || strings.Count(got, "\n") > 0 {
 		t.Errorf("the leader's CRD applies: %q", got)

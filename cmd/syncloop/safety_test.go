@@ -177,6 +177,6 @@ spec:
 	poll("the metrics to report it", func() bool {
 		m := httpGet("http://" + metrics + "/metrics")
 		return strings.Contains(m, `syncloop_rule_ready{identity="",rule="secret-keys"} 0`) && strings.Contains(m, `syncloop_rule_ready{identity="",rule="fanout"} 1`) &&
-			strings.Contains(m, `syncloop_watch_errors_total{reason="Forbidden",resource="secrets"}`)
+			metricValue(m, `syncloop_watch_errors_total{reason="Forbidden",resource="secrets"}`) > 0 // there at 0 from the start
 	})
 }
