@@ -174,7 +174,7 @@ func known() metrics.Known {
 		Writes:        engine.WriteActions,
 		Panics:        append(slices.Clone(engine.PanicWheres), panicCRDs, panicRevisions),
 		CRDResults:    []string{crdCreated, crdUpdated, crdFailed},
-		UnruledPanics: []string{panicLoad},
+		UnruledPanics: []string{panicLoad, panicModules},
 		WatchReasons:  engine.WatchReasons,
 	}
 }
