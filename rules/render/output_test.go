@@ -33,8 +33,8 @@ spec:
 
 // answered renders r for the trigger App web offline, its webhooks
 // answered by answers (by resource, as a test records them), and returns
-// the render's error and how many bytes it allocated.
-func answered(t *testing.T, r *rules.Rule, answers map[string][]byte) (error, uint64) {
+// how many bytes it allocated and the render's error.
+func answered(t *testing.T, r *rules.Rule, answers map[string][]byte) (uint64, error) {
 	t.Helper()
 	rec := Recorded{}
 	for id, a := range answers {
@@ -45,7 +45,7 @@ func answered(t *testing.T, r *rules.Rule, answers map[string][]byte) (error, ui
 	runtime.ReadMemStats(&before)
 	_, err := Rule(context.Background(), r, trigger, testScopes, rec, nil)
 	runtime.ReadMemStats(&after)
-	return err, after.TotalAlloc - before.TotalAlloc
+	return after.TotalAlloc - before.TotalAlloc, err
 }
 
 // repeated is head, then n copies of elem joined by commas, then tail.
@@ -91,7 +91,7 @@ func TestHostileAnswerRefusedBeforeDecode(t *testing.T) {
 			"webhook http://127.0.0.1:1/a", "nested more than 100 levels deep"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			err, allocated := answered(t, c.r, map[string][]byte{c.id: c.answer})
+			allocated, err := answered(t, c.r, map[string][]byte{c.id: c.answer})
 			if !errors.Is(err, expr.ErrTooLarge) || !strings.Contains(err.Error(), c.fn+": its answer") || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("got %v, want the answer of %s refused as too large (%s)", err, c.fn, c.want)
 			}
@@ -113,10 +113,10 @@ func TestAnswersShareTheBudget(t *testing.T) {
 	answer := func(name string) []byte {
 		return repeated(`{"children": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "`+name+`"}, "x": [`, "0", n, "]}]}")
 	}
-	if err, _ := answered(t, r, map[string][]byte{"a": answer("a")}); errors.Is(err, expr.ErrTooLarge) || !strings.Contains(err.Error(), "/b: a webhook is called only where the cluster is") {
+	if _, err := answered(t, r, map[string][]byte{"a": answer("a")}); errors.Is(err, expr.ErrTooLarge) || !strings.Contains(err.Error(), "/b: a webhook is called only where the cluster is") {
 		t.Fatalf("one answer alone: %v, want it within the budget (and b unanswered offline)", err)
 	}
-	err, _ := answered(t, r, map[string][]byte{"a": answer("a"), "b": answer("b")})
+	_, err := answered(t, r, map[string][]byte{"a": answer("a"), "b": answer("b")})
 	if !errors.Is(err, expr.ErrTooLarge) || !strings.Contains(err.Error(), "webhook http://127.0.0.1:1/b: its answer") {
 		t.Fatalf("two answers: %v, want the second refused as too large", err)
 	}
