@@ -72,3 +72,33 @@ func TestBoundedRequests(t *testing.T) {
 		t.Errorf("an answer of exactly the bound: %d bytes, %v", len(body), err)
 	}
 }
+
+// FuzzEventBound: whatever a remote watch stream holds, eventBound
+// passes it through unchanged while no line is longer than its bound, and
+// fails it once one is.
+func FuzzEventBound(f *testing.F) {
+	f.Add([]byte("{\"type\":\"ADDED\"}\n{}\n"), 8)
+	f.Add([]byte(strings.Repeat("x", 100)), 10)
+	f.Fuzz(func(t *testing.T, stream []byte, bound int) {
+		if bound <= 0 || bound > 1<<20 {
+			return
+		}
+		got, err := io.ReadAll(&eventBound{r: io.NopCloser(strings.NewReader(string(stream))), max: int64(bound)})
+		longest, line := 0, 0
+		for _, c := range stream {
+			if line = line + 1; c == '\n' {
+				line = 0
+			}
+			longest = max(longest, line)
+		}
+		if longest > bound {
+			if !errors.Is(err, ErrTooLarge) {
+				t.Fatalf("a line of %d bytes passed a bound of %d: %v", longest, bound, err)
+			}
+			return
+		}
+		if err != nil || string(got) != string(stream) {
+			t.Fatalf("a stream within the bound came out %q, %v", got, err)
+		}
+	})
+}
