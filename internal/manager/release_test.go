@@ -8,6 +8,7 @@ import (
 
 	"github.com/syncloop/syncloop/rules"
 	"github.com/syncloop/syncloop/rules/expr"
+	"github.com/syncloop/syncloop/rules/reload"
 )
 
 // TestReleaseOnce: a release keeps the modules the set in force calls
@@ -52,7 +53,7 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &ruleFiles{loader: l, current: &currentSet{set: set}}
+	f := &ruleFiles{src: reload.NewSource(l, nil), current: &currentSet{set: set}}
 	running := func() []*rules.Rule { return []*rules.Rule{current, previous} } // rolling out from v2
 	for range 2 {
 		f.releaseOnce(t.Context(), running)

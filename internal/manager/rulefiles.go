@@ -25,7 +25,6 @@ import (
 // a standby keeps current for when it starts leading.
 type ruleFiles struct {
 	src       *reload.Source
-	loader    *rules.Loader // src's: its compiled modules are released (modules.go)
 	watcher   *reload.Watcher
 	clients   *Clients
 	metrics   *metrics.Metrics
@@ -118,7 +117,7 @@ func newRuleFiles(logger klog.Logger, o Options, c *Clients, m *metrics.Metrics)
 	revisions.compile = compileRevision(loader.ForRevisions())
 	revisions.compileRemoved = compileRevision(loader.ForInspection())
 	revisions.panicked = m.Panicked
-	f := &ruleFiles{src: src, loader: loader, watcher: reload.NewWatcher(src, 0), clients: c, metrics: m,
+	f := &ruleFiles{src: src, watcher: reload.NewWatcher(src, 0), clients: c, metrics: m,
 		files: &fileErrors{}, current: &currentSet{}, updates: make(chan *rules.Set, 1), crds: crds,
 		revisions: revisions}
 	if o.Identities.Tenants {
@@ -369,7 +368,7 @@ func (f *ruleFiles) releaseOnce(ctx context.Context, running func() []*rules.Rul
 		if set := f.current.get(); set != nil {
 			inForce = append(inForce, set.Rules()...)
 		}
-		if n := f.loader.ReleaseModules(ctx, inForce); n > 0 {
+		if n := f.src.Loader().ReleaseModules(ctx, inForce); n > 0 {
 			logger.V(2).Info("Released the compiled modules no rule in force calls", "modules", n)
 		}
 		return nil

@@ -34,14 +34,45 @@ type Metrics struct {
 	queue     queueMetrics
 	functions functionMetrics
 
-	restRequests *prometheus.CounterVec
-
-	tooMany   prometheus.Counter
-	throttled *prometheus.CounterVec
-	limit     prometheus.Gauge
+	api apiMetrics
 
 	known  Known
 	bounds labelBounds
+}
+
+// apiMetrics are syncloop's API requests and the server's pushback.
+type apiMetrics struct {
+	requests  *prometheus.CounterVec
+	tooMany   prometheus.Counter
+	throttled *prometheus.CounterVec
+	limit     prometheus.Gauge
+}
+
+// newAPIMetrics makes the API request and pushback metrics; the
+// throttling reasons are series at 0.
+func newAPIMetrics() apiMetrics {
+	a := apiMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rest_client_requests_total", Help: fmt.Sprintf("API requests by status code, method and host (past %d hosts, %s).", MaxHosts, Other),
+		}, []string{"code", "method", "host"}),
+		tooMany: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "syncloop_api_too_many_requests_total", Help: "API requests the server refused with 429 Too Many Requests (API Priority and Fairness); each is retried after its Retry-After.",
+		}),
+		throttled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "syncloop_api_throttled_seconds_total", Help: "Time API requests spent waiting because the server pushed back, by reason: retry-after (the wait a 429 asked for) or limit (a free slot under the lowered concurrency limit).",
+		}, []string{"reason"}),
+		limit: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "syncloop_api_concurrency_limit", Help: "Concurrent API requests allowed since the server last pushed back; 0 while there is no limit.",
+		}),
+	}
+	for _, reason := range []string{"retry-after", "limit"} {
+		a.throttled.WithLabelValues(reason)
+	}
+	return a
+}
+
+func (a apiMetrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{a.requests, a.tooMany, a.throttled, a.limit}
 }
 
 // labelBounds bound the labels whose values other parties name.
@@ -117,20 +148,10 @@ func New(reg prometheus.Registerer, informers func() int, rules func() []RuleRea
 				Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18),
 			}, []string{"rule", "resource", "transport"}),
 		},
-		restRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "rest_client_requests_total", Help: fmt.Sprintf("API requests by status code, method and host (past %d hosts, %s).", MaxHosts, Other),
-		}, []string{"code", "method", "host"}),
-		tooMany: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "syncloop_api_too_many_requests_total", Help: "API requests the server refused with 429 Too Many Requests (API Priority and Fairness); each is retried after its Retry-After.",
-		}),
-		throttled: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "syncloop_api_throttled_seconds_total", Help: "Time API requests spent waiting because the server pushed back, by reason: retry-after (the wait a 429 asked for) or limit (a free slot under the lowered concurrency limit).",
-		}, []string{"reason"}),
-		limit: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "syncloop_api_concurrency_limit", Help: "Concurrent API requests allowed since the server last pushed back; 0 while there is no limit.",
-		}),
+		api: newAPIMetrics(),
 	}
-	reg.MustRegister(m.reconciles, m.duration, m.writes, m.rules, m.reloads, m.watchErrs, m.crds, m.panics, m.repairs, m.restRequests, m.tooMany, m.throttled, m.limit,
+	reg.MustRegister(m.api.collectors()...)
+	reg.MustRegister(m.reconciles, m.duration, m.writes, m.rules, m.reloads, m.watchErrs, m.crds, m.panics, m.repairs,
 		m.functions.calls, m.functions.duration,
 		m.queue.depth, m.queue.adds, m.queue.latency, m.queue.work, m.queue.unfinished, m.queue.longest, m.queue.retries,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -140,9 +161,6 @@ func New(reg prometheus.Registerer, informers func() int, rules func() []RuleRea
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
-	for _, reason := range []string{"retry-after", "limit"} {
-		m.throttled.WithLabelValues(reason)
-	}
 	for _, result := range []string{"success", "error"} {
 		m.reloads.WithLabelValues(result)
 	}
@@ -268,15 +286,15 @@ func (m *Metrics) RuleRemoved(rule string) {
 }
 
 // TooManyRequests implements dynamic.FlowMetrics.
-func (m *Metrics) TooManyRequests() { m.tooMany.Inc() }
+func (m *Metrics) TooManyRequests() { m.api.tooMany.Inc() }
 
 // Waited implements dynamic.FlowMetrics.
 func (m *Metrics) Waited(reason string, d time.Duration) {
-	m.throttled.WithLabelValues(reason).Add(d.Seconds())
+	m.api.throttled.WithLabelValues(reason).Add(d.Seconds())
 }
 
 // ConcurrencyLimit implements dynamic.FlowMetrics.
-func (m *Metrics) ConcurrencyLimit(n int) { m.limit.Set(float64(n)) }
+func (m *Metrics) ConcurrencyLimit(n int) { m.api.limit.Set(float64(n)) }
 
 // CRDApplied counts one apply of the CRD of the kind rule defines:
 // created, updated or failed.
@@ -301,7 +319,7 @@ func (m *Metrics) Reloaded(failed bool) {
 // The host (a kubeconfig Secret's server, for a cluster of the fleet) is
 // bounded: MaxHosts.
 func (m *Metrics) RESTClient() clientmetrics.ResultMetric {
-	return restResult{m.restRequests, m.bounds.hosts}
+	return restResult{m.api.requests, m.bounds.hosts}
 }
 
 type restResult struct {

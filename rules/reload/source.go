@@ -134,6 +134,10 @@ func NewSource(loader *rules.Loader, roots []string) *Source {
 	return &Source{loader: loader, roots: roots, files: map[string]*fileState{}}
 }
 
+// Loader is the loader the files are parsed with: its compiled modules
+// are released there (rules.Loader.ReleaseModules).
+func (s *Source) Loader() *rules.Loader { return s.loader }
+
 // Roots are the paths the Source reads.
 func (s *Source) Roots() []string { return s.roots }
 
