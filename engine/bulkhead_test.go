@@ -113,6 +113,7 @@ func (p *holdingProxy) kubeconfig(t *testing.T, token string) []byte {
 // the holding proxy.
 func TestHungClusterIsABulkhead(t *testing.T) {
 	h := newHarness(t)
+	h.goParallel() // before the inventory: a serial test would find it running
 	w := startWorkloads(t, "fast", "slow")
 	fast, slowCluster := w[0], w[1]
 	proxy := newHoldingProxy(t, slowCluster.env.Config())
@@ -261,6 +262,7 @@ func (f *panickyFleet) Clusters() []rules.Cluster {
 // API server: one control plane, in the inventory as cluster self.
 func TestFleetLoopPanicContained(t *testing.T) {
 	h := newHarness(t)
+	h.goParallel() // before the inventory: a serial test would find it running
 	inv := h.runInventory(false)
 	h.fleet = &panickyFleet{Fleet: inv, n: 2}
 	m := &recordingMetrics{}
@@ -293,6 +295,7 @@ spec:
 // API server: one control plane; cluster gone is a closed port.
 func TestPlanListsUnreachable(t *testing.T) {
 	h := newHarness(t)
+	h.goParallel() // before the inventory: a serial test would find it running
 	inv := fleet.New(h.cs, h.ns, fleet.Options{Bounds: dynamic.Bounds{Timeout: 2 * time.Second}})
 	go inv.Run(h.t.Context())
 	h.fleet = inv

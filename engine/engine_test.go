@@ -139,6 +139,16 @@ func (h *harness) parallel(set *rules.Set) {
 	h.t.Parallel()
 }
 
+// goParallel lets the test run beside others now, before it starts
+// anything of its own that a serial test would find running (an
+// inventory, a proxy): for a test whose rules all watch only its
+// namespace, as parallel would decide at the first start.
+func (h *harness) goParallel() {
+	if _, decided := parallelTests.LoadOrStore(h.t, true); !decided {
+		h.t.Parallel()
+	}
+}
+
 // start runs an engine with set until the test ends (or h.stop), and
 // waits until it is ready.
 func (h *harness) start(set *rules.Set) {
