@@ -450,16 +450,7 @@ spec:
 // TestRunCompression: `run` asks for uncompressed answers unless
 // --api-compression is given, whatever the kubeconfig.
 func TestRunCompression(t *testing.T) {
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: x, context: {cluster: c, user: u}}]
-current-context: x
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig := unreachableKubeconfig(t)
 	for _, tc := range []struct {
 		args []string
 		want bool // DisableCompression
@@ -483,16 +474,7 @@ current-context: x
 // TestRunWebhookClientCA: --webhook-client-ca is refused unless the
 // webhook is served here, and reaches the manager when it is.
 func TestRunWebhookClientCA(t *testing.T) {
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: x, context: {cluster: c, user: u}}]
-current-context: x
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig := unreachableKubeconfig(t)
 	for _, tc := range []struct {
 		args    []string
 		wantErr bool
@@ -519,4 +501,21 @@ func TestValidateVersions(t *testing.T) {
 	if code != 0 || !strings.HasSuffix(out, want) {
 		t.Errorf("exit %d, stdout %q, stderr %q: want it to end with %q", code, out, errOut, want)
 	}
+}
+
+// unreachableKubeconfig writes a kubeconfig whose server does not answer:
+// for tests of what flags make of it, before any request.
+func unreachableKubeconfig(t *testing.T) string {
+	t.Helper()
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return kubeconfig
 }

@@ -3,6 +3,7 @@ package manager
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -23,11 +24,9 @@ func TestReleaseOnce(t *testing.T) {
 	load := func(version string) *rules.Rule {
 		t.Helper()
 		dir := t.TempDir()
-		// The smallest WASI command (_start: unreachable), with a custom
-		// section naming version: another digest per version.
-		wasm := append([]byte{0, 'a', 's', 'm', 1, 0, 0, 0, 0x01, 0x04, 0x01, 0x60, 0x00, 0x00, 0x03, 0x02, 0x01, 0x00,
-			0x07, 0x0a, 0x01, 0x06, '_', 's', 't', 'a', 'r', 't', 0x00, 0x00, 0x0a, 0x05, 0x01, 0x03, 0x00, 0x00, 0x0b,
-			0x00, byte(len(version) + 2), byte(len(version))}, version+"x"...)
+		// unreachableWasm with a custom section naming version: another
+		// digest per version.
+		wasm := append(append(slices.Clip(unreachableWasm), 0x00, byte(len(version)+2), byte(len(version))), version+"x"...)
 		if err := os.WriteFile(filepath.Join(dir, "fn.wasm"), wasm, 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -62,3 +61,7 @@ spec:
 		t.Errorf("after two releases, v1 callable %v (want not), v2 %v and v3 %v (want both)", alive(old), alive(previous), alive(current))
 	}
 }
+
+// unreachableWasm is the smallest WASI command: _start is unreachable.
+var unreachableWasm = []byte{0, 'a', 's', 'm', 1, 0, 0, 0, 0x01, 0x04, 0x01, 0x60, 0x00, 0x00, 0x03, 0x02, 0x01, 0x00,
+	0x07, 0x0a, 0x01, 0x06, '_', 's', 't', 'a', 'r', 't', 0x00, 0x00, 0x0a, 0x05, 0x01, 0x03, 0x00, 0x00, 0x0b}

@@ -112,9 +112,7 @@ func TestRemovedWithoutItsModule(t *testing.T) {
 	ctx := t.Context()
 	c, ns, l := keeperFixture(t, testenv.Get(t).Config(), "removals-")
 	dir := t.TempDir()
-	unreachable := []byte{0, 'a', 's', 'm', 1, 0, 0, 0, 0x01, 0x04, 0x01, 0x60, 0x00, 0x00, 0x03, 0x02, 0x01, 0x00,
-		0x07, 0x0a, 0x01, 0x06, '_', 's', 't', 'a', 'r', 't', 0x00, 0x00, 0x0a, 0x05, 0x01, 0x03, 0x00, 0x00, 0x0b}
-	if err := os.WriteFile(filepath.Join(dir, "fn.wasm"), unreachable, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "fn.wasm"), unreachableWasm, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	f, err := l.Parse(filepath.Join(dir, "rules.yaml"), []byte(`apiVersion: syncloop.dev/v1alpha1
