@@ -180,9 +180,17 @@ type Engine struct {
 	fights   FightPolicy
 	share    shares // the engine's share of the triggers (shard.go)
 
-	mu      sync.Mutex
-	loops   map[string]*ruleLoop
-	applied bool // a rule set has been applied: readiness means something
+	// enforcing makes calls of Enforce take turns: Enforce alone writes
+	// loops.
+	enforcing sync.Mutex
+	// mu guards loops, draining and applied, and is held only to read or
+	// change them: never across a drain or a request.
+	mu    sync.Mutex
+	loops map[string]*ruleLoop
+	// draining are the loops Enforce is stopping: their reconciles still
+	// run until they have.
+	draining []*ruleLoop
+	applied  bool // a rule set has been applied: readiness means something
 }
 
 // New returns an Engine; nothing runs until Run.
@@ -332,6 +340,11 @@ func (e *Engine) shutdown() {
 // rolls out from the old, rollout.go); a removed rule's loop is stopped,
 // leaving its children in place. A nil set stops everything. ctx is the
 // parent of the loops started.
+//
+// Calls of Enforce take turns (enforcing). The loops' map is locked only
+// to read or change it, never while a loop drains or a store is read:
+// States, Ready and the metrics answer at once during a rule change,
+// reporting a stopping loop until it has stopped.
 func (e *Engine) Enforce(ctx context.Context, set *rules.Set) {
 	want := map[string]*rules.Rule{}
 	if set != nil {
@@ -339,13 +352,62 @@ func (e *Engine) Enforce(ctx context.Context, set *rules.Set) {
 			want[r.Name] = r
 		}
 	}
+	e.enforcing.Lock()
+	defer e.enforcing.Unlock()
+	ch := e.retire(ctx, want, set != nil)
+	stopLoops(ctx, ch.stopping, want, set != nil)
+	for _, l := range ch.stopping {
+		if _, kept := want[l.rule.Name]; !kept {
+			e.metrics.RuleRemoved(l.rule.Name)
+		}
+	}
+	// Only Enforce writes loops, and it holds enforcing: reading the map
+	// here needs no lock.
+	started := map[string]*ruleLoop{}
+	for name, r := range want {
+		if _, running := e.loops[name]; !running {
+			p, changed := ch.rollouts[name]
+			if _, stopped := ch.retired[name]; !changed && !stopped {
+				p = e.resumeRollout(ctx, r) // new here: perhaps changed while syncloop was down
+			}
+			started[name] = newRuleLoop(e, r, ch.retired[name], ch.retiredPatches[name], p)
+		}
+	}
+	e.mu.Lock()
+	e.draining = nil
+	for name, l := range started {
+		e.loops[name] = l
+		l.start(klog.NewContext(ctx, klog.FromContext(ctx).WithValues("rule", name)))
+	}
+	inUse := map[rules.ServiceAccount]bool{}
+	for _, l := range e.loops {
+		inUse[l.rule.Identity] = true
+	}
+	e.mu.Unlock()
+	e.removals.setInForce(want, set)
+	if set != nil {
+		e.startRemovals(ctx, set)
+	}
+	e.actors.forget(inUse)
+}
+
+// retirement is what Enforce takes from the loops it stops: the loops, and
+// for each rule changed the kinds and patches its new loop prunes and the
+// rollout it starts from.
+type retirement struct {
+	stopping       []*ruleLoop
+	retired        map[string][]schema.GroupVersionKind
+	retiredPatches map[string][]*patchWatch
+	rollouts       map[string]*rollout.Plan
+}
+
+// retire moves the loops of rules changed or removed from loops to
+// draining, and updates the settings of those kept.
+func (e *Engine) retire(ctx context.Context, want map[string]*rules.Rule, applying bool) retirement {
+	ch := retirement{retired: map[string][]schema.GroupVersionKind{}, retiredPatches: map[string][]*patchWatch{}, rollouts: map[string]*rollout.Plan{}}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.applied = set != nil
-	var stopping []*ruleLoop
-	retired := map[string][]schema.GroupVersionKind{}
-	retiredPatches := map[string][]*patchWatch{}
-	rollouts := map[string]*rollout.Plan{}
+	e.applied = applying
 	for name, l := range e.loops {
 		r, ok := want[name]
 		if ok && r.Hash == l.rule.Hash {
@@ -357,52 +419,29 @@ func (e *Engine) Enforce(ctx context.Context, set *rules.Set) {
 			}
 			continue
 		}
-		stopping = append(stopping, l)
+		ch.stopping = append(ch.stopping, l)
 		delete(e.loops, name)
-		if ok {
-			retired[name] = retiredKinds(l.watches, r)
-			retiredPatches[name] = l.watches.patches
-			if p := e.rolloutFrom(l, r); p != nil {
-				rollouts[name] = p
-			}
-			if ro := l.ro.Load(); ro != nil {
-				go l.step(ctx, func(ctx context.Context) { ro.co.Supersede(ctx, r.Hash) })
-				// What the revision rolled out from made is pruned too.
-				for _, gvk := range retiredKinds(ro.from.w, r) {
-					if !slices.Contains(retired[name], gvk) {
-						retired[name] = append(retired[name], gvk)
-					}
+		if !ok {
+			continue
+		}
+		ch.retired[name] = retiredKinds(l.watches, r)
+		ch.retiredPatches[name] = l.watches.patches
+		if p := e.rolloutFrom(l, r); p != nil {
+			ch.rollouts[name] = p
+		}
+		if ro := l.ro.Load(); ro != nil {
+			go l.step(ctx, func(ctx context.Context) { ro.co.Supersede(ctx, r.Hash) })
+			// What the revision rolled out from made is pruned too.
+			for _, gvk := range retiredKinds(ro.from.w, r) {
+				if !slices.Contains(ch.retired[name], gvk) {
+					ch.retired[name] = append(ch.retired[name], gvk)
 				}
-				retiredPatches[name] = append(retiredPatches[name], ro.from.w.patches...)
 			}
+			ch.retiredPatches[name] = append(ch.retiredPatches[name], ro.from.w.patches...)
 		}
 	}
-	stopLoops(ctx, stopping, want, set != nil)
-	for _, l := range stopping {
-		if _, kept := want[l.rule.Name]; !kept {
-			e.metrics.RuleRemoved(l.rule.Name)
-		}
-	}
-	for name, r := range want {
-		if _, running := e.loops[name]; !running {
-			p, changed := rollouts[name]
-			if _, stopped := retired[name]; !changed && !stopped {
-				p = e.resumeRollout(ctx, r) // new here: perhaps changed while syncloop was down
-			}
-			l := newRuleLoop(e, r, retired[name], retiredPatches[name], p)
-			e.loops[name] = l
-			l.start(klog.NewContext(ctx, klog.FromContext(ctx).WithValues("rule", name)))
-		}
-	}
-	e.removals.setInForce(want, set)
-	if set != nil {
-		e.startRemovals(ctx, set)
-	}
-	inUse := map[rules.ServiceAccount]bool{}
-	for _, l := range e.loops {
-		inUse[l.rule.Identity] = true
-	}
-	e.actors.forget(inUse)
+	e.draining = ch.stopping
+	return ch
 }
 
 // stopLoops stops the loops stopping, together, and waits. A rule
@@ -473,14 +512,26 @@ type RuleState struct {
 
 // States returns every rule's state, for readiness reporting.
 func (e *Engine) States() []RuleState {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	out := make([]RuleState, 0, len(e.loops))
-	for name, l := range e.loops {
+	loops := e.allLoops()
+	out := make([]RuleState, 0, len(loops))
+	for _, l := range loops {
 		st, detail := l.getState()
-		out = append(out, RuleState{Rule: name, State: st, Detail: detail, Identity: l.rule.Identity.String(), Tenant: l.rule.Tenant})
+		out = append(out, RuleState{Rule: l.rule.Name, State: st, Detail: detail, Identity: l.rule.Identity.String(), Tenant: l.rule.Tenant})
 	}
 	return out
+}
+
+// allLoops are the loops in force and those stopping: every loop that may
+// be reconciling. During a rule change, a rule's stopping loop stands in
+// for the one that replaces it.
+func (e *Engine) allLoops() []*ruleLoop {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]*ruleLoop, 0, len(e.loops)+len(e.draining))
+	for _, l := range e.loops {
+		out = append(out, l)
+	}
+	return append(out, e.draining...)
 }
 
 // Ready reports whether a rule set is in force and every rule's loop runs

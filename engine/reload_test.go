@@ -3,10 +3,13 @@ package engine
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -192,4 +195,89 @@ func TestRetiredKindPruned(t *testing.T) {
 		t.Errorf("after a further change, retired kinds %v, want ServiceAccount still", kinds)
 	}
 	h.eventually("the running rule", func() bool { return h.engine.Ready() })
+}
+
+// TestStatesDuringDrain: while a changed rule's loop drains a reconcile
+// still writing, States, Ready, InForce, Progress and Rollouts answer —
+// a rule change never holds /readyz or a scrape behind a reconcile — and
+// report the stopping loop: it may still call its rule's functions. Once
+// it has stopped, the new rule is the one in force.
+//
+// API server: a reconcile held in flight by a slow request.
+func TestStatesDuringDrain(t *testing.T) {
+	h := newHarness(t)
+	release := make(chan struct{})
+	held := make(chan struct{})
+	var once, releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	defer unblock() // a failure below must not leave the drain held: deferred calls run before the harness stops
+	cfg := h.env.Config()
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			if req.Method == http.MethodPatch && strings.HasSuffix(req.URL.Path, "/slow-copy") {
+				once.Do(func() { close(held) })
+				<-release
+			}
+			return rt.RoundTrip(req)
+		})
+	})
+	h.config = cfg
+	old := h.loadRules(copyRule)
+	h.start(old)
+	h.createCM("slow", map[string]string{"copy": "yes"}, map[string]string{"k": "v"})
+	select {
+	case <-held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the reconcile of slow never applied its child")
+	}
+	changed := h.loadRules(strings.Replace(copyRule, `"copy=yes"`, `"copy in (yes)"`, 1))
+	enforced := make(chan struct{})
+	go func() {
+		defer close(enforced)
+		h.engine.Enforce(t.Context(), changed)
+	}()
+	h.eventually("the old loop stopping", func() bool {
+		h.engine.mu.Lock()
+		defer h.engine.mu.Unlock()
+		return len(h.engine.draining) == 1
+	})
+	type answer struct {
+		states  []RuleState
+		inForce []*rules.Rule
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		a := answer{states: h.engine.States(), inForce: h.engine.InForce()}
+		h.engine.Ready()
+		h.engine.Progress()
+		h.engine.Rollouts()
+		answered <- a
+	}()
+	select {
+	case a := <-answered:
+		if len(a.states) != 1 || a.states[0].Rule != "copy" || a.states[0].State != StateRunning {
+			t.Errorf("states while draining: %+v, want the stopping loop of copy, running", a.states)
+		}
+		if len(a.inForce) != 1 || a.inForce[0].Hash != old.Rules()[0].Hash {
+			t.Errorf("in force while draining: %d rules, want the old version of copy", len(a.inForce))
+		}
+	case <-enforced:
+		t.Fatal("Enforce returned while a reconcile of the old loop was writing")
+	case <-time.After(30 * time.Second):
+		t.Fatal("States and the rest waited for the drain")
+	}
+	select {
+	case <-enforced:
+		t.Fatal("Enforce returned while a reconcile of the old loop was writing")
+	default:
+	}
+	unblock()
+	select {
+	case <-enforced:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Enforce did not return once the reconcile finished")
+	}
+	if in := h.engine.InForce(); len(in) != 1 || in[0].Hash != changed.Rules()[0].Hash {
+		t.Errorf("in force after the change: %d rules, want the new version of copy", len(in))
+	}
 }

@@ -327,10 +327,9 @@ func (e *Engine) PlanRollouts() []rollout.Status { return e.planned.rollouts }
 // triggers are reconciled by it meanwhile, and again after a rollback.
 // (A removed rule's teardown calls none of its functions.)
 func (e *Engine) InForce() []*rules.Rule {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	out := make([]*rules.Rule, 0, len(e.loops))
-	for _, l := range e.loops {
+	loops := e.allLoops() // a stopping loop's reconciles may still call its functions
+	out := make([]*rules.Rule, 0, len(loops))
+	for _, l := range loops {
 		out = append(out, l.rule)
 		if ro := l.ro.Load(); ro != nil && ro.co.Record().State != rollout.Complete {
 			out = append(out, ro.from.rule)

@@ -159,14 +159,8 @@ func (e *Engine) setKeepLocked(k Shard) {
 
 // pokeLoops makes every loop look at the shard again, and returns them.
 func (e *Engine) pokeLoops() []*ruleLoop {
-	// Enforce holds mu while it stops loops: once it is ours, no loop
-	// outside the map is still reconciling.
-	e.mu.Lock()
-	loops := make([]*ruleLoop, 0, len(e.loops))
-	for _, l := range e.loops {
-		loops = append(loops, l)
-	}
-	e.mu.Unlock()
+	// Those stopping too: their reconciles under way are waited for.
+	loops := e.allLoops()
 	for _, l := range loops {
 		l.poke()
 	}
