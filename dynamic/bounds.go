@@ -28,8 +28,9 @@ type Bounds struct {
 	// MaxAnswer bounds the answer of a request other than a watch; 0:
 	// DefaultMaxAnswer.
 	MaxAnswer int64
-	// MaxEvent bounds each event of a JSON watch's stream (client-go
-	// bounds protobuf ones at 16 MiB itself); 0: DefaultMaxEvent.
+	// MaxEvent bounds each event of a watch's stream not in protobuf
+	// (client-go bounds protobuf ones at 16 MiB itself); 0:
+	// DefaultMaxEvent.
 	MaxEvent int64
 }
 
@@ -76,8 +77,15 @@ func (t *bounded) WrappedRoundTripper() http.RoundTripper { return t.next }
 func (t *bounded) RoundTrip(req *http.Request) (*http.Response, error) {
 	if isWatch(req) {
 		resp, err := t.next.RoundTrip(req)
-		if err == nil && isJSON(resp.Header.Get("Content-Type")) {
-			resp.Body = &eventBound{r: resp.Body, max: t.b.MaxEvent}
+		if err == nil {
+			if err := oneHop(resp); err != nil {
+				return nil, err
+			}
+			// client-go decodes whatever is not protobuf as JSON, whatever
+			// the Content-Type says: all but protobuf is bounded as JSON.
+			if !isProtobuf(resp.Header.Get("Content-Type")) {
+				resp.Body = &eventBound{r: resp.Body, max: t.b.MaxEvent}
+			}
 		}
 		return resp, err
 	}
@@ -91,13 +99,33 @@ func (t *bounded) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, err
 	}
+	if err := oneHop(resp); err != nil {
+		cancel()
+		return nil, err
+	}
 	resp.Body = &answerBound{r: resp.Body, left: t.b.MaxAnswer, max: t.b.MaxAnswer, cancel: cancel, ctx: ctx}
 	return resp, nil
 }
 
-func isJSON(contentType string) bool {
+// oneHop keeps a request to one round trip within its deadline: a
+// redirect is refused (followed, it would carry the kubeconfig's
+// credentials to an address the Secret's writer chose, plain http
+// included, and each hop would get a deadline of its own), and a
+// Retry-After is dropped, so that client-go does not wait it out and ask
+// again (up to ten times, each wait as long as the answer says): the
+// answer fails its reconcile, retried with the queue's backoff.
+func oneHop(resp *http.Response) error {
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		_ = resp.Body.Close()
+		return fmt.Errorf("the API server answered %d, a redirect: refused, never followed", resp.StatusCode)
+	}
+	resp.Header.Del("Retry-After")
+	return nil
+}
+
+func isProtobuf(contentType string) bool {
 	t, _, err := mime.ParseMediaType(contentType)
-	return err == nil && t == "application/json"
+	return err == nil && t == "application/vnd.kubernetes.protobuf"
 }
 
 // answerBound is an answer read within its request's deadline and size.
@@ -131,26 +159,52 @@ func (a *answerBound) Close() error {
 	return a.r.Close()
 }
 
-// eventBound is a JSON watch stream whose events, one a line, are each
-// at most max bytes.
+// eventBound is a JSON watch stream whose events are each at most max
+// bytes. An event is one JSON value, whatever its lines (client-go's
+// framer reads a value across newlines): eventBound follows the
+// nesting, outside strings, and counts from each top-level value's
+// first byte to its last.
 type eventBound struct {
-	r    io.ReadCloser
-	max  int64
-	line int64 // bytes since the last newline
+	r     io.ReadCloser
+	max   int64
+	size  int64 // bytes of the value under way
+	depth int   // open objects and arrays
+	str   bool  // inside a string
+	esc   bool  // after a backslash in a string
 }
 
 func (e *eventBound) Read(p []byte) (int, error) {
 	n, err := e.r.Read(p)
 	for _, c := range p[:n] {
-		if c == '\n' {
-			e.line = 0
+		if !e.str && e.depth == 0 && (c == ' ' || c == '\n' || c == '\r' || c == '\t') {
+			e.size = 0 // between values
 			continue
 		}
-		if e.line++; e.line > e.max {
+		if e.size++; e.size > e.max {
 			return 0, fmt.Errorf("%w: a watch event of more than %d bytes", ErrTooLarge, e.max)
 		}
+		e.scan(c)
 	}
 	return n, err
+}
+
+// scan follows c's effect on the nesting; a top-level value that closes
+// ends the event.
+func (e *eventBound) scan(c byte) {
+	switch {
+	case e.esc:
+		e.esc = false
+	case e.str:
+		e.esc, e.str = c == '\\', c != '"'
+	case c == '"':
+		e.str = true
+	case c == '{' || c == '[':
+		e.depth++
+	case (c == '}' || c == ']') && e.depth > 0:
+		if e.depth--; e.depth == 0 {
+			e.size = 0
+		}
+	}
 }
 
 func (e *eventBound) Close() error { return e.r.Close() }
