@@ -135,19 +135,19 @@ func (c *Converter) plan(r *request) (*plan, error) {
 		}
 		from, err := schema.ParseGroupVersion(h.APIVersion)
 		if err != nil {
-			return p, fmt.Errorf("object %d: apiVersion %q: %w", i, h.APIVersion, err)
+			return p, fmt.Errorf("object %d: apiVersion %q is not group/version", i, clip(h.APIVersion))
 		}
 		gk := schema.GroupKind{Group: from.Group, Kind: h.Kind}
 		switch {
 		case p.api == nil:
 			if p.api = c.api(gk); p.api == nil {
-				return p, fmt.Errorf("syncloop converts no %s.%s: no rule defines it in versions", h.Kind, from.Group)
+				return p, fmt.Errorf("syncloop converts no %s.%s: no rule defines it in versions", clip(h.Kind), clip(from.Group))
 			}
 		case gk != p.api.GVK.GroupKind():
-			return p, fmt.Errorf("a review converts objects of one kind: object %d is a %s, not a %s", i, gk, p.api.GVK.GroupKind())
+			return p, fmt.Errorf("a review converts objects of one kind: object %d is a %s, not a %s", i, clip(gk.String()), p.api.GVK.GroupKind())
 		}
 		if p.api.VersionNamed(from.Version) == nil {
-			return p, fmt.Errorf("%s is not a version of %s", h.APIVersion, p.api.CRDName())
+			return p, fmt.Errorf("%s is not a version of %s", clip(h.APIVersion), p.api.CRDName())
 		}
 		p.largest = max(p.largest, decodedSize(raw))
 		p.size += int64(len(raw))
@@ -310,4 +310,16 @@ func (a answer) write(w http.ResponseWriter) error {
 	}
 	_, err = io.WriteString(w, end)
 	return err
+}
+
+// clip is what a refusal quotes of a value the caller wrote: its first 63
+// bytes, and how long it was. Quoted whole, a 16 MiB apiVersion of
+// invalid bytes (each decoded as U+FFFD, three) would make the answer six
+// times the review, uncharged.
+func clip(s string) string {
+	const most = 63
+	if len(s) <= most {
+		return s
+	}
+	return fmt.Sprintf("%s… (%d bytes)", strings.ToValidUTF8(s[:most], ""), len(s))
 }
