@@ -11,6 +11,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/syncloop/syncloop/internal/printable"
 )
 
 // A kubeconfig from a Secret is data, never code or a path. Whoever may
@@ -224,12 +226,15 @@ func checkConfig(cfg *rest.Config, trust Trust) error {
 }
 
 // redact blanks out of msg anything of at least 8 characters that the
-// kubeconfig holds as a value: a token, a password, a key.
+// kubeconfig holds as a value — a token, a password, a key — and escapes
+// the rest.
 func redact(msg string, kubeconfig []byte) string {
 	for _, f := range strings.FieldsFunc(string(kubeconfig), func(r rune) bool { return r == ' ' || r == '\n' || r == '"' || r == '\'' || r == ':' }) {
 		if len(f) >= 8 && strings.Contains(msg, f) {
 			msg = strings.ReplaceAll(msg, f, "[redacted]")
 		}
 	}
-	return msg
+	// client-go quotes names as they are: what reaches the log, Events
+	// and /readyz is escaped.
+	return printable.Text(msg)
 }

@@ -171,3 +171,20 @@ func TestKubeconfigExecNeverRuns(t *testing.T) {
 		t.Errorf("trusted, the server saw %q: the test shows nothing", seen)
 	}
 }
+
+// TestRefusalEscaped: client-go's refusal of a kubeconfig quotes the
+// user's name as it is; what syncloop logs, emits and shows of it has no
+// raw control character and stays on one line.
+func TestRefusalEscaped(t *testing.T) {
+	kubeconfig := "apiVersion: v1\nkind: Config\n" +
+		"clusters: [{name: c, cluster: {server: \"https://127.0.0.1:1\"}}]\n" +
+		"users: [{name: \"u \\e]0;x\\a \\e[2J\\nFAKE: ok\", user: {token: t0, username: a, password: b}}]\n" +
+		"contexts: [{name: x, context: {cluster: c, user: \"u \\e]0;x\\a \\e[2J\\nFAKE: ok\"}}]\ncurrent-context: x\n"
+	_, err := restConfig([]byte(kubeconfig), Trust{})
+	if err == nil {
+		t.Fatal("a user with a token and a password made a client")
+	}
+	if msg := err.Error(); strings.ContainsAny(msg, "\x1b\x07\n") {
+		t.Errorf("the refusal holds raw control characters: %q", msg)
+	}
+}
