@@ -180,6 +180,12 @@ type Engine struct {
 	fights   FightPolicy
 	share    shares // the engine's share of the triggers (shard.go)
 
+	set ruleSet // the loops of the rules in force
+}
+
+// ruleSet is the loops of the rule set in force, and of those Enforce is
+// stopping.
+type ruleSet struct {
 	// enforcing makes calls of Enforce take turns: Enforce alone writes
 	// loops.
 	enforcing sync.Mutex
@@ -203,7 +209,7 @@ func New(o Options) *Engine {
 		ns:       o.Namespace,
 		rollouts: o.Rollouts,
 		fights:   o.Fights,
-		loops:    map[string]*ruleLoop{},
+		set:      ruleSet{loops: map[string]*ruleLoop{}},
 		removals: removals{running: map[string]context.CancelFunc{}},
 	}
 	e.share.init(o.Shard, o.Plan == nil)
@@ -259,9 +265,9 @@ func (e *Engine) PlanOnce(ctx context.Context, set *rules.Set) error {
 	// second look.
 	quiet := 0
 	return wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		for name, l := range e.loops {
+		e.set.mu.Lock()
+		defer e.set.mu.Unlock()
+		for name, l := range e.set.loops {
 			state, detail := l.getState()
 			switch {
 			// A plan is one look: a list refused (the rule's identity may
@@ -291,12 +297,12 @@ type planned struct {
 // returned, all it did), and the triggers queued or being reconciled now.
 // Cheap: counters and queue lengths.
 func (e *Engine) Progress() (reconciled, queued int64) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if len(e.loops) == 0 {
+	e.set.mu.Lock()
+	defer e.set.mu.Unlock()
+	if len(e.set.loops) == 0 {
 		return e.planned.reconciles, 0
 	}
-	for _, l := range e.loops {
+	for _, l := range e.set.loops {
 		reconciled += l.reconciles.Load()
 		queued += int64(l.queue.Len()) + l.inFlight.Load()
 	}
@@ -352,8 +358,8 @@ func (e *Engine) Enforce(ctx context.Context, set *rules.Set) {
 			want[r.Name] = r
 		}
 	}
-	e.enforcing.Lock()
-	defer e.enforcing.Unlock()
+	e.set.enforcing.Lock()
+	defer e.set.enforcing.Unlock()
 	ch := e.retire(ctx, want, set != nil)
 	stopLoops(ctx, ch.stopping, want, set != nil)
 	for _, l := range ch.stopping {
@@ -365,7 +371,7 @@ func (e *Engine) Enforce(ctx context.Context, set *rules.Set) {
 	// here needs no lock.
 	started := map[string]*ruleLoop{}
 	for name, r := range want {
-		if _, running := e.loops[name]; !running {
+		if _, running := e.set.loops[name]; !running {
 			p, changed := ch.rollouts[name]
 			if _, stopped := ch.retired[name]; !changed && !stopped {
 				p = e.resumeRollout(ctx, r) // new here: perhaps changed while syncloop was down
@@ -373,17 +379,17 @@ func (e *Engine) Enforce(ctx context.Context, set *rules.Set) {
 			started[name] = newRuleLoop(e, r, ch.retired[name], ch.retiredPatches[name], p)
 		}
 	}
-	e.mu.Lock()
-	e.draining = nil
+	e.set.mu.Lock()
+	e.set.draining = nil
 	for name, l := range started {
-		e.loops[name] = l
+		e.set.loops[name] = l
 		l.start(klog.NewContext(ctx, klog.FromContext(ctx).WithValues("rule", name)))
 	}
 	inUse := map[rules.ServiceAccount]bool{}
-	for _, l := range e.loops {
+	for _, l := range e.set.loops {
 		inUse[l.rule.Identity] = true
 	}
-	e.mu.Unlock()
+	e.set.mu.Unlock()
 	e.removals.setInForce(want, set)
 	if set != nil {
 		e.startRemovals(ctx, set)
@@ -405,10 +411,10 @@ type retirement struct {
 // draining, and updates the settings of those kept.
 func (e *Engine) retire(ctx context.Context, want map[string]*rules.Rule, applying bool) retirement {
 	ch := retirement{retired: map[string][]schema.GroupVersionKind{}, retiredPatches: map[string][]*patchWatch{}, rollouts: map[string]*rollout.Plan{}}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.applied = applying
-	for name, l := range e.loops {
+	e.set.mu.Lock()
+	defer e.set.mu.Unlock()
+	e.set.applied = applying
+	for name, l := range e.set.loops {
 		r, ok := want[name]
 		if ok && r.Hash == l.rule.Hash {
 			if ro := l.ro.Load(); ro != nil {
@@ -420,7 +426,7 @@ func (e *Engine) retire(ctx context.Context, want map[string]*rules.Rule, applyi
 			continue
 		}
 		ch.stopping = append(ch.stopping, l)
-		delete(e.loops, name)
+		delete(e.set.loops, name)
 		if !ok {
 			continue
 		}
@@ -440,7 +446,7 @@ func (e *Engine) retire(ctx context.Context, want map[string]*rules.Rule, applyi
 			ch.retiredPatches[name] = append(ch.retiredPatches[name], ro.from.w.patches...)
 		}
 	}
-	e.draining = ch.stopping
+	e.set.draining = ch.stopping
 	return ch
 }
 
@@ -525,13 +531,13 @@ func (e *Engine) States() []RuleState {
 // be reconciling. During a rule change, a rule's stopping loop stands in
 // for the one that replaces it.
 func (e *Engine) allLoops() []*ruleLoop {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	out := make([]*ruleLoop, 0, len(e.loops)+len(e.draining))
-	for _, l := range e.loops {
+	e.set.mu.Lock()
+	defer e.set.mu.Unlock()
+	out := make([]*ruleLoop, 0, len(e.set.loops)+len(e.set.draining))
+	for _, l := range e.set.loops {
 		out = append(out, l)
 	}
-	return append(out, e.draining...)
+	return append(out, e.set.draining...)
 }
 
 // Ready reports whether a rule set is in force and every rule's loop runs
@@ -539,9 +545,9 @@ func (e *Engine) allLoops() []*ruleLoop {
 // ServiceAccount lacks a right) says so in its state, and never makes the
 // replica unready for the others.
 func (e *Engine) Ready() bool {
-	e.mu.Lock()
-	applied := e.applied
-	e.mu.Unlock()
+	e.set.mu.Lock()
+	applied := e.set.applied
+	e.set.mu.Unlock()
 	if !applied {
 		return false
 	}

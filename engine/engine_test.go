@@ -201,9 +201,9 @@ func (h *harness) startWith(set *rules.Set, waitReady bool) {
 
 // loop returns the running loop of a rule.
 func (h *harness) loop(name string) *ruleLoop {
-	h.engine.mu.Lock()
-	defer h.engine.mu.Unlock()
-	l := h.engine.loops[name]
+	h.engine.set.mu.Lock()
+	defer h.engine.set.mu.Unlock()
+	l := h.engine.set.loops[name]
 	if l == nil {
 		h.t.Fatalf("no loop for rule %q", name)
 	}

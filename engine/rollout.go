@@ -340,14 +340,14 @@ func (e *Engine) InForce() []*rules.Rule {
 
 // Rollouts returns the rollouts of the rules in force, by rule.
 func (e *Engine) Rollouts() []rollout.Status {
-	e.mu.Lock()
+	e.set.mu.Lock()
 	var cos []*rollout.Coordinator
-	for _, l := range e.loops {
+	for _, l := range e.set.loops {
 		if ro := l.ro.Load(); ro != nil {
 			cos = append(cos, ro.co)
 		}
 	}
-	e.mu.Unlock()
+	e.set.mu.Unlock()
 	out := make([]rollout.Status, 0, len(cos))
 	for _, co := range cos {
 		out = append(out, co.Status())

@@ -171,10 +171,10 @@ func (e *Engine) pokeLoops() []*ruleLoop {
 // without a shard. Rules whose triggers are not listed yet count none.
 func (e *Engine) Owned() map[string]int {
 	s := e.currentShard()
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	out := make(map[string]int, len(e.loops))
-	for name, l := range e.loops {
+	e.set.mu.Lock()
+	defer e.set.mu.Unlock()
+	out := make(map[string]int, len(e.set.loops))
+	for name, l := range e.set.loops {
 		sub := l.triggerSub.Load()
 		if sub == nil {
 			out[name] = 0

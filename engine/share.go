@@ -170,12 +170,12 @@ func (l *ruleLoop) complete() bool {
 // objects its trigger and child caches hold. Rules that do not filter are
 // left out.
 func (e *Engine) Cached() map[string]int {
-	e.mu.Lock()
-	loops := make([]*ruleLoop, 0, len(e.loops))
-	for _, l := range e.loops {
+	e.set.mu.Lock()
+	loops := make([]*ruleLoop, 0, len(e.set.loops))
+	for _, l := range e.set.loops {
 		loops = append(loops, l)
 	}
-	e.mu.Unlock()
+	e.set.mu.Unlock()
 	out := map[string]int{}
 	for _, l := range loops {
 		if !l.watches.filter || l.triggerSub.Load() == nil {

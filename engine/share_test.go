@@ -303,9 +303,9 @@ func TestShardPendingWaits(t *testing.T) {
 	h.createCM("early", map[string]string{"copy": "yes"}, map[string]string{"k": "v"})
 	h.startWith(h.loadRules(copyRule), false)
 	h.eventually("the rule to wait for its share", func() bool {
-		h.engine.mu.Lock()
-		l := h.engine.loops["copy"]
-		h.engine.mu.Unlock()
+		h.engine.set.mu.Lock()
+		l := h.engine.set.loops["copy"]
+		h.engine.set.mu.Unlock()
 		if l == nil {
 			return false
 		}
