@@ -3,11 +3,9 @@ package engine
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -123,9 +121,9 @@ func TestHotReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.eventually("the removed rule's loop to stop", func() bool {
-		h.engine.mu.Lock()
-		defer h.engine.mu.Unlock()
-		_, running := h.engine.loops["changing"]
+		h.engine.set.mu.Lock()
+		defer h.engine.set.mu.Unlock()
+		_, running := h.engine.set.loops["changing"]
 		return !running
 	})
 	h.createCM("w", map[string]string{"a": "1", "b": "1"}, nil)
@@ -206,22 +204,8 @@ func TestRetiredKindPruned(t *testing.T) {
 // API server: a reconcile held in flight by a slow request.
 func TestStatesDuringDrain(t *testing.T) {
 	h := newHarness(t)
-	release := make(chan struct{})
-	held := make(chan struct{})
-	var once, releaseOnce sync.Once
-	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	held, unblock := h.holdApplies("slow-copy")
 	defer unblock() // a failure below must not leave the drain held: deferred calls run before the harness stops
-	cfg := h.env.Config()
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-			if req.Method == http.MethodPatch && strings.HasSuffix(req.URL.Path, "/slow-copy") {
-				once.Do(func() { close(held) })
-				<-release
-			}
-			return rt.RoundTrip(req)
-		})
-	})
-	h.config = cfg
 	old := h.loadRules(copyRule)
 	h.start(old)
 	h.createCM("slow", map[string]string{"copy": "yes"}, map[string]string{"k": "v"})
@@ -237,9 +221,9 @@ func TestStatesDuringDrain(t *testing.T) {
 		h.engine.Enforce(t.Context(), changed)
 	}()
 	h.eventually("the old loop stopping", func() bool {
-		h.engine.mu.Lock()
-		defer h.engine.mu.Unlock()
-		return len(h.engine.draining) == 1
+		h.engine.set.mu.Lock()
+		defer h.engine.set.mu.Unlock()
+		return len(h.engine.set.draining) == 1
 	})
 	type answer struct {
 		states  []RuleState

@@ -175,20 +175,7 @@ func (h *harness) evenAndOdd(n int) (even, odd []string) {
 // API server: a reconcile held in flight by a slow request.
 func TestSetShardDrains(t *testing.T) {
 	h := newHarness(t)
-	release := make(chan struct{})
-	held := make(chan struct{})
-	var once sync.Once
-	cfg := h.env.Config()
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-			if req.Method == http.MethodPatch && strings.HasSuffix(req.URL.Path, "/slow-copy") {
-				once.Do(func() { close(held) })
-				<-release
-			}
-			return rt.RoundTrip(req)
-		})
-	})
-	h.config = cfg
+	held, release := h.holdApplies("slow-copy")
 	h.shard = allShard
 	h.start(h.loadRules(copyRule))
 	h.createCM("slow", map[string]string{"copy": "yes"}, map[string]string{"k": "v"})
@@ -207,12 +194,35 @@ func TestSetShardDrains(t *testing.T) {
 		t.Fatal("SetShard returned while a reconcile of a trigger it took away was writing")
 	case <-time.After(300 * time.Millisecond):
 	}
-	close(release)
+	release()
 	select {
 	case <-returned:
 	case <-time.After(30 * time.Second):
 		t.Fatal("SetShard did not return once the reconcile finished")
 	}
+}
+
+// holdApplies makes the engine's applies of the child named name wait,
+// from the first, until release is called; held is closed once the first
+// has begun. A test that may fail while one is held defers release: its
+// deferred calls run before the harness stops the engine, which would wait.
+func (h *harness) holdApplies(name string) (held <-chan struct{}, release func()) {
+	h.t.Helper()
+	hold, let := make(chan struct{}), make(chan struct{})
+	var first, once sync.Once
+	release = func() { once.Do(func() { close(let) }) }
+	cfg := h.env.Config()
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			if req.Method == http.MethodPatch && strings.HasSuffix(req.URL.Path, "/"+name) {
+				first.Do(func() { close(hold) })
+				<-let
+			}
+			return rt.RoundTrip(req)
+		})
+	})
+	h.config = cfg
+	return hold, release
 }
 
 type roundTripperFunc func(*http.Request) (*http.Response, error)
