@@ -217,6 +217,7 @@ func (c *Compiler) Compile(src string, scope Scope, want Result) (*Program, erro
 	prog, err := env.Program(checked, append(slices.Clip(c.costOpts),
 		cel.CostLimit(c.costLimit),
 		cel.InterruptCheckFrequency(100),
+		guardComparisons(checked, c.costLimit),
 	)...)
 	if err != nil {
 		return nil, &Error{Offset: -1, Msg: err.Error()}

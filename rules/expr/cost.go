@@ -79,7 +79,7 @@ func (c *costPlan) make() {
 			return // even inputs of size 1 may cost more: always tracked
 		}
 	}
-	c.fast, _ = c.env.Program(c.ast, cel.InterruptCheckFrequency(100))
+	c.fast, _ = c.env.Program(c.ast, cel.InterruptCheckFrequency(100), guardComparisons(c.ast, c.limit))
 }
 
 // largestSize is the largest size of the values the expression reads for

@@ -77,10 +77,16 @@ type bindings struct {
 	a                               *Activation
 	object, item, children, lookups any
 	self                            any // set: only self is bound
+	// compared is the tally of the comparisons of the evaluation under
+	// way (comparedVar), begun anew by each.
+	compared tally
 }
 
 // ResolveName implements interpreter.Activation.
 func (b *bindings) ResolveName(name string) (any, bool) {
+	if name == comparedVar {
+		return &b.compared, true
+	}
 	if b.self != nil {
 		return b.self, name == varSelf
 	}
@@ -208,6 +214,7 @@ func (p *Program) EvalList(ctx context.Context, a *Activation) ([]any, error) {
 func (p *Program) eval(ctx context.Context, a *Activation, vars *bindings) (ref.Val, error) {
 	var v ref.Val
 	var err error
+	vars.compared = tally{limit: p.cost.limit}
 	switch {
 	case !p.cost.untracked(a):
 		v, _, err = p.prog.ContextEval(ctx, vars)

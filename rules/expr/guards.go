@@ -162,6 +162,8 @@ func describeArgs(args []ref.Val) string {
 			parts[i] = fmt.Sprintf("a list of %d", celSize(v))
 		case types.Int:
 			parts[i] = fmt.Sprint(int64(v))
+		case *types.Optional:
+			parts[i] = "an optional"
 		default:
 			parts[i] = "a " + a.Type().TypeName()
 		}
