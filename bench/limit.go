@@ -187,7 +187,7 @@ func renderChildren(ctx context.Context, rule *rules.Rule, triggers []unstructur
 	var children []*unstructured.Unstructured
 	var gvrs []schema.GroupVersionResource
 	for i := range triggers {
-		rd, err := render.Rule(ctx, rule, &triggers[i], mapper, lk, nil)
+		rd, err := render.Rule(ctx, render.Input{Rule: rule, Trigger: &triggers[i], Scoper: mapper, Lookups: lk})
 		if err != nil {
 			return nil, nil, err
 		}

@@ -24,9 +24,17 @@ type cacheLookuper struct {
 	queries []render.LookupQuery
 }
 
-// Observed implements render.ChildLister: the trigger's children in the
+// renderInput is the render of rc's rule for trigger (key) over the
+// caches, each read through one cacheLookuper, and its children brought
+// about by ap (nil: offline).
+func (rc *reconciler) renderInput(trigger *unstructured.Unstructured, lk *cacheLookuper, ap render.Applier) render.Input {
+	return render.Input{Rule: rc.rule, Trigger: trigger, Scoper: rc.mapper,
+		Lookups: lk, Clusters: lk, Children: lk, Resources: lk, Applier: ap}
+}
+
+// Children implements render.ChildLister: the trigger's children in the
 // caches, whole.
-func (lk *cacheLookuper) Observed(context.Context) []*unstructured.Unstructured {
+func (lk *cacheLookuper) Children(context.Context) []*unstructured.Unstructured {
 	owner := lk.rc.triggerRef(lk.trigger).Owner()
 	existing := lk.rc.childrenOf(owner)
 	out := make([]*unstructured.Unstructured, len(existing))

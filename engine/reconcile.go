@@ -157,8 +157,10 @@ func (rc *reconciler) converge(ctx context.Context, ch *changes, ref rules.Objec
 	lk := &cacheLookuper{rc: rc, trigger: key}
 	ap := &applier{rc: rc, ch: ch, trigger: trigger, key: key, owner: owner,
 		desired: map[childRef]bool{}, patched: map[childRef]bool{}, patchKeys: map[depKey]bool{},
-		remembered: rememberedOf(trigger, rc.rule.Name), made: createdOnce{}, finalizing: finalizing}
-	rd, err := render.Rule(ctx, rc.rule, trigger, rc.mapper, lk, ap)
+		remembered: rememberedOf(trigger, rc.rule.Name), made: createdOnce{}}
+	in := rc.renderInput(trigger, lk, ap)
+	in.Calls, in.Finalizing, in.DryRun = ap, finalizing, rc.out.dryRun()
+	rd, err := render.Rule(ctx, in)
 	// What the render read, even when it failed: a source created or
 	// fixed later queues the trigger again.
 	rc.deps.set(key, lk.queries)
@@ -254,20 +256,13 @@ type applier struct {
 	// contended are children left as another writer keeps them: the
 	// trigger's Ready condition says so, the reconcile does not fail.
 	contended []error
-	// finalizing: the trigger is being deleted and the rule's finalize
-	// function is called instead of its function.
-	finalizing bool
 	// remote are the children applied in other clusters, by cluster;
 	// unreachable: some went to a cluster that could not be reached.
 	remote      map[string]map[childRef]bool
 	unreachable bool
 }
 
-var (
-	_ render.CallObserver = (*applier)(nil)
-	_ render.Finalizer    = (*applier)(nil)
-	_ render.DryRunner    = (*applier)(nil)
-)
+var _ render.CallObserver = (*applier)(nil)
 
 // FunctionCalled implements render.CallObserver: a finalize or customize
 // function's calls are counted as resource <id>/finalize, <id>/customize.
@@ -278,12 +273,6 @@ func (a *applier) FunctionCalled(res *rules.Resource, fn *rules.Function, took t
 	}
 	a.rc.metrics.FunctionCalled(a.rc.rule.Name, fn.CallID(res), fn.Transport(), result, took)
 }
-
-// Finalizing implements render.Finalizer.
-func (a *applier) Finalizing() bool { return a.finalizing }
-
-// DryRun implements render.DryRunner.
-func (a *applier) DryRun() bool { return a.rc.out.dryRun() }
 
 // Apply implements render.Applier.
 func (a *applier) Apply(ctx context.Context, child render.Child) (map[string]any, error) {
@@ -325,7 +314,7 @@ func (a *applier) Apply(ctx context.Context, child render.Child) (map[string]any
 	return out, err
 }
 
-// Observed implements render.Observer: the child as the caches hold it,
+// Observed implements render.Applier: the child as the caches hold it,
 // if it is this trigger's child of this rule.
 func (a *applier) Observed(child render.Child) map[string]any {
 	if child.Cluster != "" {

@@ -186,7 +186,7 @@ func (h rolloutHost) Prunes(ctx context.Context, keys []cache.ObjectName) int {
 		if len(existing) == 0 && !rc.remoteChildren(owner) {
 			continue
 		}
-		rd, err := render.Rule(ctx, rc.rule, wholeOf(obj), rc.mapper, &cacheLookuper{rc: rc, trigger: key}, nil)
+		rd, err := render.Rule(ctx, rc.renderInput(wholeOf(obj), &cacheLookuper{rc: rc, trigger: key}, nil))
 		if err != nil {
 			continue // a render that fails prunes nothing
 		}
@@ -220,7 +220,7 @@ func (h rolloutHost) Health(ctx context.Context, key cache.ObjectName) rollout.H
 	if !ok {
 		return rollout.Health{OK: true}
 	}
-	rd, err := render.Rule(ctx, rc.rule, wholeOf(obj), rc.mapper, &cacheLookuper{rc: rc, trigger: key}, cachedChildren{rc})
+	rd, err := render.Rule(ctx, rc.renderInput(wholeOf(obj), &cacheLookuper{rc: rc, trigger: key}, cachedChildren{rc}))
 	return healthOf(rd, err)
 }
 
@@ -245,6 +245,10 @@ func healthOf(rd *render.Rendered, err error) rollout.Health {
 // cached object when that is what the revision applies, else not there
 // yet.
 type cachedChildren struct{ rc *reconciler }
+
+// Observed implements render.Applier: a health check reads no child
+// whose apply failed; it fails the trigger's health.
+func (cachedChildren) Observed(render.Child) map[string]any { return nil }
 
 func (a cachedChildren) Apply(_ context.Context, c render.Child) (map[string]any, error) {
 	if c.Patch {

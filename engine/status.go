@@ -18,7 +18,7 @@ import (
 // status already holds them. rd is nil when rendering failed, failure the
 // error of a reconcile that failed: the condition then says
 // ReconcileFailed. The rule's status fields are rendered from rd — a
-// child whose apply failed read as it is (render.Observer) — and keep
+// child whose apply failed read as it is (render.Applier.Observed) — and keep
 // the values they have when there is no rd or they do not render.
 func (rc *reconciler) writeStatus(ctx context.Context, trigger *unstructured.Unstructured, rd *render.Rendered, failure error) error {
 	var rendered map[string]any

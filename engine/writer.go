@@ -67,7 +67,7 @@ type writer interface {
 	// ended notes that a reconcile of key ended with err (nil: it
 	// succeeded), and returns the error as the worker is to take it.
 	ended(key cache.ObjectName, err error) error
-	// dryRun reports whether nothing is persisted (render.DryRunner).
+	// dryRun reports whether nothing is persisted (render.Input.DryRun).
 	dryRun() bool
 }
 

@@ -51,7 +51,7 @@ func FuzzParse(f *testing.F) {
 			if r.Name == "" || len(r.Hash) != 64 {
 				t.Fatalf("accepted rule without name or hash: %+v", r)
 			}
-			rd, err := render.Rule(context.Background(), r, trigger, rules.NewOfflineScope(nil), nil, nil)
+			rd, err := render.Rule(context.Background(), render.Input{Rule: r, Trigger: trigger, Scoper: rules.NewOfflineScope(nil)})
 			if err == nil {
 				_, _ = rd.Status(context.Background())
 			}

@@ -37,7 +37,8 @@ func traceRule(ctx context.Context, c *Clients, tr tracedRule, trigger *unstruct
 		return rt
 	}
 	lk := &traceLookuper{c: c, fleet: fl}
-	rd, err := render.Rule(ctx, r, trigger, fl.scoper(c.Mapper, r), lk, ob)
+	rd, err := render.Rule(ctx, render.Input{Rule: r, Trigger: trigger, Scoper: fl.scoper(c.Mapper, r),
+		Lookups: lk, Clusters: lk, Applier: ob, DryRun: true})
 	rt.Lookups = lk.traces
 	if err != nil {
 		rt.Error = err.Error()
@@ -117,10 +118,6 @@ type traceObserver struct {
 	in     map[string]string
 	traces map[string]*ChildTrace
 }
-
-// DryRun makes fields only the server sets, on a child that does not
-// exist, render as unknown.
-func (o *traceObserver) DryRun() bool { return true }
 
 // listChildren lists the trigger's children of the rule by their labels:
 // one list per kind and namespace — the namespaces the templates name, or
@@ -287,7 +284,7 @@ func (o *traceObserver) heldFrom(ctx context.Context, cluster string) string {
 	return ""
 }
 
-// Observed is a child as it is.
+// Observed implements render.Applier: a child as it is.
 func (o *traceObserver) Observed(c render.Child) map[string]any {
 	if live := o.found[clusterKey(c.Cluster, c.Object)]; live != nil {
 		return live.Object

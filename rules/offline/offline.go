@@ -79,10 +79,7 @@ func Render(ctx context.Context, set *rules.Set, objects []*unstructured.Unstruc
 	// would serve them.
 	objects = set.Default(objects)
 	scope := rules.NewOfflineScope(objects)
-	var lk render.Lookuper = render.Objects(objects)
-	if len(responses) > 0 {
-		lk = render.Recorded{Objects: objects, Responses: responses}
-	}
+	rec := render.Recorded{Objects: objects, Responses: responses}
 	out := &Report{NotEvaluated: map[string][]string{}}
 	for _, r := range set.Rules() {
 		if only != "" && r.Name != only {
@@ -96,15 +93,15 @@ func Render(ctx context.Context, set *rules.Set, objects []*unstructured.Unstruc
 			if !ok {
 				continue
 			}
-			out.Results = append(out.Results, renderOne(ctx, r, obj, scope, lk))
+			out.Results = append(out.Results, renderOne(ctx, render.Input{Rule: r, Trigger: obj, Scoper: scope, Lookups: rec.Objects, Clusters: rec.Objects, Recorded: rec}))
 		}
 	}
 	return out, nil
 }
 
-func renderOne(ctx context.Context, r *rules.Rule, obj *unstructured.Unstructured, scope render.Scoper, lk render.Lookuper) Result {
-	res := Result{Rule: r.Name, Trigger: rules.RefOf(obj)}
-	rd, err := render.Rule(ctx, r, obj, scope, lk, nil)
+func renderOne(ctx context.Context, in render.Input) Result {
+	res := Result{Rule: in.Rule.Name, Trigger: rules.RefOf(in.Trigger)}
+	rd, err := render.Rule(ctx, in)
 	if err != nil {
 		res.Error = err.Error()
 		return res

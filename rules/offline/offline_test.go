@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/syncloop/syncloop/rules"
+	"github.com/syncloop/syncloop/rules/render"
 )
 
 // TestOfflineConflicts: render and test report a child whose name an
@@ -117,7 +118,7 @@ spec:
 		t.Fatal(err)
 	}
 	scopes := rules.NewOfflineScope(nil)
-	res := renderOne(context.Background(), f.Rules[0], obj("example.com/v1", "App", "shop", "web", nil), appScope{scopes}, nil)
+	res := renderOne(context.Background(), render.Input{Rule: f.Rules[0], Trigger: obj("example.com/v1", "App", "shop", "web", nil), Scoper: appScope{scopes}})
 	if len(res.Patches) != 1 || len(res.Children) != 1 || res.Error != "" {
 		t.Errorf("offline result: %d patches, %d children, error %q; want 1 and 1", len(res.Patches), len(res.Children), res.Error)
 	}

@@ -10,9 +10,9 @@ import (
 	"github.com/syncloop/syncloop/rules"
 )
 
-// ClusterLister is a Lookuper that knows the cluster inventory: the
-// engine's (kubeconfig Secrets), or the clusters an offline render is
-// given. A render whose Lookuper is none selects no cluster.
+// ClusterLister knows the cluster inventory: the engine's (kubeconfig
+// Secrets), or the clusters an offline render is given. A render without
+// one selects no cluster.
 type ClusterLister interface {
 	// Clusters are the clusters of the inventory, by name.
 	Clusters() []rules.Cluster
@@ -70,8 +70,8 @@ func (w *graphWalk) clusters(ctx context.Context, res *rules.Resource, st *Resou
 		return []target{{}}, nil
 	}
 	var inventory []rules.Cluster
-	if l, ok := w.lk.(ClusterLister); ok {
-		inventory = l.Clusters()
+	if w.in.Clusters != nil {
+		inventory = w.in.Clusters.Clusters()
 	}
 	var out []target
 	if cl.Selector != nil {
@@ -81,7 +81,7 @@ func (w *graphWalk) clusters(ctx context.Context, res *rules.Resource, st *Resou
 			act.Cluster = c.Value()
 			ok, err := cl.Selector.EvalBool(ctx, &act)
 			if err != nil {
-				return nil, exprError(w.r, cl.Selector, res.ID, err)
+				return nil, exprError(w.in.Rule, cl.Selector, res.ID, err)
 			}
 			if ok {
 				out = append(out, target{Name: c.Name, Cluster: c})
@@ -90,7 +90,7 @@ func (w *graphWalk) clusters(ctx context.Context, res *rules.Resource, st *Resou
 	} else {
 		var names []string
 		for _, t := range cl.Names {
-			name, err := textValue(ctx, w.r, t, w.rd.act)
+			name, err := textValue(ctx, w.in.Rule, t, w.rd.act)
 			if err != nil {
 				return nil, err
 			}

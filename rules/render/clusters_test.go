@@ -62,7 +62,7 @@ func TestRenderClusters(t *testing.T) {
 		applied = append(applied, c.Cluster+"/"+c.Object.GetName())
 		return c.Object.Object, nil
 	})
-	rd, err := Rule(context.Background(), r, trigger, testScopes, inventory, ap)
+	rd, err := Rule(context.Background(), Input{Rule: r, Trigger: trigger, Scoper: testScopes, Lookups: inventory, Clusters: inventory, Applier: ap})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestRenderClusters(t *testing.T) {
 	}
 
 	// Offline, the inventory is the Secrets given; lab is not prod.
-	rd, err = Rule(context.Background(), r, trigger, testScopes, inventory, nil)
+	rd, err = Rule(context.Background(), Input{Rule: r, Trigger: trigger, Scoper: testScopes, Lookups: inventory, Clusters: inventory, Recorded: Recorded{Objects: inventory}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestRenderHeldClusters(t *testing.T) {
 			}
 			return live, nil
 		})
-		rd, err := Rule(context.Background(), r, trigger, testScopes, inventory, ap)
+		rd, err := Rule(context.Background(), Input{Rule: r, Trigger: trigger, Scoper: testScopes, Lookups: inventory, Clusters: inventory, Applier: ap})
 		if err != nil {
 			t.Fatal(err)
 		}

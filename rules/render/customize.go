@@ -46,9 +46,8 @@ type RelatedRule struct {
 	LabelSelector *metav1.LabelSelector `json:"labelSelector,omitempty"`
 }
 
-// Resourcer is a Lookuper that knows the resource (plural) a lookup's
-// kind is served as; without it the plural is guessed from the kind, as
-// kubectl does.
+// Resourcer knows the resource (plural) a lookup's kind is served as;
+// without one the plural is guessed from the kind, as kubectl does.
 type Resourcer interface {
 	Resource(l *rules.Lookup) string
 }
@@ -58,15 +57,15 @@ type Resourcer interface {
 // by kind then name as a sync request has them. An answer is kept only
 // once all of it is read: a wrong one is asked again.
 func (w *graphWalk) related(ctx context.Context, res *rules.Resource, cust *rules.Function) (map[string]map[string]any, error) {
-	uid, digest := string(w.trigger.GetUID()), ""
+	uid, digest := string(w.in.Trigger.GetUID()), ""
 	var data []byte
 	kept := false
 	if !w.offline { // offline, a test's recorded answer, never kept
-		digest = parentDigest(w.trigger)
+		digest = parentDigest(w.in.Trigger)
 		data, kept = cust.Memo.Get(uid, digest)
 	}
 	if !kept {
-		in, err := json.Marshal(&CustomizeRequest{Controller: controllerOf(w.r), Parent: w.trigger.Object})
+		in, err := json.Marshal(&CustomizeRequest{Controller: controllerOf(w.in.Rule), Parent: w.in.Trigger.Object})
 		if err != nil {
 			return nil, fmt.Errorf("its input: %w", err)
 		}
@@ -94,7 +93,7 @@ func (w *graphWalk) related(ctx context.Context, res *rules.Resource, cust *rule
 			return nil, fmt.Errorf("%s returned %s: %w", cust.Name(), field, err)
 		}
 		for _, o := range objs {
-			byKind(related, w.trigger, o)
+			byKind(related, w.in.Trigger, o)
 		}
 	}
 	if !kept && !w.offline && uid != "" {
@@ -153,7 +152,7 @@ func relatedRule(v any, rr *RelatedRule) error {
 
 // relatedLookup is the lookup of the kind rr names, or nil.
 func (w *graphWalk) relatedLookup(cust *rules.Function, rr RelatedRule) *rules.Lookup {
-	rs, _ := w.lk.(Resourcer)
+	rs := w.in.Resources
 	for _, l := range cust.Related {
 		if l.APIVersion != rr.APIVersion {
 			continue
@@ -177,7 +176,7 @@ func (w *graphWalk) relatedLookup(cust *rules.Function, rr RelatedRule) *rules.L
 // trigger's for a namespaced kind unless rr says; names in a namespace
 // are read one by one, anything else as a list.
 func (w *graphWalk) readRelated(ctx context.Context, l *rules.Lookup, rr RelatedRule) ([]*unstructured.Unstructured, error) {
-	namespaced, err := w.scoper.Namespaced(l.GVK)
+	namespaced, err := w.in.Scoper.Namespaced(l.GVK)
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +185,7 @@ func (w *graphWalk) readRelated(ctx context.Context, l *rules.Lookup, rr Related
 	case !namespaced && ns != "":
 		return nil, fmt.Errorf("%s is cluster-scoped: it has no namespace %q", l.Kind, ns)
 	case namespaced && ns == "":
-		ns = w.trigger.GetNamespace()
+		ns = w.in.Trigger.GetNamespace()
 	}
 	sel := labels.Everything()
 	if rr.LabelSelector != nil {
@@ -194,13 +193,13 @@ func (w *graphWalk) readRelated(ctx context.Context, l *rules.Lookup, rr Related
 			return nil, fmt.Errorf("labelSelector: %w", err)
 		}
 	}
-	if w.lk == nil {
+	if w.in.Lookups == nil {
 		return nil, fmt.Errorf("no objects to look up %s in", l.Kind)
 	}
 	if len(rr.Names) > 0 && rr.LabelSelector == nil && (ns != "" || !namespaced) {
 		var out []*unstructured.Unstructured
 		for _, name := range rr.Names {
-			objs, err := w.lk.Lookup(ctx, LookupQuery{Lookup: l, Namespace: ns, Name: name, Selector: labels.Everything()})
+			objs, err := w.in.Lookups.Lookup(ctx, LookupQuery{Lookup: l, Namespace: ns, Name: name, Selector: labels.Everything()})
 			if err != nil {
 				return nil, err
 			}
@@ -208,7 +207,7 @@ func (w *graphWalk) readRelated(ctx context.Context, l *rules.Lookup, rr Related
 		}
 		return out, nil
 	}
-	objs, err := w.lk.Lookup(ctx, LookupQuery{Lookup: l, Namespace: ns, Selector: sel})
+	objs, err := w.in.Lookups.Lookup(ctx, LookupQuery{Lookup: l, Namespace: ns, Selector: sel})
 	if err != nil || len(rr.Names) == 0 {
 		return objs, err
 	}

@@ -72,7 +72,7 @@ func TestCustomizeHook(t *testing.T) {
 		obj("v1", "ConfigMap", "other", "x1", map[string]any{"team": "x"}), obj("v1", "ConfigMap", "other", "y1", map[string]any{"team": "y"})}
 	render := func() []string {
 		t.Helper()
-		if _, err := Rule(context.Background(), r, trigger, testScopes, observed{Objects: objs}, &recordingApplier{}); err != nil {
+		if _, err := Rule(context.Background(), Input{Rule: r, Trigger: trigger, Scoper: testScopes, Lookups: objs, Clusters: objs, Applier: &recordingApplier{}}); err != nil {
 			t.Fatal(err)
 		}
 		var names []string
@@ -112,7 +112,7 @@ func TestCustomizeHookFails(t *testing.T) {
 		srv := httptest.NewServer(h)
 		r := customizeRule(t, srv.URL)
 		for range 2 {
-			_, err := Rule(context.Background(), r, obj("example.com/v1", "App", "ns", "web", nil), testScopes, observed{}, &recordingApplier{})
+			_, err := Rule(context.Background(), Input{Rule: r, Trigger: obj("example.com/v1", "App", "ns", "web", nil), Scoper: testScopes, Lookups: Objects{}, Applier: &recordingApplier{}})
 			if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "customize webhook "+srv.URL) {
 				t.Errorf("%s: got %v, want %q naming the customize webhook", related, err, want)
 			}
@@ -133,12 +133,12 @@ func TestCustomizeHookOffline(t *testing.T) {
 	rec := Recorded{Objects: Objects{obj("v1", "ConfigMap", "ns", "a", nil)}, Responses: []RecordedResponse{
 		{Rule: "hello", Resource: rules.SyncResourceID + "/customize", Trigger: ref, Response: []byte(`{"relatedResources": [{"apiVersion": "v1", "resource": "configmaps", "names": ["a"]}]}`)},
 	}}
-	_, err := Rule(context.Background(), r, trigger, testScopes, rec, nil)
+	_, err := Rule(context.Background(), Input{Rule: r, Trigger: trigger, Scoper: testScopes, Lookups: rec, Clusters: rec, Recorded: rec})
 	if err == nil || !strings.Contains(err.Error(), "webhook http://127.0.0.1:1/sync") || !strings.Contains(err.Error(), "offline") {
 		t.Fatalf("got %v, want the customize answered and the sync webhook failing offline", err)
 	}
 	rec.Responses = rec.Responses[:0]
-	_, err = Rule(context.Background(), r, trigger, testScopes, rec, nil)
+	_, err = Rule(context.Background(), Input{Rule: r, Trigger: trigger, Scoper: testScopes, Lookups: rec, Clusters: rec, Recorded: rec})
 	if err == nil || !strings.Contains(err.Error(), "customize webhook http://127.0.0.1:1/customize") {
 		t.Fatalf("got %v, want the customize webhook failing offline", err)
 	}

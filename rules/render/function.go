@@ -50,8 +50,8 @@ func decodeOutput(stdout []byte, b *expr.Budget) ([]map[string]any, error) {
 	return objectList(out["children"])
 }
 
-// CallObserver is an Applier that is told of each function call: how
-// long it took and how it ended (the engine's metrics).
+// CallObserver is told of each function call: how long it took and how
+// it ended (the engine's metrics).
 type CallObserver interface {
 	FunctionCalled(res *rules.Resource, fn *rules.Function, took time.Duration, err error)
 }
@@ -63,14 +63,13 @@ func (w *graphWalk) callFunction(ctx context.Context, res *rules.Resource, names
 	fn := res.Function
 	var in any
 	if fn.Sync {
-		fz, _ := w.ap.(Finalizer)
-		finalizing := fz != nil && fz.Finalizing() && fn.Finalize != nil
+		finalizing := w.in.Finalizing && fn.Finalize != nil
 		if finalizing {
 			fn = fn.Finalize
 		}
 		req, err := w.syncRequest(ctx, res, finalizing)
 		if err != nil {
-			return nil, childError(w.r, res, "", err)
+			return nil, childError(w.in.Rule, res, "", err)
 		}
 		in = req
 	} else {
@@ -78,11 +77,11 @@ func (w *graphWalk) callFunction(ctx context.Context, res *rules.Resource, names
 	}
 	data, err := json.Marshal(in)
 	if err != nil {
-		return nil, childError(w.r, res, "", fmt.Errorf("its input: %w", err))
+		return nil, childError(w.in.Rule, res, "", fmt.Errorf("its input: %w", err))
 	}
 	out, err := w.call(ctx, res, fn, data)
 	if err != nil {
-		return nil, childError(w.r, res, "", fmt.Errorf("%s: %w", fn.Name(), err))
+		return nil, childError(w.in.Rule, res, "", fmt.Errorf("%s: %w", fn.Name(), err))
 	}
 	var children []map[string]any
 	if fn.Sync {
@@ -95,17 +94,17 @@ func (w *graphWalk) callFunction(ctx context.Context, res *rules.Resource, names
 		children, err = decodeOutput(out, w.rd.act.Budget)
 	}
 	if errors.Is(err, expr.ErrTooLarge) {
-		return nil, childError(w.r, res, "", fmt.Errorf("%s: its answer: %w", fn.Name(), err))
+		return nil, childError(w.in.Rule, res, "", fmt.Errorf("%s: its answer: %w", fn.Name(), err))
 	}
 	if err != nil {
 		want := `{"children": [objects]}`
 		if fn.Sync {
 			want = `a sync hook's response ({"status": {…}, "children": [objects]})`
 		}
-		return nil, childError(w.r, res, "", fmt.Errorf("%s returned no %s: %v", fn.Name(), want, err))
+		return nil, childError(w.in.Rule, res, "", fmt.Errorf("%s returned no %s: %v", fn.Name(), want, err))
 	}
 	if n := len(w.rd.Children) + len(children); n > MaxChildren {
-		return nil, childError(w.r, res, "", fmt.Errorf("%d children, more than the %d one trigger may have", n, MaxChildren))
+		return nil, childError(w.in.Rule, res, "", fmt.Errorf("%d children, more than the %d one trigger may have", n, MaxChildren))
 	}
 	objs := make([]*unstructured.Unstructured, 0, len(children))
 	for i, c := range children {
@@ -120,7 +119,7 @@ func (w *graphWalk) callFunction(ctx context.Context, res *rules.Resource, names
 
 // functionInput is the input of a resource's function.
 func (w *graphWalk) functionInput(res *rules.Resource) *FunctionInput {
-	in := &FunctionInput{Rule: w.r.Name, Resource: res.ID, Object: w.trigger.Object, Variables: w.rd.act.Variables, Lookups: w.rd.act.Lookups}
+	in := &FunctionInput{Rule: w.in.Rule.Name, Resource: res.ID, Object: w.in.Trigger.Object, Variables: w.rd.act.Variables, Lookups: w.rd.act.Lookups}
 	if reads := res.Function.Reads; len(reads) > 0 {
 		in.Children = make(map[string]any, len(reads))
 		for _, id := range reads {
@@ -136,19 +135,17 @@ func (w *graphWalk) functionInput(res *rules.Resource) *FunctionInput {
 // webhook offline answers with the response recorded for it, if any.
 func (w *graphWalk) call(ctx context.Context, res *rules.Resource, fn *rules.Function, data []byte) ([]byte, error) {
 	if fn.Webhook != nil && w.offline {
-		if rp, ok := w.lk.(Responder); ok {
-			if out, ok := rp.Response(w.r.Name, fn.CallID(res), rules.RefOf(w.trigger)); ok {
-				return out, nil
-			}
+		if out, ok := w.in.Recorded.Response(w.in.Rule.Name, fn.CallID(res), rules.RefOf(w.in.Trigger)); ok {
+			return out, nil
 		}
 		return nil, errNotOffline
 	}
 	start := time.Now()
 	out, err := fn.Call(ctx, data)
-	if co, ok := w.ap.(CallObserver); ok {
-		co.FunctionCalled(res, fn, time.Since(start), err)
+	if w.in.Calls != nil {
+		w.in.Calls.FunctionCalled(res, fn, time.Since(start), err)
 	}
-	logger := klog.FromContext(ctx).WithValues("rule", w.r.Name, "resource", fn.CallID(res), "function", fn.Name())
+	logger := klog.FromContext(ctx).WithValues("rule", w.in.Rule.Name, "resource", fn.CallID(res), "function", fn.Name())
 	if len(out.Stderr) > 0 && err == nil {
 		logger.V(2).Info("Function stderr", "stderr", string(out.Stderr))
 	}
@@ -162,24 +159,24 @@ func (w *graphWalk) call(ctx context.Context, res *rules.Resource, fn *rules.Fun
 func (w *graphWalk) functionChild(res *rules.Resource, i int, m map[string]any, namespaced bool) (*unstructured.Unstructured, error) {
 	field := fmt.Sprintf("children[%d]", i)
 	obj := &unstructured.Unstructured{Object: m}
-	if err := checkKind(w.r, res, obj); err != nil {
-		return nil, childError(w.r, res, field+".kind", fmt.Errorf("%s returned apiVersion %s, kind %s: not among the kinds listed (%s)",
+	if err := checkKind(w.in.Rule, res, obj); err != nil {
+		return nil, childError(w.in.Rule, res, field+".kind", fmt.Errorf("%s returned apiVersion %s, kind %s: not among the kinds listed (%s)",
 			res.Function.Name(), describe(m["apiVersion"]), describe(m["kind"]), res.KindNames()))
 	}
 	md, ok := m["metadata"].(map[string]any)
 	if !ok {
-		return nil, childError(w.r, res, field+".metadata", errors.New("must be a mapping with a name"))
+		return nil, childError(w.in.Rule, res, field+".metadata", errors.New("must be a mapping with a name"))
 	}
 	for _, key := range []string{"generateName", "ownerReferences"} {
 		if _, set := md[key]; set {
-			return nil, childError(w.r, res, field+".metadata."+key, errors.New("not supported: syncloop names its children and sets their owner"))
+			return nil, childError(w.in.Rule, res, field+".metadata."+key, errors.New("not supported: syncloop names its children and sets their owner"))
 		}
 	}
-	triggerNamespaced := w.trigger.GetNamespace() != ""
-	if err := placeChild(w.r, res, obj, md, w.trigger, triggerNamespaced, namespaced); err != nil {
+	triggerNamespaced := w.in.Trigger.GetNamespace() != ""
+	if err := placeChild(w.in.Rule, res, obj, md, w.in.Trigger, triggerNamespaced, namespaced); err != nil {
 		return nil, err
 	}
-	if err := markChild(w.r, res, obj, md, w.trigger, triggerNamespaced, namespaced); err != nil {
+	if err := markChild(w.in.Rule, res, obj, md, w.in.Trigger, triggerNamespaced, namespaced); err != nil {
 		return nil, err
 	}
 	return obj, nil

@@ -63,7 +63,7 @@ func TestGraphWaits(t *testing.T) {
 		}
 		return live, nil
 	})
-	rd, err := Rule(context.Background(), r, trigger, graphScopes, nil, ap)
+	rd, err := Rule(context.Background(), Input{Rule: r, Trigger: trigger, Scoper: graphScopes, Applier: ap})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestGraphWaits(t *testing.T) {
 	}
 
 	applied, ip = nil, "10.0.0.7"
-	rd, err = Rule(context.Background(), r, trigger, graphScopes, nil, ap)
+	rd, err = Rule(context.Background(), Input{Rule: r, Trigger: trigger, Scoper: graphScopes, Applier: ap})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,14 +113,14 @@ func TestGraphFailureAndExclusion(t *testing.T) {
 		}
 		return c.Object.Object, nil
 	})
-	rd, err := Rule(context.Background(), r, obj("example.com/v1", "App", "shop", "web", nil), graphScopes, nil, ap)
+	rd, err := Rule(context.Background(), Input{Rule: r, Trigger: obj("example.com/v1", "App", "shop", "web", nil), Scoper: graphScopes, Applier: ap})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if svc := rd.Resources[0]; svc.Resource.ID != "svc" || !errors.Is(svc.Err, boom) || svc.Ready || len(rd.Waiting()) != 1 {
 		t.Errorf("svc %+v, waiting %d: want svc failed with boom, not ready, and cm waiting", svc, len(rd.Waiting()))
 	}
-	rd, err = Rule(context.Background(), r, obj("example.com/v1", "App", "shop", "off", nil), graphScopes, nil, ap)
+	rd, err = Rule(context.Background(), Input{Rule: r, Trigger: obj("example.com/v1", "App", "shop", "off", nil), Scoper: graphScopes, Applier: ap})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func TestGraphFailureAndExclusion(t *testing.T) {
 // such; the readyWhen that cannot hold is noted; cm is rendered anyway.
 func TestGraphOffline(t *testing.T) {
 	r := parseRule(t, chainRule)
-	rd, err := Rule(context.Background(), r, obj("example.com/v1", "App", "shop", "web", nil), graphScopes, nil, nil)
+	rd, err := Rule(context.Background(), Input{Rule: r, Trigger: obj("example.com/v1", "App", "shop", "web", nil), Scoper: graphScopes})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +160,7 @@ func TestDeletionPolicyPerResource(t *testing.T) {
 	}
 	// An orphaned resource's child has no ownerReference: the garbage
 	// collector leaves it too.
-	rd, err := Rule(context.Background(), r, obj("v1", "Namespace", "", "x", nil), scopes{"ConfigMap": true, "Namespace": false}, nil, nil)
+	rd, err := Rule(context.Background(), Input{Rule: r, Trigger: obj("v1", "Namespace", "", "x", nil), Scoper: scopes{"ConfigMap": true, "Namespace": false}})
 	if err != nil {
 		t.Fatal(err)
 	}

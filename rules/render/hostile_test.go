@@ -45,7 +45,7 @@ func TestRenderDropsReservedKeys(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rd, err := Rule(context.Background(), f.Rules[0], trigger, testScopes, nil, nil)
+		rd, err := Rule(context.Background(), Input{Rule: f.Rules[0], Trigger: trigger, Scoper: testScopes})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,10 +97,10 @@ func TestRenderMaxBytes(t *testing.T) {
 		trigger.Object["spec"] = map[string]any{"cfg": cfg, "items": list}
 		return trigger
 	}
-	if rd, err := Rule(context.Background(), r, at(10), testScopes, nil, nil); err != nil || len(rd.Children) != 10 {
+	if rd, err := Rule(context.Background(), Input{Rule: r, Trigger: at(10), Scoper: testScopes}); err != nil || len(rd.Children) != 10 {
 		t.Fatalf("10 copies: %v", err)
 	}
-	_, err := Rule(context.Background(), r, at(5000), testScopes, nil, nil)
+	_, err := Rule(context.Background(), Input{Rule: r, Trigger: at(5000), Scoper: testScopes})
 	if !errors.Is(err, expr.ErrTooLarge) {
 		t.Fatalf("5,000 copies: err = %v, want one wrapping ErrTooLarge", err)
 	}

@@ -43,7 +43,7 @@ func answered(t *testing.T, r *rules.Rule, answers map[string][]byte) (uint64, e
 	trigger := obj("example.com/v1", "App", "ns", "web", nil)
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	_, err := Rule(context.Background(), r, trigger, testScopes, rec, nil)
+	_, err := Rule(context.Background(), Input{Rule: r, Trigger: trigger, Scoper: testScopes, Lookups: rec, Clusters: rec, Recorded: rec})
 	runtime.ReadMemStats(&after)
 	return after.TotalAlloc - before.TotalAlloc, err
 }
@@ -133,7 +133,7 @@ func TestResyncAfterFloor(t *testing.T) {
 	} {
 		rec := Recorded{Responses: []RecordedResponse{{Rule: r.Name, Resource: rules.SyncResourceID, Trigger: rules.ObjectRef{Kind: "App", Name: "web"},
 			Response: []byte(`{"resyncAfterSeconds": ` + asked + `}`)}}}
-		rd, err := Rule(context.Background(), r, obj("example.com/v1", "App", "ns", "web", nil), testScopes, rec, nil)
+		rd, err := Rule(context.Background(), Input{Rule: r, Trigger: obj("example.com/v1", "App", "ns", "web", nil), Scoper: testScopes, Lookups: rec, Clusters: rec, Recorded: rec})
 		if err != nil {
 			t.Fatalf("%s: %v", asked, err)
 		}

@@ -132,7 +132,7 @@ func TestInstallations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rd, err := Rule(context.Background(), f.Rules[0], obj("v1", "Namespace", "", "ns", nil), testScopes, nil, nil)
+	rd, err := Rule(context.Background(), Input{Rule: f.Rules[0], Trigger: obj("v1", "Namespace", "", "ns", nil), Scoper: testScopes})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ func (panicky) Lookup(context.Context, LookupQuery) ([]*unstructured.Unstructure
 	panic("lookuper: injected")
 }
 func (panicky) Apply(context.Context, Child) (map[string]any, error) { panic("applier: injected") }
+func (panicky) Observed(Child) map[string]any                         { panic("observed: injected") }
 
 // TestRenderContainsPanics: a panic anywhere in a render — the scoper, a
 // lookup, an apply — is that render's error, naming the rule and carrying
@@ -45,7 +46,7 @@ func TestRenderContainsPanics(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rd, err := Rule(context.Background(), r, trigger, tt.scoper, tt.lk, tt.ap)
+			rd, err := Rule(context.Background(), Input{Rule: r, Trigger: trigger, Scoper: tt.scoper, Lookups: tt.lk, Applier: tt.ap})
 			if rd != nil {
 				t.Errorf("a render that panicked returned %v", rd)
 			}

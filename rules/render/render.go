@@ -118,17 +118,51 @@ type Applier interface {
 	// An error is that child's failure: its resource is not ready and the
 	// resources that read it wait.
 	Apply(ctx context.Context, c Child) (map[string]any, error)
+	// Observed is c's object as it is in the cluster, the trigger's
+	// child of this rule, without writing it; nil when there is none or
+	// the Applier cannot tell. The render reads a child whose apply
+	// failed as it is, so that the status follows what is there (a
+	// collection's size, a field of the child applied before), as kro's
+	// does, while the resource is not ready and the resources that read
+	// it wait.
+	Observed(c Child) map[string]any
 }
 
-// Observer is an Applier that can tell how a child is in the cluster
-// without writing it: the render reads a child whose apply failed as it
-// is, so that the status follows what is there (a collection's size, a
-// field of the child applied before), as kro's does, while the resource
-// is not ready and the resources that read it wait.
-type Observer interface {
-	// Observed is c's object as it is, the trigger's child of this rule,
-	// or nil when there is none.
-	Observed(c Child) map[string]any
+// Input is what one render reads and whom it tells. Rule, Trigger and
+// Scoper are needed; a nil reader reads nothing (no object is looked up,
+// no cluster is known, the trigger has no children), and a nil Applier
+// makes the render offline.
+type Input struct {
+	Rule    *rules.Rule
+	Trigger *unstructured.Unstructured
+	Scoper  Scoper
+	// Lookups reads looked-up objects; nil only for a rule without
+	// lookups.
+	Lookups Lookuper
+	// Clusters is the cluster inventory a resource's clusters select
+	// from.
+	Clusters ClusterLister
+	// Children are the trigger's children in the cluster, as the rule's
+	// function is given them.
+	Children ChildLister
+	// Resources says the resource (plural) a kind is served as; without
+	// it, it is guessed from the kind, as kubectl does.
+	Resources Resourcer
+	// Applier brings children about; nil: the render is offline, each
+	// rendered child standing for the live one (over Recorded's objects).
+	Applier Applier
+	// Recorded is, offline, the cluster's objects that rendered children
+	// are laid over, and the webhook responses a test records.
+	Recorded Recorded
+	// Calls is told of each function call (the engine's metrics).
+	Calls CallObserver
+	// Finalizing: the trigger is being deleted, and the rule's finalize
+	// function is called instead of its function.
+	Finalizing bool
+	// DryRun: the Applier only pretends, so children that were not
+	// created have none of the fields the server sets, and a template
+	// string reading one renders as expr.Unknown, as offline.
+	DryRun bool
 }
 
 // ErrNotRecreated is what an Applier returns for a child of a createOnce
@@ -136,13 +170,6 @@ type Observer interface {
 // deleted since: it is not created again. The resource is not ready (it
 // has no object) and the resources that read it wait.
 var ErrNotRecreated = errors.New("created once and deleted since; createOnce: not created again")
-
-// DryRunner is an Applier that may only pretend: in a dry run, children
-// that were not created have none of the fields the server sets, and a
-// template string reading one renders as expr.Unknown, as offline.
-type DryRunner interface {
-	DryRun() bool
-}
 
 // RenderError is a failure to render a rule for a trigger. It names the
 // place in the rule file, the rule, the resource and the field, and wraps
@@ -184,30 +211,30 @@ const MaxChildren = 10_000
 // few KB each are within it.
 const MaxRenderedBytes = 128 << 20
 
-// Rule computes and brings about what rule r wants for trigger: it
+// Rule computes and brings about what in.Rule wants for in.Trigger: it
 // evaluates `when`, reads the lookups from lk, evaluates the variables,
 // then walks the resources in dependency order. A resource whose
 // dependencies' children all exist and are ready is rendered — its `when`,
 // `forEach` and template see them as children.<id> — its children get
-// namespaces defaulted (scoper says which kinds are namespaced) and
-// syncloop's labels, annotations and controller ownerReference, and ap
-// applies them; readyWhen is evaluated on what ap returns. A resource
-// whose dependencies are not ready waits: it is not rendered.
+// namespaces defaulted (the Scoper says which kinds are namespaced) and
+// syncloop's labels, annotations and controller ownerReference, and the
+// Applier applies them; readyWhen is evaluated on what it returns. A
+// resource whose dependencies are not ready waits: it is not rendered.
 //
-// With ap nil, the render is offline: each rendered child stands for the live
-// one, dependents are rendered even when a readyWhen does not hold on a
-// rendered child (reported in Notes), and a template string reading a
-// field only the server sets renders as expr.Unknown. Rule reads nothing
-// but its arguments; lk may be nil for a rule without lookups.
+// With no Applier, the render is offline: each rendered child stands for
+// the live one, dependents are rendered even when a readyWhen does not
+// hold on a rendered child (reported in Notes), and a template string
+// reading a field only the server sets renders as expr.Unknown. Rule
+// reads nothing but its input.
 //
-// A panic in the render, or in lk or ap, fails this render alone: it is
-// returned as a RenderError wrapping a *panics.Error.
-func Rule(ctx context.Context, r *rules.Rule, trigger *unstructured.Unstructured, scoper Scoper, lk Lookuper, ap Applier) (_ *Rendered, err error) {
+// A panic in the render, or in what in holds, fails this render alone: it
+// is returned as a RenderError wrapping a *panics.Error.
+func Rule(ctx context.Context, in Input) (_ *Rendered, err error) {
+	r, trigger := in.Rule, in.Trigger
 	defer contain(r, &err)
-	offline := ap == nil
-	dry, _ := ap.(DryRunner)
+	offline := in.Applier == nil
 	act := &expr.Activation{Object: trigger.Object, Rule: r.Name, Variables: map[string]any{},
-		Offline: offline || (dry != nil && dry.DryRun()), Budget: expr.NewBudget(MaxRenderedBytes)}
+		Offline: offline || in.DryRun, Budget: expr.NewBudget(MaxRenderedBytes)}
 	if r.Watch.When != nil {
 		ok, err := r.Watch.When.EvalBool(ctx, act)
 		if err != nil {
@@ -220,7 +247,7 @@ func Rule(ctx context.Context, r *rules.Rule, trigger *unstructured.Unstructured
 	var reads lookupReads
 	if len(r.Lookups) > 0 {
 		var err error
-		if act.Lookups, reads, err = readLookups(ctx, r, act, trigger, scoper, lk); err != nil {
+		if act.Lookups, reads, err = readLookups(ctx, r, act, trigger, in.Scoper, in.Lookups); err != nil {
 			return nil, err
 		}
 	}
@@ -237,8 +264,7 @@ func Rule(ctx context.Context, r *rules.Rule, trigger *unstructured.Unstructured
 		act.Variables[v.Name] = val
 	}
 	if offline {
-		objs := objectsOf(lk)
-		ap = renderedApplier{objs: objs, rule: r, trigger: rules.TriggerOf(trigger)}
+		in.Applier = renderedApplier{objs: in.Recorded.Objects, rule: r, trigger: rules.TriggerOf(trigger)}
 	}
 	out := &Rendered{rule: r, act: act, children: map[string]any{}, ready: map[string]bool{}, reads: reads, absent: absent}
 	if offline {
@@ -253,7 +279,7 @@ func Rule(ctx context.Context, r *rules.Rule, trigger *unstructured.Unstructured
 			out.children[res.ID] = []any{}
 		}
 	}
-	w := &graphWalk{r: r, rd: out, trigger: trigger, scoper: scoper, lk: lk, ap: ap, offline: offline,
+	w := &graphWalk{in: in, rd: out, offline: offline,
 		seen: map[string]string{}, states: make(map[*rules.Resource]*ResourceState, len(r.Order))}
 	for _, res := range r.Order {
 		if err := w.resource(ctx, res); err != nil {

@@ -95,7 +95,7 @@ spec:
 func TestRenderChildren(t *testing.T) {
 	r := parseRule(t, appRule)
 	trigger := obj("example.com/v1", "App", "shop", "web", map[string]any{"cluster": "yes"})
-	rd, err := Rule(context.Background(), r, trigger, testScopes, nil, nil)
+	rd, err := Rule(context.Background(), Input{Rule: r, Trigger: trigger, Scoper: testScopes})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,12 +154,12 @@ func TestRenderChildren(t *testing.T) {
 		t.Errorf("status = %v", status)
 	}
 	// Status sees live children: one the cluster does not have is absent.
-	rd, err = Rule(context.Background(), r, trigger, testScopes, nil, applierFunc(func(c Child) (map[string]any, error) {
+	rd, err = Rule(context.Background(), Input{Rule: r, Trigger: trigger, Scoper: testScopes, Applier: applierFunc(func(c Child) (map[string]any, error) {
 		if c.ResourceID == "local" {
 			return nil, nil
 		}
 		return c.Object.Object, nil
-	}))
+	})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func TestRenderChildren(t *testing.T) {
 
 func TestRenderWhen(t *testing.T) {
 	r := parseRule(t, appRule)
-	rd, err := Rule(context.Background(), r, obj("example.com/v1", "App", "shop", "web", map[string]any{"skip": "yes"}), testScopes, nil, nil)
+	rd, err := Rule(context.Background(), Input{Rule: r, Trigger: obj("example.com/v1", "App", "shop", "web", map[string]any{"skip": "yes"}), Scoper: testScopes})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func TestRenderWhen(t *testing.T) {
 	if s, err := rd.Status(context.Background()); s != nil || err != nil {
 		t.Errorf("status of a skipped trigger = %v, %v", s, err)
 	}
-	rd, err = Rule(context.Background(), r, obj("example.com/v1", "App", "shop", "web", nil), testScopes, nil, nil)
+	rd, err = Rule(context.Background(), Input{Rule: r, Trigger: obj("example.com/v1", "App", "shop", "web", nil), Scoper: testScopes})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +203,7 @@ func TestClusterScopedTrigger(t *testing.T) {
       template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x}}
 `
 	r := parseRule(t, doc)
-	_, err := Rule(context.Background(), r, obj("example.com/v1", "Tenant", "", "team-a", nil), testScopes, nil, nil)
+	_, err := Rule(context.Background(), Input{Rule: r, Trigger: obj("example.com/v1", "Tenant", "", "team-a", nil), Scoper: testScopes})
 	want := `rule.yaml:9:17: rule "r": resource "defaulted": spec.resources[0].template.metadata.namespace: ConfigMap is namespaced and the trigger is cluster-scoped: set metadata.namespace`
 	if err == nil || err.Error() != want {
 		t.Fatalf("err = %v\nwant %s", err, want)
@@ -213,7 +213,7 @@ func TestClusterScopedTrigger(t *testing.T) {
     - id: inside
       template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: "${object.metadata.name}"}}
 `
-	rd, err := Rule(context.Background(), parseRule(t, doc), obj("v1", "Namespace", "", "team-a", nil), testScopes, nil, nil)
+	rd, err := Rule(context.Background(), Input{Rule: parseRule(t, doc), Trigger: obj("v1", "Namespace", "", "team-a", nil), Scoper: testScopes})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +289,7 @@ func TestRenderErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := parseRule(t, head+watchNS+tt.spec)
-			_, err := Rule(context.Background(), r, obj("v1", "Namespace", "", "team-a", nil), testScopes, nil, nil)
+			_, err := Rule(context.Background(), Input{Rule: r, Trigger: obj("v1", "Namespace", "", "team-a", nil), Scoper: testScopes})
 			if err == nil || err.Error() != tt.want {
 				t.Fatalf("err = %v\nwant %s", err, tt.want)
 			}
@@ -311,7 +311,7 @@ func TestRenderCopiesMetadata(t *testing.T) {
 `)
 	trigger := obj("v1", "Namespace", "", "team-a", map[string]any{"team": "a"})
 	trigger.Object["metadata"].(map[string]any)["annotations"] = map[string]any{"note": "x"}
-	rd, err := Rule(context.Background(), r, trigger, testScopes, nil, nil)
+	rd, err := Rule(context.Background(), Input{Rule: r, Trigger: trigger, Scoper: testScopes})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,7 +336,7 @@ func TestRenderCostLimit(t *testing.T) {
       forEach: "lists.range(1000).map(a, lists.range(1000).map(b, a*b)).flatten()"
       template: {apiVersion: v1, kind: ConfigMap, metadata: {name: "x-${item}", namespace: n}}
 `)
-	_, err := Rule(context.Background(), r, obj("v1", "Namespace", "", "team-a", nil), testScopes, nil, nil)
+	_, err := Rule(context.Background(), Input{Rule: r, Trigger: obj("v1", "Namespace", "", "team-a", nil), Scoper: testScopes})
 	if !errors.Is(err, expr.ErrCostLimit) {
 		t.Fatalf("err = %v, want one wrapping ErrCostLimit", err)
 	}
@@ -359,11 +359,11 @@ func TestRenderMaxChildren(t *testing.T) {
 	at := func(a, b int) *unstructured.Unstructured {
 		return obj("v1", "Namespace", "", "team-a", map[string]any{"a": fmt.Sprint(a), "b": fmt.Sprint(b)})
 	}
-	rd, err := Rule(context.Background(), r, at(MaxChildren-1, 1), testScopes, nil, nil)
+	rd, err := Rule(context.Background(), Input{Rule: r, Trigger: at(MaxChildren-1, 1), Scoper: testScopes})
 	if err != nil || len(rd.Children) != MaxChildren {
 		t.Fatalf("at the limit: %v children, err %v", len(rd.Children), err)
 	}
-	_, err = Rule(context.Background(), r, at(MaxChildren, 1), testScopes, nil, nil)
+	_, err = Rule(context.Background(), Input{Rule: r, Trigger: at(MaxChildren, 1), Scoper: testScopes})
 	if err == nil || !strings.HasPrefix(err.Error(), `rule.yaml:14:16: rule "r": resource "b": spec.resources[1].forEach: 10001 children, more than the 10000 one trigger may have`) {
 		t.Errorf("over the limit: err = %v", err)
 	}
@@ -425,7 +425,7 @@ func TestRenderLookups(t *testing.T) {
 		obj("v1", "ConfigMap", "b", "three", nil),
 	}
 	scopes := scopes{"Secret": true, "Namespace": false, "ConfigMap": true}
-	rd, err := Rule(context.Background(), r, objects[0], scopes, objects, nil)
+	rd, err := Rule(context.Background(), Input{Rule: r, Trigger: objects[0], Scoper: scopes, Lookups: objects, Clusters: objects, Recorded: Recorded{Objects: objects}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -441,7 +441,7 @@ func TestRenderLookups(t *testing.T) {
 	}
 
 	// The source is absent: lookups.source is null, the copy is not wanted.
-	rd, err = Rule(context.Background(), r, objects[2], scopes, objects[:3], nil)
+	rd, err = Rule(context.Background(), Input{Rule: r, Trigger: objects[2], Scoper: scopes, Lookups: objects[:3], Clusters: objects[:3], Recorded: Recorded{Objects: objects[:3]}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -453,7 +453,7 @@ func TestRenderLookups(t *testing.T) {
 	}
 
 	// No lookuper at all is an error that names the lookup.
-	if _, err := Rule(context.Background(), r, objects[0], scopes, nil, nil); err == nil || !strings.Contains(err.Error(), "spec.lookups[0]") {
+	if _, err := Rule(context.Background(), Input{Rule: r, Trigger: objects[0], Scoper: scopes}); err == nil || !strings.Contains(err.Error(), "spec.lookups[0]") {
 		t.Errorf("render without objects to look up: %v", err)
 	}
 }
@@ -477,7 +477,7 @@ func TestRenderLookupErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := parseRule(t, head+tt.lookup+res)
-			_, err := Rule(context.Background(), r, obj("v1", "Namespace", "", "team-a", nil), scopes{"Secret": true, "Namespace": false, "ConfigMap": true, "Tenant": false}, Objects{}, nil)
+			_, err := Rule(context.Background(), Input{Rule: r, Trigger: obj("v1", "Namespace", "", "team-a", nil), Scoper: scopes{"Secret": true, "Namespace": false, "ConfigMap": true, "Tenant": false}, Lookups: Objects{}, Clusters: Objects{}, Recorded: Recorded{Objects: Objects{}}})
 			if err == nil || !strings.HasPrefix(err.Error(), tt.want) {
 				t.Errorf("error = %v\nwant one starting with %s", err, tt.want)
 			}
@@ -508,7 +508,7 @@ spec:
 func TestRenderPatch(t *testing.T) {
 	r := parseRule(t, patchRule)
 	trigger := obj("example.com/v1", "App", "shop", "web", nil)
-	rd, err := Rule(context.Background(), r, trigger, testScopes, nil, nil)
+	rd, err := Rule(context.Background(), Input{Rule: r, Trigger: trigger, Scoper: testScopes})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -528,6 +528,7 @@ func TestRenderPatch(t *testing.T) {
 type applierFunc func(Child) (map[string]any, error)
 
 func (f applierFunc) Apply(_ context.Context, c Child) (map[string]any, error) { return f(c) }
+func (applierFunc) Observed(Child) map[string]any                            { return nil }
 
 // TestRenderRequiredLookup: while a required lookup's object is absent, the
 // variables and resources that read it wait, the others render, the
@@ -557,7 +558,7 @@ spec:
     addr: ${variables.port}
 `)
 	app := obj("example.com/v1", "App", "shop", "a", nil)
-	rd, err := Rule(context.Background(), r, app, testScopes, Objects{}, nil)
+	rd, err := Rule(context.Background(), Input{Rule: r, Trigger: app, Scoper: testScopes, Lookups: Objects{}, Clusters: Objects{}, Recorded: Recorded{Objects: Objects{}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -584,7 +585,7 @@ spec:
 
 	db := obj("v1", "ConfigMap", "shop", "db", nil)
 	db.Object["data"] = map[string]any{"host": "h"}
-	rd, err = Rule(context.Background(), r, app, testScopes, Objects{db}, nil)
+	rd, err = Rule(context.Background(), Input{Rule: r, Trigger: app, Scoper: testScopes, Lookups: Objects{db}, Clusters: Objects{db}, Recorded: Recorded{Objects: Objects{db}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -624,7 +625,7 @@ spec:
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := Rule(ctx, r, trigger, testScopes, nil, ap); err != nil {
+		if _, err := Rule(ctx, Input{Rule: r, Trigger: trigger, Scoper: testScopes, Applier: ap}); err != nil {
 			b.Fatal(err)
 		}
 	}

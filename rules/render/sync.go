@@ -51,18 +51,11 @@ type SyncResponse struct {
 	Finalized bool
 }
 
-// Finalizer is an Applier that says whether the trigger is being
-// finalized: the rule's finalize function is called instead of its
-// function, with finalizing true.
-type Finalizer interface {
-	Finalizing() bool
-}
-
-// ChildLister is a Lookuper that also says which children the trigger
-// has in the cluster: the rule's function is given them. Without it (an
-// offline render) the function is given none.
+// ChildLister says which children the trigger has in the cluster: the
+// rule's function is given them. Without one (an offline render) the
+// function is given none.
 type ChildLister interface {
-	Observed(ctx context.Context) []*unstructured.Unstructured
+	Children(ctx context.Context) []*unstructured.Unstructured
 }
 
 // kindKey is how Metacontroller names a kind in a request's maps.
@@ -98,8 +91,8 @@ func controllerOf(r *rules.Rule) map[string]any {
 // one, and what the rule's lookups read.
 func (w *graphWalk) syncRequest(ctx context.Context, res *rules.Resource, finalizing bool) (*SyncRequest, error) {
 	in := &SyncRequest{
-		Controller: controllerOf(w.r), Parent: w.trigger.Object, Children: map[string]map[string]any{}, Related: map[string]map[string]any{},
-		Finalizing: finalizing, Rule: w.r.Name, Variables: w.rd.act.Variables, Lookups: w.rd.act.Lookups,
+		Controller: controllerOf(w.in.Rule), Parent: w.in.Trigger.Object, Children: map[string]map[string]any{}, Related: map[string]map[string]any{},
+		Finalizing: finalizing, Rule: w.in.Rule.Name, Variables: w.rd.act.Variables, Lookups: w.rd.act.Lookups,
 	}
 	if cust := res.Function.Customize; cust != nil {
 		related, err := w.related(ctx, res, cust)
@@ -111,19 +104,19 @@ func (w *graphWalk) syncRequest(ctx context.Context, res *rules.Resource, finali
 	for _, k := range res.Kinds {
 		in.Children[kindKey(k.GVK)] = map[string]any{}
 	}
-	if cl, ok := w.lk.(ChildLister); ok {
-		for _, obj := range cl.Observed(ctx) {
-			byKind(in.Children, w.trigger, obj)
+	if w.in.Children != nil {
+		for _, obj := range w.in.Children.Children(ctx) {
+			byKind(in.Children, w.in.Trigger, obj)
 		}
 	}
 	for _, v := range w.rd.act.Lookups {
 		switch v := v.(type) {
 		case map[string]any:
-			byKind(in.Related, w.trigger, &unstructured.Unstructured{Object: v})
+			byKind(in.Related, w.in.Trigger, &unstructured.Unstructured{Object: v})
 		case []any:
 			for _, e := range v {
 				if m, ok := e.(map[string]any); ok {
-					byKind(in.Related, w.trigger, &unstructured.Unstructured{Object: m})
+					byKind(in.Related, w.in.Trigger, &unstructured.Unstructured{Object: m})
 				}
 			}
 		}
@@ -231,12 +224,6 @@ func (rd *Rendered) synced(resp *SyncResponse) {
 	rd.Finalized = resp.Finalized
 }
 
-// Responder is a Lookuper that also answers webhooks offline: the
-// responses a test records, by rule, resource and trigger.
-type Responder interface {
-	Response(rule, resource string, trigger rules.ObjectRef) ([]byte, bool)
-}
-
 // Recorded is what an offline render is given: objects, and the responses
 // a test records for the rule's webhooks.
 type Recorded struct {
@@ -254,7 +241,7 @@ type RecordedResponse struct {
 	Response       []byte
 }
 
-// Response implements Responder: the first recorded response that matches.
+// Response is the first recorded response that matches.
 func (rc Recorded) Response(rule, resource string, trigger rules.ObjectRef) ([]byte, bool) {
 	for _, r := range rc.Responses {
 		if r.Rule == rule && r.Resource == resource && r.Trigger.Matches(trigger) {
@@ -262,15 +249,4 @@ func (rc Recorded) Response(rule, resource string, trigger rules.ObjectRef) ([]b
 		}
 	}
 	return nil, false
-}
-
-// objectsOf is the objects an offline Lookuper holds.
-func objectsOf(lk Lookuper) Objects {
-	switch v := lk.(type) {
-	case Objects:
-		return v
-	case Recorded:
-		return v.Objects
-	}
-	return nil
 }

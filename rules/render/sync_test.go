@@ -34,13 +34,14 @@ spec:
 `)
 }
 
-// observed is a Lookuper with children in the cluster.
+// observed is a Lookuper and a ChildLister: objects, and children in the
+// cluster.
 type observed struct {
 	Objects
 	children []*unstructured.Unstructured
 }
 
-func (o observed) Observed(context.Context) []*unstructured.Unstructured { return o.children }
+func (o observed) Children(context.Context) []*unstructured.Unstructured { return o.children }
 
 // recordingApplier applies nothing and notes the calls it is told of.
 type recordingApplier struct {
@@ -51,6 +52,8 @@ type recordingApplier struct {
 func (a *recordingApplier) Apply(_ context.Context, c Child) (map[string]any, error) {
 	return c.Object.Object, nil
 }
+
+func (*recordingApplier) Observed(Child) map[string]any { return nil }
 
 func (a *recordingApplier) FunctionCalled(res *rules.Resource, fn *rules.Function, _ time.Duration, err error) {
 	a.mu.Lock()
@@ -81,7 +84,8 @@ func TestSyncHook(t *testing.T) {
 	defaults := obj("v1", "ConfigMap", "ns", "defaults", nil)
 	old := obj("v1", "ConfigMap", "ns", "web-old", nil)
 	ap := &recordingApplier{}
-	rd, err := Rule(context.Background(), r, trigger, testScopes, observed{Objects{defaults}, []*unstructured.Unstructured{old}}, ap)
+	cluster := observed{Objects{defaults}, []*unstructured.Unstructured{old}}
+	rd, err := Rule(context.Background(), Input{Rule: r, Trigger: trigger, Scoper: testScopes, Lookups: cluster, Clusters: cluster, Children: cluster, Applier: ap, Calls: ap})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +140,7 @@ func TestSyncHookFails(t *testing.T) {
 		}))
 		r := syncRule(t, hook.URL)
 		ap := &recordingApplier{}
-		_, err := Rule(context.Background(), r, obj("example.com/v1", "App", "ns", "web", nil), testScopes, Objects{}, ap)
+		_, err := Rule(context.Background(), Input{Rule: r, Trigger: obj("example.com/v1", "App", "ns", "web", nil), Scoper: testScopes, Lookups: Objects{}, Applier: ap, Calls: ap})
 		hook.Close()
 		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "webhook "+hook.URL) {
 			t.Errorf("%s: got %v, want %q naming the webhook", body, err, want)
@@ -149,7 +153,7 @@ func TestSyncHookFails(t *testing.T) {
 func TestSyncHookOffline(t *testing.T) {
 	r := syncRule(t, "http://127.0.0.1:1/never-called")
 	trigger := obj("example.com/v1", "App", "ns", "web", nil)
-	_, err := Rule(context.Background(), r, trigger, testScopes, Objects{}, nil)
+	_, err := Rule(context.Background(), Input{Rule: r, Trigger: trigger, Scoper: testScopes, Lookups: Objects{}, Clusters: Objects{}, Recorded: Recorded{Objects: Objects{}}})
 	if err == nil || !strings.Contains(err.Error(), "offline (render, test), give its response in the test's responses") {
 		t.Fatalf("got %v, want the offline webhook's error", err)
 	}
@@ -158,7 +162,7 @@ func TestSyncHookOffline(t *testing.T) {
 		{Rule: "hello", Resource: rules.SyncResourceID, Trigger: rules.ObjectRef{Kind: "App", Name: "web"},
 			Response: []byte(`{"status": {"phase": "Ready"}, "children": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "web-a"}}]}`)},
 	}}
-	rd, err := Rule(context.Background(), r, trigger, testScopes, rec, nil)
+	rd, err := Rule(context.Background(), Input{Rule: r, Trigger: trigger, Scoper: testScopes, Lookups: rec, Clusters: rec, Recorded: rec})
 	if err != nil {
 		t.Fatal(err)
 	}

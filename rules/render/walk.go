@@ -13,12 +13,8 @@ import (
 
 // graphWalk is one render's pass over the resources in dependency order.
 type graphWalk struct {
-	r       *rules.Rule
+	in      Input // its Applier never nil: offline, the renderedApplier
 	rd      *Rendered
-	trigger *unstructured.Unstructured
-	scoper  Scoper
-	lk      Lookuper
-	ap      Applier
 	offline bool
 	seen    map[string]string // kind/namespace/name → resource id
 	states  map[*rules.Resource]*ResourceState
@@ -35,10 +31,10 @@ func (w *graphWalk) resource(ctx context.Context, res *rules.Resource) error {
 	}
 	// The kinds of a computed one share their scope (a load error
 	// otherwise, where the scopes are known).
-	namespaced, err := w.scoper.Namespaced(res.Kinds[0].GVK)
+	namespaced, err := w.in.Scoper.Namespaced(res.Kinds[0].GVK)
 	if err != nil {
 		pos, field := res.Body()
-		return &RenderError{Pos: pos, Rule: w.r.Name, Resource: res.ID, Field: field, Err: err}
+		return &RenderError{Pos: pos, Rule: w.in.Rule.Name, Resource: res.ID, Field: field, Err: err}
 	}
 	var lives []any
 	st.Ready = true
@@ -134,7 +130,7 @@ func (w *graphWalk) proceeds(ctx context.Context, res *rules.Resource, st *Resou
 		w.rd.note(res, "%s: %v: known only on the server; rendered as if true", res.When.Field, err)
 		ok = true
 	case err != nil:
-		return false, exprError(w.r, res.When, res.ID, err)
+		return false, exprError(w.in.Rule, res.When, res.ID, err)
 	}
 	if !ok {
 		st.Excluded = true
@@ -155,10 +151,10 @@ func (w *graphWalk) items(ctx context.Context, res *rules.Resource, act *expr.Ac
 		w.rd.note(res, "%s: %v: known only on the server; rendered no children", res.ForEach.Field, err)
 		items = nil
 	case err != nil:
-		return nil, exprError(w.r, res.ForEach, res.ID, err)
+		return nil, exprError(w.in.Rule, res.ForEach, res.ID, err)
 	}
 	if n := len(w.rd.Children) + len(items); n > MaxChildren {
-		return nil, &RenderError{Pos: res.ForEach.Pos, Rule: w.r.Name, Resource: res.ID, Field: res.ForEach.Field,
+		return nil, &RenderError{Pos: res.ForEach.Pos, Rule: w.in.Rule.Name, Resource: res.ID, Field: res.ForEach.Field,
 			Err: fmt.Errorf("%d children, more than the %d one trigger may have", n, MaxChildren)}
 	}
 	return items, nil
@@ -168,7 +164,7 @@ func (w *graphWalk) items(ctx context.Context, res *rules.Resource, act *expr.Ac
 // the child as it now is (nil: not applied, or absent), and notes in st
 // why it is not ready. An error is the render's: the trigger fails.
 func (w *graphWalk) child(ctx context.Context, res *rules.Resource, st *ResourceState, index int, act *expr.Activation, namespaced bool, cluster string) (map[string]any, error) {
-	obj, err := renderChild(ctx, w.r, res, act, w.trigger, w.trigger.GetNamespace() != "", namespaced)
+	obj, err := renderChild(ctx, w.in.Rule, res, act, w.in.Trigger, w.in.Trigger.GetNamespace() != "", namespaced)
 	if err != nil {
 		return nil, err
 	}
@@ -182,7 +178,7 @@ func (w *graphWalk) take(ctx context.Context, res *rules.Resource, st *ResourceS
 	key := cluster + "/" + obj.GetKind() + "/" + obj.GetNamespace() + "/" + obj.GetName()
 	if prev, dup := w.seen[key]; dup {
 		pos, field := res.Body()
-		return nil, &RenderError{Pos: pos, Rule: w.r.Name, Resource: res.ID, Field: field,
+		return nil, &RenderError{Pos: pos, Rule: w.in.Rule.Name, Resource: res.ID, Field: field,
 			Err: fmt.Errorf("%s %s rendered twice%s (also by resource %q)", obj.GetKind(), namespacedName(obj), inCluster(cluster), prev)}
 	}
 	w.seen[key] = res.ID
@@ -203,10 +199,7 @@ func (w *graphWalk) take(ctx context.Context, res *rules.Resource, st *ResourceS
 		// the status, and not what makes the resource ready or not.
 		st.Held = appendNew(st.Held, cluster)
 		w.rd.clusterHeld(cluster, err.Error())
-		if o, ok := w.ap.(Observer); ok {
-			return o.Observed(c), nil
-		}
-		return nil, nil
+		return w.in.Applier.Observed(c), nil
 	case errors.As(err, new(*UnreachableError)):
 		st.Unreachable = appendNew(st.Unreachable, cluster)
 		notReady(err.Error())
@@ -219,8 +212,8 @@ func (w *graphWalk) take(ctx context.Context, res *rules.Resource, st *ResourceS
 			st.Err = err
 		}
 		notReady(fmt.Sprintf("%s %s: %v", obj.GetKind(), namespacedName(obj), err))
-		if o, ok := w.ap.(Observer); ok && !c.Patch && !errors.As(err, new(*ConflictError)) {
-			return o.Observed(c), nil // as it is: for the status, not for dependents (they wait)
+		if !c.Patch && !errors.As(err, new(*ConflictError)) {
+			return w.in.Applier.Observed(c), nil // as it is: for the status, not for dependents (they wait)
 		}
 		return nil, nil
 	case live == nil:
@@ -238,11 +231,11 @@ func (w *graphWalk) take(ctx context.Context, res *rules.Resource, st *ResourceS
 func (w *graphWalk) apply(ctx context.Context, child Child) (map[string]any, error) {
 	var err error
 	if !child.Patch {
-		err = w.rd.reads.conflict(w.r, child, rules.TriggerOf(w.trigger))
+		err = w.rd.reads.conflict(w.in.Rule, child, rules.TriggerOf(w.in.Trigger))
 	}
 	var live map[string]any
 	if err == nil {
-		live, err = w.ap.Apply(ctx, child)
+		live, err = w.in.Applier.Apply(ctx, child)
 	}
 	if ce, ok := errors.AsType[*ConflictError](err); ok {
 		w.rd.Conflicts = append(w.rd.Conflicts, ce)
@@ -308,6 +301,10 @@ type renderedApplier struct {
 	rule    *rules.Rule
 	trigger rules.Trigger
 }
+
+// Observed implements Applier: offline, nothing is in the cluster but
+// what a render lays over it.
+func (renderedApplier) Observed(Child) map[string]any { return nil }
 
 func (a renderedApplier) Apply(_ context.Context, c Child) (map[string]any, error) {
 	if c.Cluster != "" { // the objects given are syncloop's own cluster's
