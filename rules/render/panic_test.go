@@ -21,7 +21,7 @@ func (panicky) Lookup(context.Context, LookupQuery) ([]*unstructured.Unstructure
 	panic("lookuper: injected")
 }
 func (panicky) Apply(context.Context, Child) (map[string]any, error) { panic("applier: injected") }
-func (panicky) Observed(Child) map[string]any                         { panic("observed: injected") }
+func (panicky) Observed(Child) map[string]any                        { panic("observed: injected") }
 
 // TestRenderContainsPanics: a panic anywhere in a render — the scoper, a
 // lookup, an apply — is that render's error, naming the rule and carrying

@@ -528,7 +528,7 @@ func TestRenderPatch(t *testing.T) {
 type applierFunc func(Child) (map[string]any, error)
 
 func (f applierFunc) Apply(_ context.Context, c Child) (map[string]any, error) { return f(c) }
-func (applierFunc) Observed(Child) map[string]any                            { return nil }
+func (applierFunc) Observed(Child) map[string]any                              { return nil }
 
 // TestRenderRequiredLookup: while a required lookup's object is absent, the
 // variables and resources that read it wait, the others render, the
