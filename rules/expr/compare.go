@@ -39,45 +39,34 @@ const comparedVar = "@compared"
 var compared = map[string]string{operators.Equals: "==", operators.NotEquals: "!=", operators.In: "in"}
 
 // guardComparisons is the program option that charges the comparisons of
-// checked whose operands are both deep.
+// checked that may read more than cel-go charges (==, != over two deep
+// operands, in over a deep container), and flattens the lists its +
+// makes (concatenation).
 func guardComparisons(checked *cel.Ast, limit uint64) cel.ProgramOption {
 	typeMap := checked.NativeRep().TypeMap()
 	return cel.CustomDecoratorV2(func(i interpreter.InterpretableV2) (interpreter.InterpretableV2, error) {
 		call, ok := i.(interpreter.InterpretableCall)
-		if !ok || compared[call.Function()] == "" || len(call.Args()) != 2 {
+		if !ok || len(call.Args()) != 2 {
 			return i, nil
 		}
 		args := call.Args()
-		if !deep(typeMap[args[0].ID()]) || !deep(typeMap[args[1].ID()]) {
-			return i, nil
+		switch fn := call.Function(); {
+		case fn == operators.Add && mayList(typeMap[call.ID()]):
+			return &concatenation{InterpretableCall: call, limit: limit}, nil
+		case compared[fn] == "":
+		case fn == operators.In && deep(typeMap[args[1].ID()]),
+			deep(typeMap[args[0].ID()]) && deep(typeMap[args[1].ID()]):
+			return &comparison{InterpretableCall: call, limit: limit}, nil
 		}
-		return &comparison{InterpretableCall: call, limit: limit}, nil
+		return i, nil
 	})
 }
 
 // deep reports whether comparing a value of type t may read more than
-// its top-level size: it may hold lists or maps (or its type is not
-// known).
+// cel-go charges, 0.1 a top-level element: it is a list or a map (whose
+// elements may be strings, or lists, and may share their parts), or its
+// type is not known.
 func deep(t *types.Type) bool {
-	if t == nil {
-		return true
-	}
-	switch t.Kind() {
-	case types.ListKind:
-		return aggregate(t.Parameters()[0])
-	case types.MapKind:
-		return aggregate(t.Parameters()[1])
-	case types.OpaqueKind:
-		return t.TypeName() == "optional_type" && deep(t.Parameters()[0])
-	case types.DynKind, types.AnyKind, types.TypeParamKind, types.StructKind:
-		return true
-	}
-	return false
-}
-
-// aggregate reports whether a value of type t may be a list or a map, or
-// hold one.
-func aggregate(t *types.Type) bool {
 	if t == nil {
 		return true
 	}
@@ -85,9 +74,60 @@ func aggregate(t *types.Type) bool {
 	case types.ListKind, types.MapKind, types.DynKind, types.AnyKind, types.TypeParamKind, types.StructKind:
 		return true
 	case types.OpaqueKind:
-		return t.TypeName() == "optional_type" && aggregate(t.Parameters()[0])
+		return t.TypeName() == "optional_type" && deep(t.Parameters()[0])
 	}
 	return false
+}
+
+// mayList reports whether a value of type t may be a list.
+func mayList(t *types.Type) bool {
+	if t == nil {
+		return true
+	}
+	switch t.Kind() {
+	case types.ListKind, types.DynKind, types.AnyKind, types.TypeParamKind:
+		return true
+	}
+	return false
+}
+
+// A concatenation is a + whose result may be a list. cel-go makes a + b
+// a lazy list over a and b for a charge of 1, so cel.bind(a1, a0 + a0, …)
+// doubles a list with each level for a few steps' cost, and reading an
+// element walks every level: 2^40 elements for a charge of 40, which a
+// sort or a slice then copied before it was charged. Here the list a + b
+// makes is copied flat, its size counted on the evaluation's tally before
+// the copy: what a + b makes costs what it holds. A comprehension's
+// result list, which cel-go appends to in place, is left as it is.
+type concatenation struct {
+	interpreter.InterpretableCall
+	limit uint64
+}
+
+// Eval implements interpreter.Interpretable.
+func (c *concatenation) Eval(a interpreter.Activation) ref.Val {
+	return c.Exec(interpreter.AsFrame(a))
+}
+
+// Exec implements interpreter.InterpretableV2.
+func (c *concatenation) Exec(frame *interpreter.ExecutionFrame) ref.Val {
+	v := c.InterpretableCall.Exec(frame)
+	l, ok := v.(traits.Lister)
+	if !ok {
+		return v
+	}
+	if _, inPlace := v.(traits.MutableLister); inPlace {
+		return v
+	}
+	n := celSize(l)
+	if t := comparedTally(frame, c.limit); !t.add(n) {
+		refuseComparison("+", v, types.Int(n), c.limit)
+	}
+	flat := make([]ref.Val, 0, n)
+	for it := l.Iterator(); it.HasNext() == types.True; {
+		flat = append(flat, it.Next())
+	}
+	return types.NewRefValList(types.DefaultTypeAdapter, flat)
 }
 
 // A comparison is a charged ==, != or in: its operands evaluated, then
@@ -166,7 +206,7 @@ func comparedTally(frame *interpreter.ExecutionFrame, limit uint64) *tally {
 func refuseComparison(op string, lhs, rhs ref.Val, limit uint64) {
 	panic(interpreter.EvalCancelledError{
 		Cause: interpreter.CostLimitExceeded,
-		Message: fmt.Sprintf("%s%s over %s would take the comparisons of this evaluation past the limit of %d elements read",
+		Message: fmt.Sprintf("%s%s over %s would take what this evaluation's comparisons and concatenations read past the limit of %d",
 			refusedPrefix, op, describeArgs([]ref.Val{lhs, rhs}), limit),
 	})
 }

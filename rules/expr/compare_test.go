@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
+	"github.com/google/cel-go/common/types/traits"
 )
 
 // sharing is an expression that binds a0 to a list (or map) of ten ones
@@ -91,28 +93,106 @@ func TestHostileComparisons(t *testing.T) {
 	}
 }
 
-// TestDeepTypes: a comparison is charged where both operands may hold
-// lists or maps, and left to cel-go's charge where one's type says it
-// cannot — the charge of a typed field's comparison costs nothing.
+// TestDeepTypes: ==, != are charged where both operands may be lists or
+// maps, in where its container may be, and a + that may make a list is
+// made flat; a comparison of two strings or numbers is cel-go's to charge.
 func TestDeepTypes(t *testing.T) {
 	for _, tc := range []struct {
-		t    *types.Type
-		want bool
+		t          *types.Type
+		deep, list bool
 	}{
-		{types.StringType, false},
-		{types.IntType, false},
-		{types.NewListType(types.IntType), false},
-		{types.NewMapType(types.StringType, types.StringType), false},
-		{types.NewOptionalType(types.NewListType(types.StringType)), false},
-		{types.DynType, true},
-		{nil, true},
-		{types.NewListType(types.NewListType(types.IntType)), true},
-		{types.NewMapType(types.StringType, types.DynType), true},
-		{types.NewOptionalType(types.NewListType(types.DynType)), true},
-		{types.NewListType(types.NewOptionalType(types.NewListType(types.IntType))), true},
+		{types.StringType, false, false},
+		{types.IntType, false, false},
+		{types.NewOptionalType(types.StringType), false, false},
+		{types.NewListType(types.IntType), true, true},
+		{types.NewMapType(types.StringType, types.StringType), true, false},
+		{types.NewOptionalType(types.NewListType(types.StringType)), true, false},
+		{types.DynType, true, true},
+		{nil, true, true},
 	} {
-		if got := deep(tc.t); got != tc.want {
-			t.Errorf("deep(%v) = %v, want %v", tc.t, got, tc.want)
+		if got := deep(tc.t); got != tc.deep {
+			t.Errorf("deep(%v) = %v, want %v", tc.t, got, tc.deep)
 		}
+		if got := mayList(tc.t); got != tc.list {
+			t.Errorf("mayList(%v) = %v, want %v", tc.t, got, tc.list)
+		}
+	}
+}
+
+// doubling binds a0 to first and each next level to the one before
+// added to itself, to depth levels, and evaluates body over them.
+func doubling(depth int, first, body string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "cel.bind(a0, %s, ", first)
+	for i := 1; i < depth; i++ {
+		fmt.Fprintf(&b, "cel.bind(a%d, a%d + a%d, ", i, i-1, i-1)
+	}
+	return b.String() + body + strings.Repeat(")", depth)
+}
+
+// TestHostileConcatenation: cel-go makes a + b a lazy list charged 1, so
+// doubling a list 24 times made 16 million elements for a charge of 24:
+// a sort of them copied 8 million and took 13 s and 673 MB before it was
+// charged, a == over them 8.9 s untracked, and lists of one long string
+// compared 2.4 s charged 0.1 an element. The list + makes is flat and
+// counted; lists of strings are compared by what they hold; a
+// comprehension's list still grows in place.
+func TestHostileConcatenation(t *testing.T) {
+	c := newCompiler(t, Options{})
+	eval := func(src string) (any, error) {
+		t.Helper()
+		p, err := c.Compile(src, Scope{}, AnyResult)
+		if err != nil {
+			t.Fatalf("%.80s…: %v", src, err)
+		}
+		return p.Eval(context.Background(), &Activation{Object: map[string]any{}, Budget: NewBudget(128 << 20)})
+	}
+	// s16 and t16: two strings of 655,361 bytes, in lists of 20.
+	strs := func(body string) string {
+		return doubling(17, "'ssssssssss'", "cel.bind(s, a16 + 'z', cel.bind(t, a16 + 'z', "+body+"))")
+	}
+	twenty := func(v string) string { return "[" + strings.TrimSuffix(strings.Repeat(v+", ", 20), ", ") + "]" }
+	for _, tc := range []struct{ name, src, op string }{
+		{"sort", doubling(24, "[1000]", "size(a23.sort())"), "+"},
+		{"slice", doubling(25, "[1000]", "size(a24.slice(0, 16000000))"), "+"},
+		{"==", doubling(26, "[1]", "a25 == a25"), "+"},
+		{"in", doubling(28, "[1]", "2 in a27"), "+"},
+		{"lists of strings", strs(twenty("s") + " == " + twenty("t")), "=="},
+		{"a string in a list", strs("s in " + twenty("t")), "in"},
+	} {
+		_, err := eval(tc.src)
+		if !errors.Is(err, ErrCostLimit) || !strings.Contains(err.Error(), tc.op+" over") {
+			t.Errorf("%s: err = %v, want the cost limit naming %s", tc.name, err, tc.op)
+		}
+	}
+	for _, tc := range []struct {
+		src  string
+		want any
+	}{
+		{doubling(10, "[1]", "size(a9.sort())"), int64(512)},
+		{doubling(10, "[1]", "a9 == a9 && 1 in a9 && !(2 in a9)"), true},
+		{"lists.range(50000).map(i, i).size()", int64(50000)},
+		{"[1, 2] + [3] == [1, 2, 3]", true},
+		{"'a' in ['b', 'a']", true},
+	} {
+		if got, err := eval(tc.src); err != nil || got != tc.want {
+			t.Errorf("%.80s…: = %v, %v; want %v", tc.src, got, err, tc.want)
+		}
+	}
+}
+
+// hugeList claims 2^60 elements and holds none: what a list of shared
+// parts may hold.
+type hugeList struct{ traits.Lister }
+
+func (hugeList) Size() ref.Val { return types.Int(1 << 60) }
+
+// TestToNativeHuge: a list too large to count is too large, not a sum
+// that wraps and a slice that cannot be made (a panic: "makeslice: cap
+// out of range").
+func TestToNativeHuge(t *testing.T) {
+	_, err := toNative(hugeList{types.NewDynamicList(types.DefaultTypeAdapter, []any{})}, NewBudget(128<<20))
+	if !errors.Is(err, ErrTooLarge) {
+		t.Errorf("toNative of 2^60 elements: err = %v, want ErrTooLarge", err)
 	}
 }

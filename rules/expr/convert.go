@@ -133,10 +133,20 @@ func toNative(v ref.Val, b *Budget) (any, error) {
 	return nil, fmt.Errorf("a %s value cannot be part of an object", v.Type())
 }
 
+// costOf is what a container of n parts costs: base and each a part,
+// saturating at the largest int64 (which no budget holds) so that a list
+// of 2^60 elements built of shared parts is too large, not a wrapped sum.
+func costOf(base int64, n int, each int64) int64 {
+	if n < 0 || int64(n) > (math.MaxInt64-base)/each {
+		return math.MaxInt64
+	}
+	return base + int64(n)*each
+}
+
 // mapToNative is toNative of a map: its keys must be strings.
 func mapToNative(m traits.Mapper, b *Budget) (map[string]any, error) {
 	n := int(m.Size().(types.Int))
-	if err := b.spend(mapCost + int64(n)*entryCost); err != nil {
+	if err := b.spend(costOf(mapCost, n, entryCost)); err != nil {
 		return nil, err
 	}
 	out := make(map[string]any, n)
@@ -161,7 +171,7 @@ func mapToNative(m traits.Mapper, b *Budget) (map[string]any, error) {
 // listToNative is toNative of a list.
 func listToNative(l traits.Lister, b *Budget) ([]any, error) {
 	n := int(l.Size().(types.Int))
-	if err := b.spend(listCost + int64(n)*elemCost); err != nil {
+	if err := b.spend(costOf(listCost, n, elemCost)); err != nil {
 		return nil, err
 	}
 	out := make([]any, 0, n)
