@@ -39,6 +39,20 @@ func sharing(depth int, maps bool, body string) string {
 	return b.String() + body + strings.Repeat(")", depth)
 }
 
+// hostileEval evaluates an expression of no input under the default
+// limit and a render's budget.
+func hostileEval(t *testing.T) func(src string) (any, error) {
+	c := newCompiler(t, Options{})
+	return func(src string) (any, error) {
+		t.Helper()
+		p, err := c.Compile(src, Scope{}, AnyResult)
+		if err != nil {
+			t.Fatalf("%.80s…: %v", src, err)
+		}
+		return p.Eval(context.Background(), &Activation{Object: map[string]any{}, Budget: NewBudget(128 << 20)})
+	}
+}
+
 // TestHostileComparisons: ==, != and in over values that share their
 // parts compare at every depth, where cel-go charges them by their
 // top-level sizes: a7 == a7 over eight levels took 3 s (a map 14 s and
@@ -47,15 +61,7 @@ func sharing(depth int, maps bool, body string) string {
 // one evaluation add up to the limit; comparisons within it give what
 // they gave.
 func TestHostileComparisons(t *testing.T) {
-	c := newCompiler(t, Options{})
-	eval := func(src string) (any, error) {
-		t.Helper()
-		p, err := c.Compile(src, Scope{}, AnyResult)
-		if err != nil {
-			t.Fatalf("%.80s…: %v", src, err)
-		}
-		return p.Eval(context.Background(), &Activation{Object: map[string]any{}})
-	}
+	eval := hostileEval(t)
 	for _, tc := range []struct {
 		name string
 		src  string
@@ -138,15 +144,7 @@ func doubling(depth int, first, body string) string {
 // counted; lists of strings are compared by what they hold; a
 // comprehension's list still grows in place.
 func TestHostileConcatenation(t *testing.T) {
-	c := newCompiler(t, Options{})
-	eval := func(src string) (any, error) {
-		t.Helper()
-		p, err := c.Compile(src, Scope{}, AnyResult)
-		if err != nil {
-			t.Fatalf("%.80s…: %v", src, err)
-		}
-		return p.Eval(context.Background(), &Activation{Object: map[string]any{}, Budget: NewBudget(128 << 20)})
-	}
+	eval := hostileEval(t)
 	// s16 and t16: two strings of 655,361 bytes, in lists of 20.
 	strs := func(body string) string {
 		return doubling(17, "'ssssssssss'", "cel.bind(s, a16 + 'z', cel.bind(t, a16 + 'z', "+body+"))")
