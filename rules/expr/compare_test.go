@@ -39,17 +39,37 @@ func sharing(depth int, maps bool, body string) string {
 	return b.String() + body + strings.Repeat(")", depth)
 }
 
-// hostileEval evaluates an expression of no input under the default
-// limit and a render's budget.
-func hostileEval(t *testing.T) func(src string) (any, error) {
+// A refused expression fails with the cost limit naming op; a given one
+// evaluates to want.
+type (
+	refused struct{ name, src, op string }
+	given   struct {
+		src  string
+		want any
+	}
+)
+
+// checkHostile evaluates each expression, of no input, under the default
+// limit and a render's budget, and checks what it gives.
+func checkHostile(t *testing.T, refusals []refused, givens []given) {
+	t.Helper()
 	c := newCompiler(t, Options{})
-	return func(src string) (any, error) {
-		t.Helper()
+	eval := func(src string) (any, error) {
 		p, err := c.Compile(src, Scope{}, AnyResult)
 		if err != nil {
 			t.Fatalf("%.80s…: %v", src, err)
 		}
 		return p.Eval(context.Background(), &Activation{Object: map[string]any{}, Budget: NewBudget(128 << 20)})
+	}
+	for _, tc := range refusals {
+		if _, err := eval(tc.src); !errors.Is(err, ErrCostLimit) || !strings.Contains(err.Error(), tc.op+" over") {
+			t.Errorf("%s: err = %v, want the cost limit naming %s", tc.name, err, tc.op)
+		}
+	}
+	for _, tc := range givens {
+		if got, err := eval(tc.src); err != nil || got != tc.want {
+			t.Errorf("%.80s…: = %v, %v; want %v", tc.src, got, err, tc.want)
+		}
 	}
 }
 
@@ -61,12 +81,7 @@ func hostileEval(t *testing.T) func(src string) (any, error) {
 // one evaluation add up to the limit; comparisons within it give what
 // they gave.
 func TestHostileComparisons(t *testing.T) {
-	eval := hostileEval(t)
-	for _, tc := range []struct {
-		name string
-		src  string
-		op   string
-	}{
+	checkHostile(t, []refused{
 		{"lists ==", sharing(7, false, "a6 == a6"), "=="},
 		{"maps ==", sharing(7, true, "a6 == a6"), "=="},
 		{"lists !=", sharing(7, false, "a6 != a6"), "!="},
@@ -76,27 +91,14 @@ func TestHostileComparisons(t *testing.T) {
 		{"in a comprehension", sharing(7, false, "[a6].exists(x, x == a6)"), "=="},
 		// 111,111 elements each: within the limit one by one, not twenty times.
 		{"adding up", sharing(5, false, "lists.range(20).all(i, a4 == a4)"), "=="},
-	} {
-		_, err := eval(tc.src)
-		if !errors.Is(err, ErrCostLimit) || !strings.Contains(err.Error(), tc.op+" over") {
-			t.Errorf("%s: err = %v, want the cost limit naming %s", tc.name, err, tc.op)
-		}
-	}
-	for _, tc := range []struct {
-		src  string
-		want any
-	}{
+	}, []given{
 		{sharing(5, false, "lists.range(5).all(i, a4 == a4)"), true},
 		{sharing(5, true, "a4 != a4"), false},
 		{sharing(4, false, "a2 in a3"), true},
 		{sharing(3, false, "[a2, a1] == [a2, a2]"), false},
 		{"{'a': [1, [2]]} == {'a': [1, [2]]}", true},
 		{"'x' in {'x': [[1]]}", true},
-	} {
-		if got, err := eval(tc.src); err != nil || got != tc.want {
-			t.Errorf("%.80s…: = %v, %v; want %v", tc.src, got, err, tc.want)
-		}
-	}
+	})
 }
 
 // TestDeepTypes: ==, != are charged where both operands may be lists or
@@ -144,39 +146,25 @@ func doubling(depth int, first, body string) string {
 // counted; lists of strings are compared by what they hold; a
 // comprehension's list still grows in place.
 func TestHostileConcatenation(t *testing.T) {
-	eval := hostileEval(t)
 	// s16 and t16: two strings of 655,361 bytes, in lists of 20.
 	strs := func(body string) string {
 		return doubling(17, "'ssssssssss'", "cel.bind(s, a16 + 'z', cel.bind(t, a16 + 'z', "+body+"))")
 	}
 	twenty := func(v string) string { return "[" + strings.TrimSuffix(strings.Repeat(v+", ", 20), ", ") + "]" }
-	for _, tc := range []struct{ name, src, op string }{
+	checkHostile(t, []refused{
 		{"sort", doubling(24, "[1000]", "size(a23.sort())"), "+"},
 		{"slice", doubling(25, "[1000]", "size(a24.slice(0, 16000000))"), "+"},
 		{"==", doubling(26, "[1]", "a25 == a25"), "+"},
 		{"in", doubling(28, "[1]", "2 in a27"), "+"},
 		{"lists of strings", strs(twenty("s") + " == " + twenty("t")), "=="},
 		{"a string in a list", strs("s in " + twenty("t")), "in"},
-	} {
-		_, err := eval(tc.src)
-		if !errors.Is(err, ErrCostLimit) || !strings.Contains(err.Error(), tc.op+" over") {
-			t.Errorf("%s: err = %v, want the cost limit naming %s", tc.name, err, tc.op)
-		}
-	}
-	for _, tc := range []struct {
-		src  string
-		want any
-	}{
+	}, []given{
 		{doubling(10, "[1]", "size(a9.sort())"), int64(512)},
 		{doubling(10, "[1]", "a9 == a9 && 1 in a9 && !(2 in a9)"), true},
 		{"lists.range(50000).map(i, i).size()", int64(50000)},
 		{"[1, 2] + [3] == [1, 2, 3]", true},
 		{"'a' in ['b', 'a']", true},
-	} {
-		if got, err := eval(tc.src); err != nil || got != tc.want {
-			t.Errorf("%.80s…: = %v, %v; want %v", tc.src, got, err, tc.want)
-		}
-	}
+	})
 }
 
 // hugeList claims 2^60 elements and holds none: what a list of shared
